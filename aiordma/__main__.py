@@ -1,0 +1,3 @@
+from aiordma.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""The ``aiordma`` command: device listing, Soft-RoCE set-up and the lab."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiordma.exceptions import LabError
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    from aiordma.lab.devices import format_devices, list_devices
+
+    devices = list_devices()
+    if args.json:
+        rows = []
+        for dev in devices:
+            row = dataclasses.asdict(dev)
+            for port_row, port in zip(row["ports"], dev.ports, strict=True):
+                for gid_row, gid in zip(port_row["gids"], port.gids, strict=True):
+                    gid_row["ip"] = None if gid.ip is None else str(gid.ip)
+            rows.append(row)
+        print(json.dumps(rows, indent=2))
+    else:
+        print(format_devices(devices))
+    return 0
+
+
+def _cmd_rxe(args: argparse.Namespace) -> int:
+    from aiordma.lab.rxe import rxe_down, rxe_up
+
+    if args.action == "up":
+        rxe_up(args.netdev, args.name, args.dummy)
+        print(f"{args.name} is up on {args.netdev}")
+    else:
+        rxe_down(args.name)
+        print(f"{args.name} removed")
+    return 0
+
+
+def _kvm_choice(value: str) -> bool | None:
+    return {"auto": None, "yes": True, "no": False}[value]
+
+
+def _cmd_lab(args: argparse.Namespace) -> int:
+    from aiordma.lab.runner import run_in_lab
+    from aiordma.lab.vm import GuestConfig
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        cmd = [sys.executable, "-m", "aiordma", "devices"]
+    cfg = GuestConfig(
+        cpus=args.cpus,
+        memory=args.memory,
+        kvm=_kvm_choice(args.kvm),
+        rwdirs=[Path(d).resolve() for d in args.rwdir],
+    )
+    try:
+        return run_in_lab(cmd, cfg, force_guest=args.vm, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        print(f"aiordma lab: timed out after {args.timeout} s", file=sys.stderr)
+        return 124
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aiordma", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("devices", help="list RDMA devices, ports and GIDs")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_devices)
+
+    p = sub.add_parser("rxe", help="create or remove a Soft-RoCE device (needs root, rdma_rxe)")
+    p.add_argument("action", choices=["up", "down"])
+    p.add_argument("--name", default="rxe0", help="RDMA device name (default: rxe0)")
+    p.add_argument("--netdev", default="dummy0", help="network interface (default: dummy0)")
+    p.add_argument(
+        "--dummy",
+        metavar="ADDR/PREFIX",
+        help="create NETDEV as a dummy interface with this address (e.g. 192.0.2.1/24)",
+    )
+    p.set_defaults(func=_cmd_rxe)
+
+    p = sub.add_parser(
+        "lab",
+        help="run a command where a real RDMA device exists (here, or in a QEMU guest)",
+        description="Run CMD natively if this host has an active RoCE device, otherwise in a "
+        "throw-away QEMU guest (virtme-ng) with rxe0 on dummy0 at 192.0.2.1 and 2001:db8::1. "
+        "CMD sees AIORDMA_DEVICE, AIORDMA_ADDR and AIORDMA_ADDR6. The current directory and "
+        "every --rwdir keep their writes. Without CMD, lists the lab's devices.",
+    )
+    p.add_argument("--cpus", type=int, default=int(os.environ.get("AIORDMA_LAB_CPUS", "2")))
+    p.add_argument("--memory", default=os.environ.get("AIORDMA_LAB_MEMORY", "4G"))
+    p.add_argument(
+        "--kvm",
+        choices=["auto", "yes", "no"],
+        default=os.environ.get("AIORDMA_LAB_KVM", "auto"),
+        help="auto probes once whether KVM really boots here and caches the verdict",
+    )
+    p.add_argument("--rwdir", action="append", default=[], help="another writable directory")
+    p.add_argument("--vm", action="store_true", help="use a guest even if this host has RDMA")
+    p.add_argument("--timeout", type=float, default=None, help="kill the run after this many s")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    p.set_defaults(func=_cmd_lab)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        rc: int = args.func(args)
+    except LabError as exc:
+        print(f"aiordma: {exc}", file=sys.stderr)
+        return 2
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

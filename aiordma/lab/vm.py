@@ -1,0 +1,226 @@
+"""Boot a throw-away QEMU guest with Soft-RoCE, via virtme-ng, and run a command in it.
+
+virtme-ng boots an installed distribution kernel with the host's own
+filesystem as the guest's (read-only) root, so the project, its virtualenv
+and the distribution's pyverbs are all visible inside without building an
+image. Only directories passed as ``rwdirs`` keep their writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from aiordma.exceptions import LabError
+
+GUEST_DEVICE = "rxe0"
+GUEST_NETDEV = "dummy0"
+# Documentation ranges (RFC 5737, RFC 3849): never routed anywhere real.
+GUEST_ADDR4 = "192.0.2.1"
+GUEST_ADDR6 = "2001:db8::1"
+
+KVM_PROBE_TIMEOUT = 40.0
+"""A KVM guest boots in a few seconds; a broken nested KVM hangs forever."""
+
+# Variables worth carrying into the guest, whose environment starts empty.
+_PASSTHROUGH = re.compile(r"^(AIORDMA_|PYTEST_|PY|CI$|TERM$|COLUMNS$|LANG$|LC_|NO_COLOR$)")
+
+
+def _log(msg: str) -> None:
+    print(f"aiordma lab: {msg}", file=sys.stderr, flush=True)
+
+
+def _kernel_version(path: Path) -> str:
+    return path.name.removeprefix("vmlinuz-")
+
+
+def _version_key(version: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", version)]
+
+
+def find_kernel(boot: Path = Path("/boot"), modules: Path = Path("/lib/modules")) -> Path:
+    """The newest installed kernel image whose modules include ``rdma_rxe``."""
+    candidates = []
+    for image in boot.glob("vmlinuz-*"):
+        moddir = modules / _kernel_version(image)
+        if any(moddir.glob("kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko*")):
+            candidates.append(image)
+    if not candidates:
+        raise LabError(
+            "no installed kernel has the rdma_rxe module: install one "
+            "(Debian: linux-image-amd64, Ubuntu: linux-image-generic) or run './dev setup'"
+        )
+    return max(candidates, key=lambda p: _version_key(_kernel_version(p)))
+
+
+def find_vng() -> str:
+    """Path of virtme-ng's ``vng``, preferring the one next to this interpreter."""
+    local = Path(sys.executable).parent / "vng"
+    found = str(local) if local.exists() else shutil.which("vng")
+    if not found:
+        raise LabError("virtme-ng is not installed: pip install 'aiordma[lab]' (or ./dev setup)")
+    return found
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "aiordma"
+
+
+@dataclass
+class GuestConfig:
+    """How to boot the lab guest."""
+
+    cpus: int = 2
+    memory: str = "4G"
+    kvm: bool | None = None
+    """True/False forces KVM or TCG; None probes once and caches the verdict."""
+    rwdirs: list[Path] = field(default_factory=list)
+    kernel: Path | None = None
+
+
+def _vng_argv(vng: str, kernel: Path, cfg: GuestConfig, kvm: bool, command: str) -> list[str]:
+    argv = [vng, "-r", str(kernel), "--memory", cfg.memory, "--cpus", str(cfg.cpus)]
+    if not kvm:
+        argv.append("--disable-kvm")
+    for d in cfg.rwdirs:
+        argv += ["--rwdir", str(d)]
+    return [*argv, "--exec", command]
+
+
+def _relay(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
+    """Copy the child's stdout/stderr to ours until it exits; return its status.
+
+    vng is given pipes, not our descriptors: QEMU writes its console through
+    descriptors of its own, which on a regular file clobber what we logged.
+    """
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
+        sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
+        while sel.get_map():
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout or 0.0)
+            for key, _ in sel.select(wait):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                key.data.write(data.replace(b"\0", b""))
+                key.data.flush()
+    return proc.wait()
+
+
+def _run_group(argv: list[str], env: dict[str, str], timeout: float | None) -> int:
+    """Run ``argv`` in its own process group; kill the whole group on timeout or interrupt."""
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        return _relay(proc, timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+
+
+def _vng_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # vng runs virtme-run by name.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def kvm_works(kernel: Path, *, refresh: bool = False) -> bool:
+    """Whether a KVM-accelerated guest really boots here (cached per host and kernel).
+
+    ``/dev/kvm`` existing proves little: nested KVM can hang during boot. So
+    boot a trivial guest once with a timeout and remember the answer.
+    """
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    key = f"{os.uname().release}|{kernel}"
+    cache = _cache_dir() / "kvm-verdict.json"
+    try:
+        verdicts: dict[str, bool] = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        verdicts = {}
+    if not refresh and key in verdicts:
+        return verdicts[key]
+    _log(f"probing whether KVM works here (up to {KVM_PROBE_TIMEOUT:.0f} s, once per host)")
+    argv = _vng_argv(find_vng(), kernel, GuestConfig(cpus=1, memory="512M"), True, "true")
+    try:
+        ok = _run_group(argv, _vng_env() | {"TERM": "dumb"}, KVM_PROBE_TIMEOUT) == 0
+    except subprocess.TimeoutExpired:
+        ok = False
+    _log(f"KVM {'works' if ok else 'does not work here; using TCG (software emulation)'}")
+    verdicts[key] = ok
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(verdicts, indent=1))
+    return ok
+
+
+def lab_environment() -> dict[str, str]:
+    """Variables that tell a command where the lab's device is."""
+    return {
+        "AIORDMA_LAB": "1",
+        "AIORDMA_DEVICE": GUEST_DEVICE,
+        "AIORDMA_ADDR": GUEST_ADDR4,
+        "AIORDMA_ADDR6": GUEST_ADDR6,
+    }
+
+
+def run_in_guest(
+    cmd: list[str], cfg: GuestConfig, *, cwd: Path | None = None, timeout: float | None = None
+) -> int:
+    """Boot a guest with ``rxe0`` on ``dummy0`` and run ``cmd`` there; return its exit status."""
+    if not cmd:
+        raise LabError("no command given to run in the lab")
+    kernel = cfg.kernel or find_kernel()
+    vng = find_vng()
+    cwd = (cwd or Path.cwd()).resolve()
+    kvm = kvm_works(kernel) if cfg.kvm is None else cfg.kvm
+    rwdirs = list(dict.fromkeys([cwd, *cfg.rwdirs]))
+    cfg = GuestConfig(cfg.cpus, cfg.memory, kvm, rwdirs, kernel)
+
+    env = {k: v for k, v in os.environ.items() if _PASSTHROUGH.match(k)}
+    env |= lab_environment()
+    init = resources.files("aiordma.lab") / "guest-init.sh"
+    inner = [
+        "sh", str(init), GUEST_DEVICE, GUEST_NETDEV, f"{GUEST_ADDR4}/24", f"{GUEST_ADDR6}/64",
+        str(cwd), "--", "env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd,
+    ]  # fmt: skip
+    mode = "KVM" if kvm else "TCG, software emulation"
+    _log(
+        f"booting {kernel.name} in a QEMU guest ({mode}, {cfg.cpus} CPUs, {cfg.memory}); "
+        f"{GUEST_DEVICE} on {GUEST_NETDEV} at {GUEST_ADDR4} and {GUEST_ADDR6}"
+    )
+    _log(f"writable in the guest: {', '.join(map(str, rwdirs))}")
+    started = time.monotonic()
+    rc = _run_group(_vng_argv(vng, kernel, cfg, kvm, shlex.join(inner)), _vng_env(), timeout)
+    _log(f"guest finished with exit status {rc} after {time.monotonic() - started:.0f} s")
+    return rc
