@@ -1,9 +1,60 @@
-"""aiordma: asyncio-native RDMA on pyverbs."""
+"""aiordma: asyncio-native RDMA on pyverbs.
+
+Work requests are coroutines resolved by completions that the event loop
+delivers; see :class:`Device`, :class:`MemoryRegion` and :class:`QueuePair`.
+"""
 
 from __future__ import annotations
 
 from aiordma import _pyverbs  # noqa: F401  (fails early, with install instructions)
-from aiordma.exceptions import RdmaError
+from aiordma.completion import CompletionQueue, Opcode, WorkCompletion
+from aiordma.device import Device, DeviceAttributes
+from aiordma.exceptions import (
+    CompletionError,
+    DeviceError,
+    QueuePairError,
+    RdmaError,
+    RemoteAccessError,
+    ResourceBusyError,
+    ResourceClosedError,
+    WrongLoopError,
+)
+from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
+from aiordma.queue_pair import (
+    Endpoint,
+    QueuePair,
+    QueuePairOptions,
+    Read,
+    Send,
+    Write,
+    connect_loopback_pair,
+)
 
-__all__ = ["RdmaError"]
+__all__ = [
+    "Access",
+    "CompletionError",
+    "CompletionQueue",
+    "Device",
+    "DeviceAttributes",
+    "DeviceError",
+    "Endpoint",
+    "Local",
+    "MemoryRegion",
+    "Opcode",
+    "QueuePair",
+    "QueuePairError",
+    "QueuePairOptions",
+    "RdmaError",
+    "Read",
+    "RemoteAccessError",
+    "RemoteBuffer",
+    "ResourceBusyError",
+    "ResourceClosedError",
+    "Segment",
+    "Send",
+    "WorkCompletion",
+    "Write",
+    "WrongLoopError",
+    "connect_loopback_pair",
+]
 __version__ = "0.1.0.dev0"

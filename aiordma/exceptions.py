@@ -1,4 +1,10 @@
-"""Exception hierarchy shared by every aiordma layer."""
+"""Exception hierarchy shared by every aiordma layer.
+
+Everything aiordma raises on its own account derives from :class:`RdmaError`.
+Where asyncio users expect a builtin (``ConnectionRefusedError``,
+``TimeoutError``, ``ValueError`` for bad arguments), the aiordma class also
+derives from that builtin so either ``except`` works.
+"""
 
 from __future__ import annotations
 
@@ -9,3 +15,53 @@ class RdmaError(Exception):
 
 class LabError(RdmaError):
     """The lab could not provide a real RDMA device."""
+
+
+class DeviceError(RdmaError, OSError):
+    """A verbs call on a device failed; ``errno`` says why."""
+
+
+class WrongLoopError(RdmaError, RuntimeError):
+    """An object bound to one event loop was used from another."""
+
+
+class ResourceClosedError(RdmaError):
+    """The device, queue pair or memory region has been closed."""
+
+
+class ResourceBusyError(RdmaError):
+    """The resource still has work requests in flight that use it."""
+
+
+class CompletionError(RdmaError):
+    """A work request completed with an error status.
+
+    ``status`` is the ``ibv_wc_status`` number and ``status_name`` its name
+    (``"IBV_WC_REM_ACCESS_ERR"``...), ``vendor_err`` the adapter's own code,
+    ``opcode`` the work request's kind and ``wr_id`` its identifier.
+    """
+
+    def __init__(
+        self, status: int, status_name: str, vendor_err: int, opcode: str, wr_id: int
+    ) -> None:
+        self.status = status
+        self.status_name = status_name
+        self.vendor_err = vendor_err
+        self.opcode = opcode
+        self.wr_id = wr_id
+        super().__init__(
+            f"{opcode} failed: {status_name} (status {status}, vendor error {vendor_err:#x})"
+        )
+
+    @property
+    def flushed(self) -> bool:
+        """True when the request never ran because its queue pair was in the error state."""
+        return self.status_name == "IBV_WC_WR_FLUSH_ERR"
+
+
+class RemoteAccessError(CompletionError):
+    """The peer refused a one-sided access: bad rkey, out of bounds, or missing permission."""
+
+
+class QueuePairError(RdmaError):
+    """The queue pair entered the error state; its pending work was flushed."""

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from aiordma.lab.devices import find_roce_endpoint
+from aiordma.discovery import find_roce_endpoint
 from aiordma.lab.vm import GuestConfig, run_in_guest
 
 

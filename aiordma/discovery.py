@@ -17,7 +17,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 @dataclass(frozen=True)
-class Gid:
+class GidInfo:
     """One populated entry of a port's GID table."""
 
     index: int
@@ -32,14 +32,14 @@ class Gid:
 
 
 @dataclass(frozen=True)
-class Port:
+class PortInfo:
     """One port of an RDMA device."""
 
     number: int
     state: str
     phys_state: str
     link_layer: str
-    gids: tuple[Gid, ...]
+    gids: tuple[GidInfo, ...]
 
     @property
     def active(self) -> bool:
@@ -47,12 +47,12 @@ class Port:
 
 
 @dataclass(frozen=True)
-class Device:
+class DeviceInfo:
     """An RDMA device (an HCA, a RoCE NIC or a Soft-RoCE ``rxe`` device)."""
 
     name: str
     node_type: str
-    ports: tuple[Port, ...]
+    ports: tuple[PortInfo, ...]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _state_name(raw: str | None) -> str:
     return raw.split(":", 1)[-1].strip()
 
 
-def _read_gids(port_dir: Path) -> tuple[Gid, ...]:
+def _read_gids(port_dir: Path) -> tuple[GidInfo, ...]:
     gids_dir = port_dir / "gids"
     try:
         names = os.listdir(gids_dir)
@@ -111,11 +111,11 @@ def _read_gids(port_dir: Path) -> tuple[Gid, ...]:
             # Unpopulated entries raise EINVAL on their type attribute.
             continue
         netdev = _read(port_dir / "gid_attrs" / "ndevs" / name)
-        gids.append(Gid(index=index, gid=gid, type=gid_type, netdev=netdev or None))
+        gids.append(GidInfo(index=index, gid=gid, type=gid_type, netdev=netdev or None))
     return tuple(gids)
 
 
-def list_devices(root: Path = SYSFS_ROOT) -> list[Device]:
+def list_devices(root: Path = SYSFS_ROOT) -> list[DeviceInfo]:
     """Every RDMA device the kernel knows, with ports and populated GIDs."""
     try:
         names = sorted(os.listdir(root))
@@ -132,7 +132,7 @@ def list_devices(root: Path = SYSFS_ROOT) -> list[Device]:
         for pname in port_names:
             pdir = dev_dir / "ports" / pname
             ports.append(
-                Port(
+                PortInfo(
                     number=int(pname),
                     state=_state_name(_read(pdir / "state")),
                     phys_state=_state_name(_read(pdir / "phys_state")),
@@ -141,38 +141,39 @@ def list_devices(root: Path = SYSFS_ROOT) -> list[Device]:
                 )
             )
         node_type = _state_name(_read(dev_dir / "node_type"))
-        devices.append(Device(name=name, node_type=node_type, ports=tuple(ports)))
+        devices.append(DeviceInfo(name=name, node_type=node_type, ports=tuple(ports)))
     return devices
 
 
 def find_roce_endpoint(
-    devices: list[Device] | None = None,
+    devices: list[DeviceInfo] | None = None,
     *,
     device: str | None = None,
+    port: int | None = None,
     family: int = 4,
 ) -> RoceEndpoint | None:
     """The first active RoCE v2 GID with an IP address of ``family`` (4 or 6).
 
     Link-local IPv6 GIDs are skipped: rdma_cm cannot route to them without a
-    scope. ``device`` restricts the search to one device name.
+    scope. ``device`` and ``port`` restrict the search.
     """
     for dev in list_devices() if devices is None else devices:
         if device is not None and dev.name != device:
             continue
-        for port in dev.ports:
-            if not port.active:
+        for p in dev.ports:
+            if not p.active or port is not None and p.number != port:
                 continue
-            for gid in port.gids:
+            for gid in p.gids:
                 ip = gid.ip
                 if gid.type != "RoCE v2" or ip is None or ip.version != family:
                     continue
                 if ip.is_link_local:
                     continue
-                return RoceEndpoint(dev.name, port.number, gid.index, ip)
+                return RoceEndpoint(dev.name, p.number, gid.index, ip)
     return None
 
 
-def format_devices(devices: list[Device]) -> str:
+def format_devices(devices: list[DeviceInfo]) -> str:
     """A human-readable table of devices, ports and GIDs."""
     if not devices:
         return "no RDMA devices (try 'aiordma rxe up' or 'aiordma lab -- aiordma devices')"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aiordma.lab.devices import find_roce_endpoint, format_devices, gid_to_ip, list_devices
+from aiordma.discovery import find_roce_endpoint, format_devices, gid_to_ip, list_devices
 from tests.conftest import Lab
 
 

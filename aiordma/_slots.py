@@ -1,0 +1,73 @@
+"""FIFO accounting of queue slots (send queue, receive queue, credits).
+
+Posting more work requests than a queue holds fails with ENOMEM; instead
+posters wait here, first come first served, until completions give slots
+back. Cancelling a waiter never loses or leaks a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+
+
+class SlotPool:
+    """``size`` slots; :meth:`acquire` waits (FIFO) until enough are free."""
+
+    def __init__(self, size: int) -> None:
+        if size <= 0:
+            raise ValueError("a slot pool needs at least one slot")
+        self.size = size
+        self.free = size
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._failure: BaseException | None = None
+
+    def try_acquire(self, n: int) -> bool:
+        """Take ``n`` slots if they are free now and nobody is queued ahead."""
+        if self._failure is not None:
+            raise self._failure
+        if not self._waiters and self.free >= n:
+            self.free -= n
+            return True
+        return False
+
+    async def acquire(self, n: int = 1) -> None:
+        """Take ``n`` slots, waiting behind earlier callers until they are free."""
+        if not 0 < n <= self.size:
+            raise ValueError(f"cannot take {n} of {self.size} slots at once")
+        if self.try_acquire(n):
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (n, fut)
+        self._waiters.append(entry)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.release(n)  # granted just before the cancellation landed
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(entry)
+                self._wake()  # a big request leaving may unblock smaller ones behind it
+            raise
+
+    def release(self, n: int = 1) -> None:
+        self.free += n
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.free >= self._waiters[0][0]:
+            n, fut = self._waiters.popleft()
+            if fut.done():
+                continue
+            self.free -= n
+            fut.set_result(None)
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail every waiter and every later acquire with ``exc``."""
+        self._failure = exc
+        while self._waiters:
+            _, fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(exc)

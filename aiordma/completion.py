@@ -1,0 +1,284 @@
+"""Completion queues on the event loop.
+
+Each :class:`CompletionQueue` owns a completion channel whose descriptor is
+registered with its loop's ``add_reader``. When the adapter signals, the
+channel's events are consumed (acknowledged in batches), completions are
+polled in batches and handed to whoever posted the work request, and the CQ
+is re-armed and polled once more so a completion that raced with the arming
+is never lost. After a bounded number of completions the drain yields to the
+loop and continues on the next iteration, so one busy CQ cannot starve the
+loop. Nothing blocks and no thread is involved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import errno
+import itertools
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from aiordma._fdprobe import create_with_fd
+from aiordma.exceptions import (
+    CompletionError,
+    DeviceError,
+    RemoteAccessError,
+    ResourceClosedError,
+    WrongLoopError,
+)
+
+if TYPE_CHECKING:
+    from pyverbs.cq import CQ, WC, CompChannel
+    from pyverbs.device import Context
+
+log = logging.getLogger(__name__)
+
+POLL_BATCH = 16
+"""Completions taken per ``ibv_poll_cq`` round."""
+DRAIN_BUDGET = 256
+"""Completions handled before the drain yields to the event loop."""
+ACK_BATCH = 64
+"""Channel events acknowledged together (``ibv_ack_cq_events`` takes a mutex)."""
+
+
+class Opcode(enum.IntEnum):
+    """What a work completion completed (``ibv_wc_opcode``)."""
+
+    SEND = 0
+    RDMA_WRITE = 1
+    RDMA_READ = 2
+    COMP_SWAP = 3
+    FETCH_ADD = 4
+    BIND_MW = 5
+    LOCAL_INV = 6
+    TSO = 7
+    RECV = 128
+    RECV_RDMA_WITH_IMM = 129
+
+
+_WC_WITH_IMM = 1 << 1
+_REMOTE_ACCESS_STATUSES = frozenset({"IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_INV_REQ_ERR"})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkCompletion:
+    """The successful completion of one work request."""
+
+    wr_id: int
+    opcode: Opcode
+    byte_len: int
+    """Bytes received (receives) or transferred (reads, atomics)."""
+    imm_data: int | None
+    """Immediate data carried by a send/write with immediate (host byte order), else None."""
+    qp_num: int
+    atomic_value: int | None = None
+    """For atomics: the 64-bit value the remote word held before the operation."""
+
+
+def _status_name(status: int) -> str:
+    from pyverbs import enums
+
+    try:
+        return str(enums.ibv_wc_status(status).name)
+    except ValueError:
+        return f"IBV_WC_STATUS_{status}"
+
+
+def completion_error(wc: WC, opcode: str) -> CompletionError:
+    """The typed exception for a failed work completion."""
+    name = _status_name(wc.status)
+    cls = RemoteAccessError if name in _REMOTE_ACCESS_STATUSES else CompletionError
+    return cls(wc.status, name, wc.vendor_err, opcode, wc.wr_id)
+
+
+def to_work_completion(wc: WC) -> WorkCompletion:
+    try:
+        opcode = Opcode(wc.opcode)
+    except ValueError:
+        opcode = Opcode.SEND
+    imm = socket.ntohl(wc.imm_data) if wc.wc_flags & _WC_WITH_IMM else None
+    return WorkCompletion(wc.wr_id, opcode, wc.byte_len, imm, wc.qp_num)
+
+
+class CompletionHandler(Protocol):
+    """Whoever posted a work request; told once when its completion arrives."""
+
+    def complete(self, wc: WC) -> None: ...
+
+
+class CompletionQueue:
+    """A CQ and its completion channel, driven by one event loop.
+
+    Queue pairs post with a ``wr_id`` from :meth:`register` and are told
+    about the completion through the handler they registered. The CQ's
+    capacity grows (``ibv_resize_cq``) as queue pairs reserve room for their
+    send and receive queues, so it can never overflow.
+    """
+
+    def __init__(self, context: Context, loop: asyncio.AbstractEventLoop, capacity: int = 256):
+        from pyverbs.cq import CQ, CompChannel
+
+        self._loop = loop
+        self._max_cqe: int = context.query_device().max_cqe
+        channel, fd = create_with_fd(
+            lambda: CompChannel(context),
+            "anon_inode:[infinibandevent]",
+            lambda ch: getattr(ch, "fd", None),
+        )
+        self._channel: CompChannel | None = channel
+        self._fd = fd
+        try:
+            os.set_blocking(fd, False)
+            self._cq: CQ | None = CQ(context, min(capacity, self._max_cqe), None, channel, 0)
+            self._cq.req_notify()
+            loop.add_reader(fd, self._on_readable)
+        except BaseException:
+            if getattr(self, "_cq", None) is not None:
+                self._cq.close()  # type: ignore[union-attr]
+            channel.close()
+            raise
+        self._reserved = 0
+        self._unacked = 0
+        self._handlers: dict[int, CompletionHandler] = {}
+        self._ids = itertools.count(1)
+        self._drain_scheduled = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    @property
+    def cq(self) -> CQ:
+        if self._cq is None:
+            raise ResourceClosedError("completion queue is closed")
+        return self._cq
+
+    @property
+    def capacity(self) -> int:
+        return int(self.cq.cqe)
+
+    @property
+    def closed(self) -> bool:
+        return self._cq is None
+
+    def check_loop(self) -> None:
+        """Raise WrongLoopError unless called from this CQ's event loop."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:
+            raise WrongLoopError(
+                "this object belongs to another event loop; create it (or open the "
+                "device) on the loop that uses it"
+            )
+
+    def reserve(self, entries: int) -> None:
+        """Make room for ``entries`` more outstanding completions (a QP's queues)."""
+        need = self._reserved + entries
+        if need > self._max_cqe:
+            raise DeviceError(
+                errno.ENOMEM,
+                f"completion queue would need {need} entries; the device allows {self._max_cqe}",
+            )
+        if need > self.capacity:
+            self.cq.resize(min(self._max_cqe, max(need, 2 * self.capacity)))
+        self._reserved = need
+
+    def unreserve(self, entries: int) -> None:
+        self._reserved -= entries
+
+    def register(self, handler: CompletionHandler) -> int:
+        """A fresh ``wr_id`` whose completion will be given to ``handler``."""
+        wr_id = next(self._ids)
+        self._handlers[wr_id] = handler
+        return wr_id
+
+    def forget(self, wr_id: int) -> None:
+        """Drop a registration whose work request was never posted."""
+        self._handlers.pop(wr_id, None)
+
+    def _on_readable(self) -> None:
+        channel, cq = self._channel, self._cq
+        if channel is None or cq is None:
+            return
+        from pyverbs.pyverbs_error import PyverbsRDMAError
+
+        while True:
+            try:
+                channel.get_cq_event(cq)
+            except PyverbsRDMAError as exc:
+                if exc.error_code in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    break
+                raise
+            self._unacked += 1
+        if self._unacked >= ACK_BATCH:
+            cq.ack_events(self._unacked)
+            self._unacked = 0
+        self._drain()
+
+    def _scheduled_drain(self) -> None:
+        self._drain_scheduled = False
+        self._drain()
+
+    def _drain(self) -> None:
+        cq = self._cq
+        if cq is None:
+            return
+        handlers = self._handlers
+        budget = DRAIN_BUDGET
+        armed = False
+        while True:
+            count, wcs = cq.poll(POLL_BATCH)
+            for wc in wcs:
+                handler = handlers.pop(wc.wr_id, None)
+                if handler is None:
+                    log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
+                    continue
+                try:
+                    handler.complete(wc)
+                except Exception as exc:  # a handler bug must not kill the loop
+                    self._loop.call_exception_handler(
+                        {"message": "aiordma completion handler failed", "exception": exc}
+                    )
+            budget -= count
+            if count < POLL_BATCH:
+                if armed:
+                    return
+                # Re-arm, then poll again: a completion that arrived between
+                # the empty poll and the arming raises no event.
+                cq.req_notify()
+                armed = True
+            elif budget <= 0:
+                if not self._drain_scheduled:
+                    self._drain_scheduled = True
+                    self._loop.call_soon(self._scheduled_drain)
+                return
+
+    @property
+    def pending(self) -> int:
+        """Work requests posted through this CQ whose completions have not arrived."""
+        return len(self._handlers)
+
+    def close(self) -> None:
+        """Unregister from the loop and destroy the CQ and channel (idempotent).
+
+        Queue pairs using the CQ must be closed first.
+        """
+        cq, channel = self._cq, self._channel
+        if cq is None or channel is None:
+            return
+        self._cq = self._channel = None
+        if not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError, ValueError, OSError):
+                self._loop.remove_reader(self._fd)
+        self._handlers.clear()
+        try:
+            cq.close()  # acknowledges outstanding events first
+        finally:
+            channel.close()

@@ -1,0 +1,219 @@
+"""RDMA devices and their protection domain."""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiordma.completion import CompletionQueue
+from aiordma.discovery import PortInfo, find_roce_endpoint, list_devices
+from aiordma.exceptions import DeviceError, ResourceClosedError
+from aiordma.memory import Access, MemoryRegion
+
+if TYPE_CHECKING:
+    from pyverbs.device import Context
+    from pyverbs.pd import PD
+
+    from aiordma.queue_pair import QueuePair, QueuePairOptions
+
+_IBV_ATOMIC_NONE = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAttributes:
+    """The limits of a device that shape what can be posted (from ``ibv_query_device``)."""
+
+    max_qp_wr: int
+    max_sge: int
+    max_sge_rd: int
+    max_cqe: int
+    max_mr_size: int
+    max_qp_rd_atom: int
+    max_qp_init_rd_atom: int
+    atomic: bool
+    """Whether the device supports atomic operations."""
+    phys_port_cnt: int
+    fw_version: str
+    vendor_id: int
+    vendor_part_id: int
+
+
+def _default_device_name() -> str:
+    endpoint = find_roce_endpoint() or find_roce_endpoint(family=6)
+    if endpoint is not None:
+        return endpoint.device
+    for info in list_devices():
+        if any(p.active for p in info.ports):
+            return info.name
+    raise DeviceError(19, "no RDMA device with an active port (try 'aiordma devices')")
+
+
+class Device:
+    """An opened RDMA device with one protection domain.
+
+    ``Device()`` opens the first device with an active port; ``Device("rxe0")``
+    a named one. Memory registered and queue pairs created through it share
+    its protection domain. Use it as an (async) context manager or call
+    :meth:`close`, which releases queue pairs, memory regions, completion
+    queues, the protection domain and the device context, in that order.
+    """
+
+    def __init__(self, name: str | None = None) -> None:
+        from pyverbs.device import Context
+        from pyverbs.pd import PD
+        from pyverbs.pyverbs_error import PyverbsError
+
+        self.name: str = name or _default_device_name()
+        try:
+            self._context: Context | None = Context(name=self.name)
+        except PyverbsError as exc:
+            raise DeviceError(19, f"cannot open RDMA device {self.name!r}: {exc}") from exc
+        try:
+            self._pd: PD | None = PD(self._context)
+            attr = self._context.query_device()
+        except BaseException:
+            self._context.close()
+            raise
+        self.attributes = DeviceAttributes(
+            max_qp_wr=attr.max_qp_wr,
+            max_sge=attr.max_sge,
+            max_sge_rd=attr.max_sge_rd,
+            max_cqe=attr.max_cqe,
+            max_mr_size=attr.max_mr_size,
+            max_qp_rd_atom=attr.max_qp_rd_atom,
+            max_qp_init_rd_atom=attr.max_qp_init_rd_atom,
+            atomic=attr.atomic_caps != _IBV_ATOMIC_NONE,
+            phys_port_cnt=attr.phys_port_cnt,
+            fw_version=str(attr.fw_version),
+            vendor_id=attr.vendor_id,
+            vendor_part_id=attr.vendor_part_id,
+        )
+        self._cqs: dict[asyncio.AbstractEventLoop, CompletionQueue] = {}
+        self._qps: set[QueuePair] = set()
+        self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
+
+    def __repr__(self) -> str:
+        return f"<Device {self.name}{' closed' if self.closed else ''}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._context is None
+
+    @property
+    def context(self) -> Context:
+        """The pyverbs ``Context`` (for what aiordma does not wrap)."""
+        if self._context is None:
+            raise ResourceClosedError(f"device {self.name} is closed")
+        return self._context
+
+    @property
+    def pd(self) -> PD:
+        """The pyverbs ``PD`` everything of this device is created in."""
+        if self._pd is None:
+            raise ResourceClosedError(f"device {self.name} is closed")
+        return self._pd
+
+    @property
+    def ports(self) -> tuple[PortInfo, ...]:
+        """Ports with their state and GID table, read now."""
+        for info in list_devices():
+            if info.name == self.name:
+                return info.ports
+        return ()
+
+    def gid_index(self, port: int = 1, family: int = 4) -> int:
+        """Index of the port's RoCE v2 GID for an IP address of ``family``; 0 on InfiniBand."""
+        endpoint = find_roce_endpoint(device=self.name, port=port, family=family)
+        if endpoint is not None:
+            return endpoint.gid_index
+        if any(p.number == port and p.link_layer == "InfiniBand" for p in self.ports):
+            return 0
+        raise DeviceError(
+            99, f"{self.name} port {port} has no active RoCE v2 GID for an IPv{family} address"
+        )
+
+    def register(self, obj: Any, access: Access | None = None) -> MemoryRegion:
+        """Register ``obj``'s memory (any contiguous buffer) without copying it.
+
+        ``access`` defaults to ``Access.LOCAL_WRITE`` for writable buffers and
+        ``Access.NONE`` (usable as a source only) for read-only ones. Remote
+        access is granted only when asked for.
+        """
+        mr = MemoryRegion(self.pd, obj, access)
+        self._mrs.add(mr)
+        return mr
+
+    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion:
+        """Allocate ``size`` page-aligned bytes and register them."""
+        if size <= 0:
+            raise ValueError("size must be positive")
+        buf = mmap.mmap(-1, size)
+        try:
+            mr = self.register(buf, access)
+        except BaseException:
+            buf.close()
+            raise
+        mr._owned = buf
+        return mr
+
+    def completion_queue(self) -> CompletionQueue:
+        """The completion queue shared by this device's queue pairs on the running loop."""
+        loop = asyncio.get_running_loop()
+        cq = self._cqs.get(loop)
+        if cq is None or cq.closed:
+            cq = self._cqs[loop] = CompletionQueue(self.context, loop)
+        return cq
+
+    def create_qp(self, options: QueuePairOptions | None = None) -> QueuePair:
+        """A new reliable-connected queue pair on the running loop (in INIT state)."""
+        from aiordma.queue_pair import QueuePair
+
+        qp = QueuePair(self, self.completion_queue(), options)
+        self._qps.add(qp)
+        return qp
+
+    def _forget_qp(self, qp: QueuePair) -> None:
+        self._qps.discard(qp)
+
+    def close(self) -> None:
+        """Release everything (idempotent): queue pairs, memory, CQs, PD, context."""
+        if self._context is None:
+            return
+        for qp in list(self._qps):
+            qp.destroy()
+        self._qps.clear()
+        for mr in list(self._mrs):
+            mr._inflight = 0
+            mr.close()
+        for cq in self._cqs.values():
+            cq.close()
+        self._cqs.clear()
+        pd, ctx = self._pd, self._context
+        self._pd = self._context = None
+        try:
+            if pd is not None:
+                pd.close()
+        finally:
+            ctx.close()
+
+    async def aclose(self) -> None:
+        """Close gracefully: let queue pairs flush their pending work, then :meth:`close`."""
+        for qp in list(self._qps):
+            qp.close()
+            await qp.wait_closed()
+        self.close()
+
+    async def __aenter__(self) -> Device:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
