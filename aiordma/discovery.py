@@ -161,7 +161,7 @@ def find_roce_endpoint(
         if device is not None and dev.name != device:
             continue
         for p in dev.ports:
-            if not p.active or port is not None and p.number != port:
+            if not p.active or (port is not None and p.number != port):
                 continue
             for gid in p.gids:
                 ip = gid.ip

@@ -448,28 +448,31 @@ class QueuePair:
                 wrs[-1].next_wr = wr
             works.append((wr_id, work))
             wrs.append(wr)
-        bad = SendWR()
         try:
-            qp.post_send(wrs[0], bad)
+            qp.post_send(wrs[0])
         except PyverbsRDMAError as exc:
-            posted = next((i for i, (wr_id, _) in enumerate(works) if wr_id == bad.wr_id), 0)
-            self._unpost(works[posted:], exc, self._sq)
-            works = works[:posted]
-            if not works:
-                raise DeviceError(exc.error_code, f"ibv_post_send failed: {exc}") from exc
+            self._unpost(works, self._sq)
+            raise DeviceError(exc.error_code, f"ibv_post_send failed: {exc}") from exc
         for wr_id, work in works:
             self._works[wr_id] = work
             for seg in work.segments:
                 seg.mr._acquire()
         return [work.future for _, work in works]
 
-    def _unpost(self, works: Sequence[tuple[int, _Work]], exc: Exception, pool: SlotPool) -> None:
-        err = DeviceError(getattr(exc, "error_code", 0), f"posting failed: {exc}")
+    def _unpost(self, works: Sequence[tuple[int, _Work]], pool: SlotPool) -> None:
+        """Undo the bookkeeping of a chain the provider refused.
+
+        Everything is validated before posting, so what remains to fail is the
+        QP's state, which providers check on the first work request: the
+        whole chain is taken as not posted. (pyverbs' ``bad_wr`` cannot be
+        used: it copies the failed WR, SGE list pointer included, and frees
+        that list a second time.)
+        """
         for wr_id, work in works:
             self._cq.forget(wr_id)
             if work.scratch is not None:
                 self._scratch_free.append(work.scratch)
-            work.future.set_exception(err)
+            work.future.cancel()
         pool.release(len(works))
 
     async def post_send(self, local: Local, *, imm: int | None = None,
@@ -573,15 +576,11 @@ class QueuePair:
                 wrs[-1].next_wr = wr
             works.append((wr_id, work))
             wrs.append(wr)
-        bad = RecvWR()
         try:
-            self.qp.post_recv(wrs[0], bad)
+            self.qp.post_recv(wrs[0])
         except PyverbsRDMAError as exc:
-            posted = next((i for i, (wr_id, _) in enumerate(works) if wr_id == bad.wr_id), 0)
-            self._unpost(works[posted:], exc, self._rq)
-            works = works[:posted]
-            if not works:
-                raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
+            self._unpost(works, self._rq)
+            raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
         for wr_id, work in works:
             self._works[wr_id] = work
             for seg in work.segments:
