@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import pytest
+import pytest_asyncio
 import uvloop
 
+import aiordma
 from aiordma.lab.runner import native_environment
 
 
@@ -53,3 +55,16 @@ def lab() -> Lab:
     if not os.path.exists(f"/sys/class/infiniband/{device}"):
         pytest.fail(f"AIORDMA_DEVICE={device} names no RDMA device on this host", pytrace=False)
     return Lab(device=device, addr=env["AIORDMA_ADDR"], addr6=env.get("AIORDMA_ADDR6"))
+
+
+@pytest_asyncio.fixture
+async def device(lab: Lab) -> AsyncIterator[aiordma.Device]:
+    """The lab device, opened for one test on that test's loop."""
+    async with aiordma.Device(lab.device) as dev:
+        yield dev
+
+
+@pytest_asyncio.fixture
+async def pair(device: aiordma.Device) -> tuple[aiordma.QueuePair, aiordma.QueuePair]:
+    """Two queue pairs on the lab device, connected to each other."""
+    return await aiordma.connect_loopback_pair(device)

@@ -1,0 +1,114 @@
+"""Memory registration on the lab device, and RemoteBuffer encoding."""
+
+from __future__ import annotations
+
+import mmap
+
+import pytest
+
+import aiordma
+from aiordma import Access, RemoteBuffer
+
+
+def test_remote_buffer_round_trips_and_narrows() -> None:
+    rb = RemoteBuffer(addr=0x7F00_0000_1000, length=4096, rkey=0x1234)
+    wire = rb.to_bytes()
+    assert len(wire) == RemoteBuffer.SIZE
+    assert RemoteBuffer.from_bytes(wire) == rb
+    part = rb[100:200]
+    assert (part.addr, part.length, part.rkey) == (rb.addr + 100, 100, rb.rkey)
+    assert rb[4000:9000].length == 96  # clipped to the buffer
+    with pytest.raises(ValueError, match="contiguous"):
+        rb[::2]
+    with pytest.raises(ValueError, match="20 bytes"):
+        RemoteBuffer.from_bytes(wire[:-1])
+    with pytest.raises(ValueError, match="32 bits"):
+        RemoteBuffer(0, 1, 1 << 32)
+
+
+@pytest.mark.asyncio
+async def test_register_without_copy_and_default_access(device: aiordma.Device) -> None:
+    buf = bytearray(b"x" * 64)
+    with device.register(buf) as mr:
+        assert mr.length == 64
+        assert mr.access == Access.LOCAL_WRITE
+        assert mr.lkey
+        assert mr.rkey is not None
+        buf[0:5] = b"hello"
+        assert bytes(mr.view()[:5]) == b"hello"  # same memory, no copy
+        with pytest.raises(BufferError):
+            buf.extend(b"more")  # registered memory cannot move
+    buf.extend(b"more")  # released on close
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: bytearray(100),
+        lambda: memoryview(bytearray(300))[100:200],
+        lambda: mmap.mmap(-1, 100),
+    ],
+    ids=["bytearray", "memoryview-slice", "mmap"],
+)
+async def test_register_buffer_kinds(device: aiordma.Device, make: object) -> None:
+    obj = make()  # type: ignore[operator]
+    mr = device.register(obj, Access.REMOTE_READ)
+    assert mr.length == 100
+    assert mr.access == Access.REMOTE_READ
+    seg = mr[10:30]
+    assert (seg.addr, seg.length, seg.lkey) == (mr.addr + 10, 20, mr.lkey)
+    assert mr.remote(10, 20) == RemoteBuffer(mr.addr + 10, 20, mr.rkey)
+    mr.close()
+    mr.close()  # idempotent
+    assert mr.closed
+
+
+@pytest.mark.asyncio
+async def test_read_only_memory_is_source_only(device: aiordma.Device) -> None:
+    mr = device.register(b"constant data")
+    assert mr.access == Access.NONE
+    mr.close()
+    mr = device.register(b"constant data", Access.REMOTE_READ)
+    assert mr.remote().length == 13
+    mr.close()
+    for access in (Access.LOCAL_WRITE, Access.REMOTE_WRITE, Access.REMOTE_ATOMIC):
+        with pytest.raises(ValueError, match="read-only bytes"):
+            device.register(b"constant data", access)
+
+
+@pytest.mark.asyncio
+async def test_remote_write_implies_local_write(device: aiordma.Device) -> None:
+    with device.alloc(64, Access.REMOTE_WRITE) as mr:
+        assert mr.access == Access.REMOTE_WRITE | Access.LOCAL_WRITE
+
+
+@pytest.mark.asyncio
+async def test_bad_buffers_raise_clear_errors(device: aiordma.Device) -> None:
+    with pytest.raises(ValueError, match="empty buffer"):
+        device.register(bytearray())
+    with pytest.raises(TypeError, match="C-contiguous"):
+        device.register(memoryview(bytearray(10))[::2])
+    with pytest.raises(TypeError, match="buffer protocol"):
+        device.register(12345)
+    with pytest.raises(ValueError, match="size must be positive"):
+        device.alloc(0)
+
+
+@pytest.mark.asyncio
+async def test_local_only_region_cannot_be_shared(device: aiordma.Device) -> None:
+    with device.alloc(64) as mr, pytest.raises(ValueError, match="local access only"):
+        mr.remote()
+
+
+@pytest.mark.asyncio
+async def test_segments_and_bounds(device: aiordma.Device) -> None:
+    with device.alloc(100) as mr:
+        seg = mr[10:50][5:10]
+        assert (seg.offset, seg.length) == (15, 5)
+        seg.view()[:] = b"abcde"
+        assert bytes(mr.view()[15:20]) == b"abcde"
+        with pytest.raises(ValueError, match="outside the region"):
+            mr.segment(90, 20)
+    with pytest.raises(aiordma.ResourceClosedError):
+        mr.view()
