@@ -1,0 +1,76 @@
+"""The examples run as users run them, as separate programs on the lab device."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Lab
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _run(lab: Lab, name: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), lab.device],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_loopback_send_recv(lab: Lab) -> None:
+    out = _run(lab, "loopback_send_recv.py")
+    assert "received 15 bytes: hello over RDMA" in out
+    assert "imm=0xc0ffee and 5 bytes" in out
+
+
+def test_write_read(lab: Lab) -> None:
+    out = _run(lab, "write_read.py")
+    assert "server memory now holds: RDMA write!" in out
+    assert "client read back: from afar." in out
+    assert "cmp_swap(15 -> 42): counter was 15, now 42" in out
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_no_resources_left_behind(lab: Lab, loop: str) -> None:
+    """Opening, using and closing a device returns rdma's resource counts to where they were."""
+    script = f"""
+import asyncio, json, subprocess, sys
+import aiordma
+
+def counts():
+    out = subprocess.run(["rdma", "-j", "resource", "show"], capture_output=True, text=True,
+                         check=True).stdout
+    row = next(r for r in json.loads(out) if r["ifname"] == {lab.device!r})
+    return {{k: row[k] for k in ("pd", "cq", "qp", "mr")}}
+
+async def cycle():
+    async with aiordma.Device({lab.device!r}) as dev:
+        a, b = await aiordma.connect_loopback_pair(dev)
+        mr = dev.alloc(64)
+        pending = await b.post_recv_batch([mr])      # left pending on purpose
+        await a.post_send(dev.register(b"x" * 8))
+        await pending[0]
+        await b.post_recv_batch([mr])                # this one is still posted at close
+
+before = counts()
+for _ in range(5):
+    if {loop!r} == "uvloop":
+        import uvloop; uvloop.run(cycle())
+    else:
+        asyncio.run(cycle())
+after = counts()
+print(json.dumps([before, after]))
+sys.exit(0 if before == after else 1)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
