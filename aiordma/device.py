@@ -186,8 +186,7 @@ class Device:
             qp.destroy()
         self._qps.clear()
         for mr in list(self._mrs):
-            mr._inflight = 0
-            mr.close()
+            mr._deregister()
         for cq in self._cqs.values():
             cq.close()
         self._cqs.clear()

@@ -172,7 +172,14 @@ class MemoryRegion:
                 f"memory region has {self._inflight} work request(s) in flight; "
                 "await aclose() to deregister once they complete"
             )
+        self._deregister()
+
+    def _deregister(self) -> None:
+        """Deregister regardless of work in flight (its queue pairs are gone)."""
         mr, self._mr = self._mr, None
+        if mr is None:
+            return
+        self._inflight = 0
         try:
             mr.close()
         finally:

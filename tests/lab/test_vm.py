@@ -1,0 +1,52 @@
+"""Lab plumbing that needs no guest: kernel choice, the import guard, the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiordma.cli import build_parser
+from aiordma.exceptions import LabError
+from aiordma.lab.vm import find_kernel
+
+
+def _kernel(boot: Path, modules: Path, version: str, rxe: bool) -> None:
+    (boot / f"vmlinuz-{version}").write_bytes(b"")
+    moddir = modules / version / "kernel/drivers/infiniband/sw/rxe"
+    moddir.mkdir(parents=True)
+    if rxe:
+        (moddir / "rdma_rxe.ko.xz").write_bytes(b"")
+
+
+def test_find_kernel_picks_newest_with_rxe(tmp_path: Path) -> None:
+    boot, modules = tmp_path / "boot", tmp_path / "modules"
+    boot.mkdir()
+    _kernel(boot, modules, "6.1.0-9-amd64", rxe=True)
+    _kernel(boot, modules, "6.1.0-10-amd64", rxe=True)  # numerically newer than -9
+    _kernel(boot, modules, "6.12.0-1-amd64", rxe=False)
+    assert find_kernel(boot, modules).name == "vmlinuz-6.1.0-10-amd64"
+
+
+def test_find_kernel_explains_what_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(LabError, match="linux-image-amd64"):
+        find_kernel(tmp_path, tmp_path)
+
+
+def test_import_without_pyverbs_says_how_to_install() -> None:
+    code = "import sys; sys.modules['pyverbs'] = None; import aiordma"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    assert "ImportError" in proc.stderr
+    assert "python3-pyverbs" in proc.stderr
+    assert "--system-site-packages" in proc.stderr
+
+
+def test_cli_parses_lab_options() -> None:
+    args = build_parser().parse_args(
+        ["lab", "--cpus", "3", "--memory", "2G", "--kvm", "no", "--", "pytest", "-x"]
+    )
+    assert (args.cpus, args.memory, args.kvm) == (3, "2G", "no")
+    assert args.cmd[-2:] == ["pytest", "-x"]
