@@ -453,6 +453,10 @@ class QueuePair:
         except PyverbsRDMAError as exc:
             self._unpost(works, self._sq)
             raise DeviceError(exc.error_code, f"ibv_post_send failed: {exc}") from exc
+        return self._track(works)
+
+    def _track(self, works: Sequence[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
+        """Record posted work and mark its memory busy until the completion arrives."""
         for wr_id, work in works:
             self._works[wr_id] = work
             for seg in work.segments:
@@ -581,11 +585,7 @@ class QueuePair:
         except PyverbsRDMAError as exc:
             self._unpost(works, self._rq)
             raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
-        for wr_id, work in works:
-            self._works[wr_id] = work
-            for seg in work.segments:
-                seg.mr._acquire()
-        return [work.future for _, work in works]
+        return self._track(works)
 
     # -- completions -------------------------------------------------------
 
