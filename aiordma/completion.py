@@ -23,6 +23,10 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from pyverbs import enums
+from pyverbs.cq import CQ, CompChannel
+from pyverbs.pyverbs_error import PyverbsRDMAError
+
 from aiordma._fdprobe import create_with_fd
 from aiordma.exceptions import (
     CompletionError,
@@ -33,7 +37,7 @@ from aiordma.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from pyverbs.cq import CQ, WC, CompChannel
+    from pyverbs.cq import WC
     from pyverbs.device import Context
 
 log = logging.getLogger(__name__)
@@ -81,8 +85,6 @@ class WorkCompletion:
 
 
 def _status_name(status: int) -> str:
-    from pyverbs import enums
-
     try:
         return str(enums.ibv_wc_status(status).name)
     except ValueError:
@@ -121,8 +123,6 @@ class CompletionQueue:
     """
 
     def __init__(self, context: Context, loop: asyncio.AbstractEventLoop, capacity: int = 256):
-        from pyverbs.cq import CQ, CompChannel
-
         self._loop = loop
         self._max_cqe: int = context.query_device().max_cqe
         channel, fd = create_with_fd(
@@ -207,8 +207,6 @@ class CompletionQueue:
         channel, cq = self._channel, self._cq
         if channel is None or cq is None:
             return
-        from pyverbs.pyverbs_error import PyverbsRDMAError
-
         while True:
             try:
                 channel.get_cq_event(cq)

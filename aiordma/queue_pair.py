@@ -20,6 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final
 
+from pyverbs.addr import GID, AHAttr, GlobalRoute
+from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import SGE, RecvWR, SendWR
+
 from aiordma._slots import SlotPool
 from aiordma.completion import WorkCompletion, completion_error, to_work_completion
 from aiordma.exceptions import (
@@ -31,7 +36,6 @@ from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment, a
 
 if TYPE_CHECKING:
     from pyverbs.cq import WC
-    from pyverbs.qp import QP
 
     from aiordma.completion import CompletionQueue
     from aiordma.device import Device
@@ -218,8 +222,6 @@ class QueuePair:
     def __init__(
         self, device: Device, cq: CompletionQueue, options: QueuePairOptions | None = None
     ) -> None:
-        from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
-
         opts = options or QueuePairOptions()
         attrs = device.attributes
         for name in ("send_depth", "recv_depth"):
@@ -306,10 +308,6 @@ class QueuePair:
 
     def connect(self, remote: Endpoint) -> None:
         """Move to RTS, connected to the queue pair described by ``remote``."""
-        from pyverbs.addr import GID, AHAttr, GlobalRoute
-        from pyverbs.pyverbs_error import PyverbsError
-        from pyverbs.qp import QPAttr
-
         qp = self.qp
         opts = self.options
         attr = QPAttr(port_num=opts.port)
@@ -413,9 +411,6 @@ class QueuePair:
 
     def _post_send_now(self, chunk: Sequence[_Built]) -> list[asyncio.Future[WorkCompletion]]:
         """Post ``chunk`` (its send-queue slots already taken) as one linked list."""
-        from pyverbs.pyverbs_error import PyverbsRDMAError
-        from pyverbs.wr import SGE, SendWR
-
         try:
             self._check_usable()
         except BaseException:
@@ -560,9 +555,6 @@ class QueuePair:
     def _post_recv_now(
         self, chunk: Sequence[tuple[Segment, ...]]
     ) -> list[asyncio.Future[WorkCompletion]]:
-        from pyverbs.pyverbs_error import PyverbsRDMAError
-        from pyverbs.wr import SGE, RecvWR
-
         try:
             self._check_usable()
         except BaseException:
@@ -637,9 +629,6 @@ class QueuePair:
         """
         if self._closing or self._qp is None:
             return
-        from pyverbs.pyverbs_error import PyverbsError
-        from pyverbs.qp import QPAttr
-
         self._closing = True
         err = ResourceClosedError("queue pair closed with this work request pending")
         self._sq.fail(err)
