@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from aiordma import _pyverbs  # noqa: F401  (fails early, with install instructions)
 from aiordma.completion import CompletionQueue, Opcode, WorkCompletion
+from aiordma.connection import Connection, connect
 from aiordma.device import Device, DeviceAttributes
 from aiordma.exceptions import (
     CompletionError,
+    ConnectionLostError,
+    ConnectionRejectedError,
     DeviceError,
     QueuePairError,
     RdmaError,
@@ -29,11 +32,16 @@ from aiordma.queue_pair import (
     Write,
     connect_loopback_pair,
 )
+from aiordma.server import ConnectionRequest, RejectConnection, Server, start_server
 
 __all__ = [
     "Access",
     "CompletionError",
     "CompletionQueue",
+    "Connection",
+    "ConnectionLostError",
+    "ConnectionRejectedError",
+    "ConnectionRequest",
     "Device",
     "DeviceAttributes",
     "DeviceError",
@@ -46,15 +54,19 @@ __all__ = [
     "QueuePairOptions",
     "RdmaError",
     "Read",
+    "RejectConnection",
     "RemoteAccessError",
     "RemoteBuffer",
     "ResourceBusyError",
     "ResourceClosedError",
     "Segment",
     "Send",
+    "Server",
     "WorkCompletion",
     "Write",
     "WrongLoopError",
+    "connect",
     "connect_loopback_pair",
+    "start_server",
 ]
 __version__ = "0.1.0.dev0"

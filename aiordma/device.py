@@ -6,7 +6,7 @@ import asyncio
 import mmap
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiordma.completion import CompletionQueue
 from aiordma.discovery import PortInfo, find_roce_endpoint, list_devices
@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from aiordma.queue_pair import QueuePair, QueuePairOptions
 
 _IBV_ATOMIC_NONE = 0
+
+
+class _RemovalWatcher(Protocol):
+    def _device_removed(self, device: Device) -> None: ...
+
+
+_shared: dict[str, Device] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,23 @@ class Device:
         self._cqs: dict[asyncio.AbstractEventLoop, CompletionQueue] = {}
         self._qps: set[QueuePair] = set()
         self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
+        self._watchers: set[_RemovalWatcher] = set()
+        self.removed = False
+        """True once the device was removed from the system (its connections failed)."""
+
+    @classmethod
+    def shared(cls, name: str) -> Device:
+        """The process-wide :class:`Device` for ``name``, opened on first use.
+
+        Connections made by :func:`aiordma.connect` and :func:`aiordma.start_server`
+        without an explicit ``device`` use it, so memory registered on it
+        serves every such connection. It stays open until closed explicitly or
+        until the device is removed.
+        """
+        dev = _shared.get(name)
+        if dev is None or dev.closed:
+            dev = _shared[name] = cls(name)
+        return dev
 
     def __repr__(self) -> str:
         return f"<Device {self.name}{' closed' if self.closed else ''}>"
@@ -164,6 +188,8 @@ class Device:
         loop = asyncio.get_running_loop()
         cq = self._cqs.get(loop)
         if cq is None or cq.closed:
+            for stale in [lp for lp in self._cqs if lp.is_closed()]:
+                self._cqs.pop(stale).close()
             cq = self._cqs[loop] = CompletionQueue(self.context, loop)
         return cq
 
@@ -177,6 +203,28 @@ class Device:
 
     def _forget_qp(self, qp: QueuePair) -> None:
         self._qps.discard(qp)
+
+    def _watch(self, watcher: _RemovalWatcher) -> None:
+        self._watchers.add(watcher)
+
+    def _unwatch(self, watcher: _RemovalWatcher) -> None:
+        self._watchers.discard(watcher)
+
+    def _removed(self) -> None:
+        """The device is going away: fail everything on it, then release it.
+
+        The kernel finishes removing a device only once every user context on
+        it is closed, so this closes the device rather than leave it half-open.
+        """
+        if self.removed:
+            return
+        self.removed = True
+        for watcher in list(self._watchers):
+            watcher._device_removed(self)
+        self._watchers.clear()
+        self.close()
+        if _shared.get(self.name) is self:
+            del _shared[self.name]
 
     def close(self) -> None:
         """Release everything (idempotent): queue pairs, memory, CQs, PD, context."""

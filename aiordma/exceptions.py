@@ -65,3 +65,25 @@ class RemoteAccessError(CompletionError):
 
 class QueuePairError(RdmaError):
     """The queue pair entered the error state; its pending work was flushed."""
+
+
+class ConnectionRejectedError(RdmaError, ConnectionRefusedError):
+    """The server turned the connection request down.
+
+    ``private_data`` is what the server sent with its rejection, zero-padded
+    by rdma_cm to the transport's fixed size (148 bytes over RoCE);
+    ``reason`` is the CM reject reason code.
+    """
+
+    def __init__(self, message: str, private_data: bytes = b"", reason: int = 0) -> None:
+        super().__init__(111, message)  # ECONNREFUSED
+        self.private_data = private_data
+        self.reason = reason
+
+
+class ConnectionLostError(RdmaError, ConnectionResetError):
+    """The connection ended under pending work: the peer disconnected or died,
+    or the device was removed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(104, message)  # ECONNRESET

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import ipaddress
 import random
 import socket
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final
 
@@ -200,6 +201,10 @@ class _Built:
     swap: int = 0
 
 
+def _closed_error() -> BaseException:
+    return ResourceClosedError("queue pair is closed")
+
+
 def _check_imm(imm: int | None) -> None:
     if imm is not None and not 0 <= imm < 1 << 32:
         raise ValueError("immediate data must fit in 32 bits (0 <= imm < 2**32)")
@@ -234,9 +239,6 @@ class QueuePair:
         self.device = device
         self._cq = cq
         self._loop = cq.loop
-        self.gid_index = (
-            opts.gid_index if opts.gid_index is not None else device.gid_index(opts.port)
-        )
         self._rd_atomic = max(1, min(opts.max_rd_atomic, attrs.max_qp_rd_atom))
         cq.reserve(opts.send_depth + opts.recv_depth)
         try:
@@ -262,22 +264,34 @@ class QueuePair:
             raise
         self.qp_num: int = self._qp.qp_num
         self.psn: int = random.getrandbits(24)
-        gid = device.context.query_gid(opts.port, self.gid_index).gid
-        lid = device.context.query_port(opts.port).lid
-        self.local_endpoint = Endpoint(self.qp_num, self.psn, _gid_to_bytes(gid), lid)
-        """What the peer needs to :meth:`connect` to this queue pair."""
         self.remote_endpoint: Endpoint | None = None
+        self._connected = False
         self._sq = SlotPool(opts.send_depth)
         self._rq = SlotPool(opts.recv_depth)
         self._works: dict[int, _Work] = {}
         self._drained: asyncio.Event | None = None
         self._failure: BaseException | None = None
         self._closing = False
+        self._close_error: Callable[[], BaseException] = _closed_error
         self._scratch: MemoryRegion | None = None
         self._scratch_free: list[int] = []
 
     def __repr__(self) -> str:
         return f"<QueuePair qp_num={self.qp_num} {self.state_name}>"
+
+    @functools.cached_property
+    def gid_index(self) -> int:
+        """Source GID index used by :meth:`connect` (rdma_cm picks its own)."""
+        opts = self.options
+        return opts.gid_index if opts.gid_index is not None else self.device.gid_index(opts.port)
+
+    @functools.cached_property
+    def local_endpoint(self) -> Endpoint:
+        """What the peer needs to :meth:`connect` to this queue pair."""
+        ctx = self.device.context
+        gid = ctx.query_gid(self.options.port, self.gid_index).gid
+        lid = ctx.query_port(self.options.port).lid
+        return Endpoint(self.qp_num, self.psn, _gid_to_bytes(gid), lid)
 
     # -- state -------------------------------------------------------------
 
@@ -289,7 +303,7 @@ class QueuePair:
             return "CLOSING"
         if self._failure is not None:
             return "ERROR"
-        return "CONNECTED" if self.remote_endpoint is not None else "INIT"
+        return "CONNECTED" if self._connected else "INIT"
 
     def is_closing(self) -> bool:
         return self._closing or self._qp is None
@@ -329,11 +343,22 @@ class QueuePair:
         except PyverbsError as exc:
             raise DeviceError(getattr(exc, "error_code", 0), f"cannot connect QP: {exc}") from exc
         self.remote_endpoint = remote
+        self._connected = True
+
+    def _modify(self, attr: QPAttr, mask: int, what: str) -> None:
+        try:
+            self.qp.modify(attr, mask)
+        except PyverbsError as exc:
+            code = getattr(exc, "error_code", 0)
+            raise DeviceError(code, f"cannot move QP {self.qp_num} to {what}: {exc}") from exc
+
+    def _connected_by_cm(self) -> None:
+        self._connected = True
 
     def _check_usable(self) -> None:
         self._cq.check_loop()
         if self._closing or self._qp is None:
-            raise ResourceClosedError("queue pair is closed")
+            raise self._close_error()
         if self._failure is not None:
             raise QueuePairError(f"queue pair failed earlier: {self._failure}") from self._failure
 
@@ -598,11 +623,11 @@ class QueuePair:
                 fut.set_result(result)
         else:
             opname = "recv" if work.recv else _OPNAMES.get(work.opcode, str(work.opcode))
-            exc: Exception = completion_error(wc, opname)
+            exc: BaseException = completion_error(wc, opname)
             if not exc.flushed:  # type: ignore[attr-defined]
                 self._fail(exc)
             elif self._closing:
-                exc = ResourceClosedError("queue pair closed with this work request pending")
+                exc = self._close_error()
             if not fut.done():
                 fut.set_exception(exc)
         if work.scratch is not None:
@@ -627,10 +652,15 @@ class QueuePair:
         Await :meth:`wait_closed` for the flush to finish and the QP to be
         destroyed; buffers of pending work stay referenced until then.
         """
+        self._close(_closed_error)
+
+    def _close(self, error: Callable[[], BaseException]) -> None:
+        """:meth:`close`, failing pending and later work with ``error()``."""
         if self._closing or self._qp is None:
             return
         self._closing = True
-        err = ResourceClosedError("queue pair closed with this work request pending")
+        self._close_error = error
+        err = error()
         self._sq.fail(err)
         self._rq.fail(err)
         for work in self._works.values():
@@ -665,7 +695,7 @@ class QueuePair:
         if qp is None:
             return
         self._closing = True
-        err = ResourceClosedError("queue pair destroyed with this work request pending")
+        err = self._close_error()
         self._sq.fail(err)
         self._rq.fail(err)
         for wr_id, work in self._works.items():

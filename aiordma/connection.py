@@ -1,0 +1,500 @@
+"""Connections set up by rdma_cm, and :func:`connect`, the active side.
+
+A :class:`Connection` pairs one rdma_cm identifier with one of our own
+queue pairs (an "external QP" to rdma_cm): rdma_cm resolves the address and
+route and runs the CM handshake; ``rdma_init_qp_attr`` supplies the
+attributes that move the QP to RTR and RTS. The QP's completions arrive on
+the device's completion queue of the running loop like any other QP's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import errno
+import inspect
+import logging
+import os
+import socket
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from pyverbs.addr import GID, AHAttr, GlobalRoute
+from pyverbs.qp import QPAttr
+
+from aiordma import _rdmacm
+from aiordma._rdmacm import Event, EventType
+from aiordma.connection_manager import CMEventChannel, CMId
+from aiordma.device import Device
+from aiordma.exceptions import (
+    ConnectionLostError,
+    ConnectionRejectedError,
+    DeviceError,
+    ResourceClosedError,
+)
+from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer
+from aiordma.queue_pair import QueuePair, QueuePairOptions, SendOp, _gid_to_str
+
+if TYPE_CHECKING:
+    from aiordma.completion import WorkCompletion
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+Prepare = Callable[["Connection"], Any]
+"""Called with a connection before the peer can use it (e.g. to post receives)."""
+
+_QPS_INIT: Final = 1
+_QPS_RTR: Final = 2
+_QPS_RTS: Final = 3
+_QP_MIN_RNR_TIMER: Final = 1 << 15
+_QP_TIMEOUT: Final = 1 << 9
+
+# IB CM reject reasons rdma_cm reports as the REJECTED event's status.
+_REJ_INVALID_SERVICE_ID: Final = 8
+_REJ_CONSUMER_DEFINED: Final = 28
+
+DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+
+
+def check_private_data(data: bytes, limit: int, what: str) -> bytes:
+    """``data`` as bytes, or ValueError if it exceeds what rdma_cm can carry for ``what``."""
+    data = bytes(data)
+    if len(data) > limit:
+        raise ValueError(
+            f"{what} private data is {len(data)} bytes; rdma_cm carries at most {limit}"
+        )
+    return data
+
+
+def _to_pyverbs(raw: _rdmacm.QpAttr, opts: QueuePairOptions) -> QPAttr:
+    attr = QPAttr()
+    for name in ("qp_state", "path_mtu", "qkey", "rq_psn", "sq_psn", "dest_qp_num",
+                 "qp_access_flags", "pkey_index", "max_rd_atomic", "max_dest_rd_atomic",
+                 "port_num", "timeout", "retry_cnt", "rnr_retry"):  # fmt: skip
+        setattr(attr, name, getattr(raw, name))
+    attr.min_rnr_timer = opts.min_rnr_timer
+    ah = raw.ah_attr
+    route = None
+    if ah.is_global:
+        grh = ah.grh
+        route = GlobalRoute(
+            dgid=GID(_gid_to_str(bytes(grh.dgid.raw))),
+            flow_label=grh.flow_label,
+            sgid_index=grh.sgid_index,
+            hop_limit=grh.hop_limit,
+            traffic_class=grh.traffic_class,
+        )
+    attr.ah_attr = AHAttr(
+        dlid=ah.dlid,
+        sl=ah.sl,
+        src_path_bits=ah.src_path_bits,
+        static_rate=ah.static_rate,
+        is_global=ah.is_global,
+        port_num=ah.port_num,
+        gr=route,
+    )
+    return attr
+
+
+def create_qp_for(cm_id: CMId, device: Device, options: QueuePairOptions | None) -> QueuePair:
+    """A queue pair on ``cm_id``'s port, in INIT."""
+    name = cm_id.device_name
+    if name != device.name:
+        raise DeviceError(
+            errno.EXDEV, f"the route goes through RDMA device {name}, not {device.name}"
+        )
+    init, _ = _rdmacm.init_qp_attr(cm_id.id, _QPS_INIT)
+    opts = dataclasses.replace(options or QueuePairOptions(), port=init.port_num)
+    return device.create_qp(opts)
+
+
+def move_to_rts(qp: QueuePair, cm_id: CMId) -> None:
+    """Apply rdma_cm's RTR and RTS attributes for this connection to ``qp``."""
+    opts = qp.options
+    rtr, rtr_mask = _rdmacm.init_qp_attr(cm_id.id, _QPS_RTR)
+    qp._modify(_to_pyverbs(rtr, opts), rtr_mask | _QP_MIN_RNR_TIMER, "RTR")
+    rts, rts_mask = _rdmacm.init_qp_attr(cm_id.id, _QPS_RTS)
+    rts_attr = _to_pyverbs(rts, opts)
+    rts_attr.timeout = opts.timeout
+    qp._modify(rts_attr, rts_mask | _QP_TIMEOUT, "RTS")
+    qp._connected_by_cm()
+
+
+def conn_params(qp: QueuePair) -> dict[str, int]:
+    """The rdma_conn_param values for ``qp``: its QP number and RDMA read/atomic depths."""
+    attrs = qp.device.attributes
+    depth = max(1, min(qp.options.max_rd_atomic, attrs.max_qp_rd_atom))
+    return {
+        "qp_num": qp.qp_num,
+        "resources": depth,
+        "depth": min(depth, attrs.max_qp_init_rd_atom),
+        "retry": qp.options.retry_cnt,
+        "rnr_retry": qp.options.rnr_retry,
+    }
+
+
+def setup_error(event: Event, where: str) -> OSError:
+    """The exception an asyncio user expects for a failed connection-setup event."""
+    kind, status = event.type, event.status
+    if kind == EventType.REJECTED:
+        if status == _REJ_CONSUMER_DEFINED:
+            return ConnectionRejectedError(
+                f"{where} rejected the connection", event.private_data, status
+            )
+        if status == _REJ_INVALID_SERVICE_ID:
+            return ConnectionRejectedError(f"nothing listens on {where}", b"", status)
+        return ConnectionRejectedError(
+            f"{where} refused the connection (CM reject reason {status})", b"", status
+        )
+    code = -status if status < 0 else 0
+    if kind == EventType.UNREACHABLE and code in (0, errno.ETIMEDOUT):
+        return TimeoutError(errno.ETIMEDOUT, f"{where} did not answer the connection request")
+    if kind == EventType.DEVICE_REMOVAL:
+        return DeviceError(errno.ENODEV, f"the RDMA device was removed while connecting to {where}")
+    code = code or _DEFAULT_ERRNO.get(int(kind), errno.EPROTO)
+    return OSError(code, f"{event.name} for {where}: {os.strerror(code)}")
+
+
+_DEFAULT_ERRNO: Final[dict[int, int]] = {
+    EventType.ADDR_ERROR: errno.EHOSTUNREACH,
+    EventType.ROUTE_ERROR: errno.ENETUNREACH,
+    EventType.UNREACHABLE: errno.EHOSTUNREACH,
+    EventType.CONNECT_ERROR: errno.ECONNABORTED,
+}
+
+
+async def expect(cm_id: CMId, wanted: EventType, where: str) -> Event:
+    """The next event of ``cm_id``, which must be ``wanted``; else the matching error."""
+    event, _ = await cm_id.next_event()
+    if event.type != wanted:
+        if event.type not in _SETUP_FAILURES:
+            log.warning("unexpected rdma_cm %s while waiting for %s", event.name, wanted.name)
+        raise setup_error(event, where)
+    return event
+
+
+_SETUP_FAILURES: Final = frozenset(
+    {
+        EventType.ADDR_ERROR,
+        EventType.ROUTE_ERROR,
+        EventType.CONNECT_ERROR,
+        EventType.UNREACHABLE,
+        EventType.REJECTED,
+        EventType.DEVICE_REMOVAL,
+        EventType.DISCONNECTED,
+    }
+)
+
+
+async def run_prepare(prepare: Prepare | None, conn: Connection) -> None:
+    if prepare is not None:
+        result = prepare(conn)
+        if inspect.isawaitable(result):
+            result = await result
+        conn.prepared = result
+
+
+class Connection:
+    """A connected reliable queue pair, set up through rdma_cm.
+
+    Made by :func:`connect` or handed to a server's callback. It carries the
+    queue pair's operations, memory registration on its device, both
+    addresses and the private data the peer sent while connecting. Close it
+    with ``await conn.close()`` (or ``async with``): that disconnects, fails
+    pending work with :class:`ResourceClosedError` and releases the queue pair
+    and the memory registered through the connection. If the peer
+    disconnects or dies, or the device is removed, pending and later
+    operations fail with :class:`ConnectionLostError` and :meth:`wait_closed`
+    returns.
+    """
+
+    def __init__(self, cm_id: CMId, qp: QueuePair, peer_private_data: bytes) -> None:
+        self._cm_id: CMId | None = cm_id
+        self.qp: QueuePair = qp
+        """The underlying queue pair."""
+        self.device: Device = qp.device
+        self.local_address: Address = cm_id.local_address
+        self.peer_address: Address = cm_id.peer_address
+        self.peer_private_data: bytes = peer_private_data
+        """Private data from the peer's connect (server side) or accept (client side),
+        zero-padded by rdma_cm to the CM message's fixed size."""
+        self.prepared: Any = None
+        """What the ``prepare`` callback returned (awaited if it was awaitable)."""
+        self._loop = cm_id.channel.loop
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+        self._closing = False
+        self._error: ConnectionLostError | None = None
+        self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
+        self._task: asyncio.Task[None] | None = None
+        self.device._watch(self)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed.done() else "closing" if self._closing else "open"
+        peer = f"{self.peer_address[0]}:{self.peer_address[1]}"
+        return f"<Connection {peer} qp_num={self.qp.qp_num} {state}>"
+
+    def _activate(self) -> None:
+        """The connection is established: from now on rdma_cm events are handled here."""
+        assert self._cm_id is not None
+        self._cm_id.handler = self._on_cm_event
+
+    def _on_cm_event(self, event: Event, _child: CMId | None) -> None:
+        if event.type == EventType.DISCONNECTED:
+            self._lost(f"{self.peer_address[0]}:{self.peer_address[1]} disconnected")
+        elif event.type == EventType.DEVICE_REMOVAL:
+            self.device._removed()
+        elif event.type not in (EventType.TIMEWAIT_EXIT, EventType.ESTABLISHED):
+            log.warning("unexpected rdma_cm %s on %r", event.name, self)
+
+    def _lost(self, reason: str) -> None:
+        if self._closing:
+            return
+        self._error = ConnectionLostError(f"connection lost: {reason}")
+        self._start_close(disconnect=False)
+
+    def _device_removed(self, device: Device) -> None:
+        """Called by the device before it closes itself: fail and release everything now."""
+        if self._closed.done():
+            return
+        if not self._closing:
+            self._error = ConnectionLostError(f"connection lost: device {device.name} was removed")
+            self._closing = True
+            self.qp._close(self._lost_error)
+        self.qp.destroy()
+        self._release()
+
+    def _lost_error(self) -> BaseException:
+        if self._error is not None:
+            return ConnectionLostError(str(self._error.strerror))
+        return ResourceClosedError("connection is closed")
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    @property
+    def closed(self) -> bool:
+        """True once everything is released."""
+        return self._closed.done()
+
+    def close(self) -> Awaitable[None]:
+        """Disconnect and release the queue pair (idempotent).
+
+        Pending operations fail at once. Returns an awaitable that completes
+        when everything is released, so both ``conn.close()`` followed by
+        ``await conn.wait_closed()`` and ``await conn.close()`` work.
+        """
+        self._start_close(disconnect=True)
+        return asyncio.shield(self._closed)
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is closed, by either side or by a failure."""
+        await asyncio.shield(self._closed)
+
+    def _start_close(self, disconnect: bool) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._task = self._loop.create_task(self._shutdown(disconnect))
+
+    async def _shutdown(self, disconnect: bool) -> None:
+        try:
+            cm_id = self._cm_id
+            if disconnect and cm_id is not None and cm_id.ptr is not None:
+                try:
+                    _rdmacm.disconnect(cm_id.ptr)
+                except OSError as exc:
+                    log.debug("rdma_disconnect: %s", exc)
+            self.qp._close(self._lost_error)
+            await self.qp.wait_closed()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._closed.done():
+            return
+        self.qp.destroy()
+        for mr in list(self._mrs):
+            mr._deregister()
+        cm_id, self._cm_id = self._cm_id, None
+        try:
+            if cm_id is not None:
+                cm_id.destroy()
+        finally:
+            self.device._unwatch(self)
+            self._closed.set_result(None)
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- memory ------------------------------------------------------------
+
+    def register(self, obj: Any, access: Access | None = None) -> MemoryRegion:
+        """Register ``obj`` on this connection's device; deregistered when the connection closes.
+
+        ``access`` is least-privilege by default, as in :meth:`aiordma.Device.register`.
+        """
+        mr = self.device.register(obj, access)
+        self._mrs.add(mr)
+        return mr
+
+    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion:
+        """Allocate and register ``size`` bytes for the life of this connection."""
+        mr = self.device.alloc(size, access)
+        self._mrs.add(mr)
+        return mr
+
+    # -- operations (see QueuePair) -----------------------------------------
+
+    async def post_send(self, local: Local, *, imm: int | None = None,
+                        inline: bool | None = None) -> WorkCompletion:  # fmt: skip
+        """Send ``local`` into the peer's next posted receive."""
+        return await self.qp.post_send(local, imm=imm, inline=inline)
+
+    async def send_with_imm(self, local: Local, imm: int) -> WorkCompletion:
+        """Send with 32-bit immediate data."""
+        return await self.qp.send_with_imm(local, imm)
+
+    async def post_recv(self, local: Local) -> WorkCompletion:
+        """Post one receive buffer and wait for the message that lands in it."""
+        return await self.qp.post_recv(local)
+
+    async def post_recv_batch(
+        self, locals_: Sequence[Local]
+    ) -> list[asyncio.Future[WorkCompletion]]:
+        """Post receives; one future per buffer, resolved as messages land."""
+        return await self.qp.post_recv_batch(locals_)
+
+    async def rdma_write(self, local: Local, remote: RemoteBuffer, *, imm: int | None = None,
+                         inline: bool | None = None) -> WorkCompletion:  # fmt: skip
+        """Write ``local`` into the peer's ``remote`` buffer."""
+        return await self.qp.rdma_write(local, remote, imm=imm, inline=inline)
+
+    async def rdma_read(self, local: Local, remote: RemoteBuffer) -> WorkCompletion:
+        """Read the peer's ``remote`` buffer into ``local``."""
+        return await self.qp.rdma_read(local, remote)
+
+    async def atomic_fetch_add(self, remote: RemoteBuffer, add: int) -> int:
+        """Atomically add to the peer's 64-bit word; returns the old value."""
+        return await self.qp.atomic_fetch_add(remote, add)
+
+    async def atomic_cmp_swap(self, remote: RemoteBuffer, compare: int, swap: int) -> int:
+        """Atomically compare-and-swap the peer's 64-bit word; returns the old value."""
+        return await self.qp.atomic_cmp_swap(remote, compare, swap)
+
+    async def post_batch(self, ops: Sequence[SendOp]) -> list[asyncio.Future[WorkCompletion]]:
+        """Post many sends/writes/reads at once; one future per operation."""
+        return await self.qp.post_batch(ops)
+
+
+async def resolve_address(host: str, port: int) -> tuple[str, int]:
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise OSError(exc.errno, f"cannot resolve {host!r}: {exc.strerror}") from exc
+    family, _, _, _, sockaddr = infos[0]
+    addr = str(sockaddr[0])
+    if family == socket.AF_INET6 and len(sockaddr) == 4 and sockaddr[3]:
+        addr = f"{addr}%{sockaddr[3]}"
+    return addr, int(sockaddr[1])
+
+
+async def connect(
+    host: str,
+    port: int,
+    *,
+    private_data: bytes = b"",
+    timeout: float | None = DEFAULT_CONNECT_TIMEOUT,  # noqa: ASYNC109  (issue #4's API)
+    device: Device | None = None,
+    options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
+) -> Connection:
+    """Connect to an aiordma (or any rdma_cm) server, like :func:`asyncio.open_connection`.
+
+    ``private_data`` (at most 56 bytes) reaches the server's accept decision.
+    ``prepare(conn)`` runs once the queue pair is ready but before the server
+    can send, which is the moment to post receives; its result is kept as
+    ``conn.prepared``. The connection uses ``device`` if given (it must be the
+    one the route goes through), else :meth:`Device.shared`.
+
+    Raises :class:`ConnectionRejectedError` (a ``ConnectionRefusedError``)
+    when nothing listens or the server rejects, ``TimeoutError`` when no
+    answer comes within ``timeout`` seconds, and ``OSError`` when the address
+    or route cannot be resolved. Nothing is left behind on failure.
+    """
+    data = check_private_data(private_data, _rdmacm.MAX_CONNECT_DATA, "connect")
+    where = f"{host}:{port}"
+    try:
+        async with asyncio.timeout(timeout):
+            deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+            return await _connect(host, port, data, device, options, prepare, where, deadline)
+    except TimeoutError as exc:
+        if exc.args:
+            raise
+        raise TimeoutError(
+            errno.ETIMEDOUT, f"connecting to {where} timed out after {timeout} s"
+        ) from None
+
+
+_RESOLVE_MS: Final = 2000
+
+
+def _ms_left(deadline: float | None) -> int:
+    """Milliseconds rdma_cm may spend resolving: 2 s, or what is left of the timeout."""
+    if deadline is None:
+        return _RESOLVE_MS
+    left = deadline - asyncio.get_running_loop().time()
+    return max(1, min(_RESOLVE_MS, int(left * 1000)))
+
+
+async def _connect(
+    host: str,
+    port: int,
+    data: bytes,
+    device: Device | None,
+    options: QueuePairOptions | None,
+    prepare: Prepare | None,
+    where: str,
+    deadline: float | None,
+) -> Connection:
+    dst = await resolve_address(host, port)
+    cm_id = CMEventChannel.for_running_loop().create_id()
+    qp: QueuePair | None = None
+    conn: Connection | None = None
+    try:
+        _rdmacm.resolve_addr(cm_id.id, dst, _ms_left(deadline))
+        await expect(cm_id, EventType.ADDR_RESOLVED, where)
+        _rdmacm.resolve_route(cm_id.id, _ms_left(deadline))
+        await expect(cm_id, EventType.ROUTE_RESOLVED, where)
+        name = cm_id.device_name
+        if name is None:
+            raise DeviceError(errno.ENODEV, f"no RDMA device routes to {where}")
+        dev = device or Device.shared(name)
+        qp = create_qp_for(cm_id, dev, options)
+        _rdmacm.connect(cm_id.id, private_data=data, **conn_params(qp))
+        reply = await expect(cm_id, EventType.CONNECT_RESPONSE, where)
+        move_to_rts(qp, cm_id)
+        conn = Connection(cm_id, qp, reply.private_data)
+        await run_prepare(prepare, conn)
+        _rdmacm.establish(cm_id.id)
+        conn._activate()
+        return conn
+    except BaseException:
+        if conn is not None:
+            conn._closing = True
+            conn._release()
+        else:
+            if qp is not None:
+                qp.destroy()
+            cm_id.destroy()
+        raise
+
+
+__all__ = ["Connection", "connect"]

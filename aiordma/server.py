@@ -1,0 +1,315 @@
+"""The passive side: :func:`start_server` and :class:`Server`, shaped like asyncio's.
+
+A listening cm_id receives connection requests on the loop's rdma_cm
+channel. Each request is handled in its own task: the ``accept`` callback
+decides from the client's address and private data, a queue pair is created
+and brought to RTS with rdma_cm's attributes, ``prepare`` may post receives,
+and only then is the request accepted. Once the client confirms, the
+connection is handed to the server's callback, which runs as its own task;
+the connection is closed when that callback returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiordma import _rdmacm
+from aiordma._rdmacm import Event, EventType
+from aiordma.connection import (
+    Connection,
+    Prepare,
+    check_private_data,
+    conn_params,
+    create_qp_for,
+    expect,
+    move_to_rts,
+    resolve_address,
+    run_prepare,
+)
+from aiordma.connection_manager import CMEventChannel, CMId
+from aiordma.device import Device
+from aiordma.exceptions import DeviceError, ResourceClosedError
+from aiordma.queue_pair import QueuePair, QueuePairOptions
+
+log = logging.getLogger(__name__)
+
+ClientConnected = Callable[[Connection], Awaitable[None] | None]
+
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+"""Seconds an accepted request may take to become established."""
+
+
+class RejectConnection(Exception):
+    """Raise from a server's ``accept`` callback to turn a request down.
+
+    ``private_data`` (at most 148 bytes) reaches the client in
+    :attr:`aiordma.ConnectionRejectedError.private_data`.
+    """
+
+    def __init__(self, private_data: bytes = b"") -> None:
+        super().__init__(private_data)
+        self.private_data = check_private_data(private_data, _rdmacm.MAX_REJECT_DATA, "reject")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRequest:
+    """What a server's ``accept`` callback decides on."""
+
+    peer_address: tuple[str, int]
+    local_address: tuple[str, int]
+    private_data: bytes
+    """The client's private data, zero-padded by rdma_cm to 56 bytes."""
+
+
+Accept = Callable[[ConnectionRequest], "bytes | Awaitable[bytes | None] | None"]
+"""Returns the private data to accept with (``None``: none) or raises :class:`RejectConnection`."""
+
+
+class Server:
+    """A listening rdma_cm endpoint; made by :func:`start_server`.
+
+    ``close()`` stops listening, ``close_clients()`` closes the connections
+    it accepted, ``wait_closed()`` waits for both; ``async with`` does all
+    three. ``serve_forever()`` waits until the server is closed and raises
+    if it stopped because of an error (such as the device's removal).
+    """
+
+    def __init__(
+        self,
+        client_connected_cb: ClientConnected,
+        *,
+        accept: Accept | None,
+        device: Device | None,
+        options: QueuePairOptions | None,
+        prepare: Prepare | None,
+        handshake_timeout: float | None,
+    ) -> None:
+        self._callback = client_connected_cb
+        self._accept = accept
+        self._device = device
+        self._options = options
+        self._prepare = prepare
+        self._handshake_timeout = handshake_timeout
+        self._listeners: list[CMId] = []
+        self._addresses: list[tuple[str, int]] = []
+        self._connections: set[Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop = asyncio.get_running_loop()
+        self._stopped: asyncio.Future[None] = self._loop.create_future()
+        self._error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        where = ", ".join(f"{h}:{p}" for h, p in self._addresses)
+        return f"<Server {where}{'' if self.is_serving() else ' closed'}>"
+
+    def _listen(self, host: str, port: int, backlog: int) -> None:
+        cm_id = CMEventChannel.for_running_loop().create_id()
+        try:
+            if ":" in host:
+                _rdmacm.set_afonly(cm_id.id, False)
+            _rdmacm.bind_addr(cm_id.id, host, port)
+            _rdmacm.listen(cm_id.id, backlog)
+        except OSError as exc:
+            cm_id.destroy()
+            raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        cm_id.handler = self._on_cm_event
+        self._listeners.append(cm_id)
+        self._addresses.append(cm_id.local_address)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """The (host, port) pairs the server listens on; the port is real even if 0 was asked."""
+        return list(self._addresses)
+
+    @property
+    def connections(self) -> frozenset[Connection]:
+        """Connections accepted by this server and not yet closed."""
+        return frozenset(self._connections)
+
+    def is_serving(self) -> bool:
+        return bool(self._listeners)
+
+    # -- requests ----------------------------------------------------------
+
+    def _on_cm_event(self, event: Event, child: CMId | None) -> None:
+        if event.type == EventType.CONNECT_REQUEST and child is not None:
+            self._spawn(self._handle_request(event, child))
+        elif event.type == EventType.DEVICE_REMOVAL:
+            self._device_removed(None)
+        else:
+            log.warning("unexpected rdma_cm %s on a listener", event.name)
+
+    def _spawn(self, coro: Any) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _decide(self, child: CMId, event: Event) -> bytes | None:
+        """Private data to accept with, or None when the request was rejected."""
+        if self._accept is None:
+            return b""
+        request = ConnectionRequest(child.peer_address, child.local_address, event.private_data)
+        try:
+            reply = self._accept(request)
+            if inspect.isawaitable(reply):
+                reply = await reply
+            return check_private_data(reply or b"", _rdmacm.MAX_ACCEPT_DATA, "accept")
+        except RejectConnection as rejection:
+            child.reject(rejection.private_data)
+        except Exception:
+            log.exception("accept callback failed; request from %s rejected", request.peer_address)
+            child.reject(b"")
+        return None
+
+    async def _handle_request(self, event: Event, child: CMId) -> None:
+        qp: QueuePair | None = None
+        conn: Connection | None = None
+        where = "{}:{}".format(*child.peer_address)
+        try:
+            reply = await self._decide(child, event)
+            if reply is None:
+                child.destroy()
+                return
+            name = child.device_name
+            device = self._device or Device.shared(name or "")
+            qp = create_qp_for(child, device, self._options)
+            move_to_rts(qp, child)
+            conn = Connection(child, qp, event.private_data)
+            await run_prepare(self._prepare, conn)
+            _rdmacm.accept(child.id, private_data=reply, **conn_params(qp))
+            async with asyncio.timeout(self._handshake_timeout):
+                await expect(child, EventType.ESTABLISHED, where)
+            conn._activate()
+        except BaseException as exc:
+            if conn is not None:
+                conn._closing = True
+                conn._release()
+            else:
+                if qp is not None:
+                    qp.destroy()
+                child.destroy()
+            if isinstance(exc, Exception):
+                log.warning("connection from %s failed during setup: %r", where, exc)
+                return
+            raise
+        if not self.is_serving() and self._error is not None:
+            await conn.close()
+            return
+        self._connections.add(conn)
+        self._spawn(self._run_callback(conn))
+
+    async def _run_callback(self, conn: Connection) -> None:
+        try:
+            result = self._callback(conn)
+            if inspect.isawaitable(result):
+                await result
+        except (ResourceClosedError, ConnectionError) as exc:
+            log.debug("handler of %r ended: %r", conn, exc)
+        except Exception:
+            log.exception("connection handler failed for %r", conn)
+        finally:
+            try:
+                await conn.close()
+            finally:
+                self._connections.discard(conn)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop listening (idempotent). Accepted connections stay open."""
+        listeners, self._listeners = self._listeners, []
+        for cm_id in listeners:
+            cm_id.destroy()
+        if not self._stopped.done():
+            self._stopped.set_result(None)
+
+    def close_clients(self) -> None:
+        """Start closing every connection this server accepted."""
+        for conn in list(self._connections):
+            conn.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the server stopped listening and its connections are closed."""
+        await asyncio.shield(self._stopped)
+        while self._connections or self._tasks:
+            await asyncio.gather(
+                *(c.wait_closed() for c in list(self._connections)),
+                *(asyncio.shield(t) for t in list(self._tasks)),
+                return_exceptions=True,
+            )
+
+    async def serve_forever(self) -> None:
+        """Serve until closed or cancelled (cancelling closes the server).
+
+        Raises the error that stopped the server, if one did.
+        """
+        try:
+            await asyncio.shield(self._stopped)
+        except asyncio.CancelledError:
+            self.close()
+            raise
+        if self._error is not None:
+            raise self._error
+
+    def _device_removed(self, device: Device | None) -> None:
+        name = device.name if device is not None else "of the listening address"
+        self._error = DeviceError(errno.ENODEV, f"server stopped: RDMA device {name} was removed")
+        self.close()
+        self.close_clients()
+
+    async def __aenter__(self) -> Server:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+        self.close_clients()
+        await self.wait_closed()
+
+
+async def start_server(
+    client_connected_cb: ClientConnected,
+    host: str | None = None,
+    port: int = 0,
+    *,
+    accept: Accept | None = None,
+    backlog: int = 128,
+    device: Device | None = None,
+    options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+) -> Server:
+    """Listen for rdma_cm connections, like :func:`asyncio.start_server`.
+
+    ``client_connected_cb(conn)`` runs as its own task for each established
+    :class:`Connection` (it may be a coroutine function); the connection is
+    closed when it returns. ``accept(request)`` decides per
+    :class:`ConnectionRequest`: return private data (at most 196 bytes) or
+    ``None`` to accept, raise :class:`RejectConnection` to reject. ``prepare``
+    runs before the client can send (post receives there). ``host=None``
+    listens on every address of both families; ``port=0`` picks a free port,
+    see :attr:`Server.addresses`.
+    """
+    if backlog <= 0:
+        raise ValueError("backlog must be positive")
+    server = Server(
+        client_connected_cb,
+        accept=accept,
+        device=device,
+        options=options,
+        prepare=prepare,
+        handshake_timeout=handshake_timeout,
+    )
+    addr = "::" if host is None else (await resolve_address(host, port))[0]
+    server._listen(addr, port, backlog)
+    if device is not None:
+        device._watch(server)
+    return server
+
+
+__all__ = ["ConnectionRequest", "RejectConnection", "Server", "start_server"]
