@@ -178,6 +178,10 @@ class CompletionQueue:
                 "device) on the loop that uses it"
             )
 
+    def has_room(self, entries: int) -> bool:
+        """Whether :meth:`reserve` of ``entries`` would succeed."""
+        return self._reserved + entries <= self._max_cqe
+
     def reserve(self, entries: int) -> None:
         """Make room for ``entries`` more outstanding completions (a QP's queues)."""
         need = self._reserved + entries

@@ -98,7 +98,7 @@ class Device:
             vendor_id=attr.vendor_id,
             vendor_part_id=attr.vendor_part_id,
         )
-        self._cqs: dict[asyncio.AbstractEventLoop, CompletionQueue] = {}
+        self._cqs: dict[asyncio.AbstractEventLoop, list[CompletionQueue]] = {}
         self._qps: set[QueuePair] = set()
         self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
         self._watchers: set[_RemovalWatcher] = set()
@@ -106,14 +106,17 @@ class Device:
         """True once the device was removed from the system (its connections failed)."""
 
     @classmethod
-    def shared(cls, name: str) -> Device:
+    def shared(cls, name: str | None = None) -> Device:
         """The process-wide :class:`Device` for ``name``, opened on first use.
+
+        ``None`` means the default device, as for ``Device()``.
 
         Connections made by :func:`aiordma.connect` and :func:`aiordma.start_server`
         without an explicit ``device`` use it, so memory registered on it
         serves every such connection. It stays open until closed explicitly or
         until the device is removed.
         """
+        name = name or _default_device_name()
         dev = _shared.get(name)
         if dev is None or dev.closed:
             dev = _shared[name] = cls(name)
@@ -183,21 +186,31 @@ class Device:
         mr._owned = buf
         return mr
 
-    def completion_queue(self) -> CompletionQueue:
-        """The completion queue shared by this device's queue pairs on the running loop."""
+    def completion_queue(self, entries: int = 0) -> CompletionQueue:
+        """A completion queue of this device on the running loop with room for ``entries`` more.
+
+        Queue pairs share it; another one is created once the device's CQ size
+        limit would be exceeded.
+        """
         loop = asyncio.get_running_loop()
-        cq = self._cqs.get(loop)
-        if cq is None or cq.closed:
-            for stale in [lp for lp in self._cqs if lp.is_closed()]:
-                self._cqs.pop(stale).close()
-            cq = self._cqs[loop] = CompletionQueue(self.context, loop)
+        for stale in [lp for lp in self._cqs if lp.is_closed()]:
+            for cq in self._cqs.pop(stale):
+                cq.close()
+        cqs = self._cqs.setdefault(loop, [])
+        cqs[:] = [cq for cq in cqs if not cq.closed]
+        for cq in cqs:
+            if cq.has_room(entries):
+                return cq
+        cq = CompletionQueue(self.context, loop)
+        cqs.append(cq)
         return cq
 
     def create_qp(self, options: QueuePairOptions | None = None) -> QueuePair:
         """A new reliable-connected queue pair on the running loop (in INIT state)."""
-        from aiordma.queue_pair import QueuePair
+        from aiordma.queue_pair import QueuePair, QueuePairOptions
 
-        qp = QueuePair(self, self.completion_queue(), options)
+        opts = options or QueuePairOptions()
+        qp = QueuePair(self, self.completion_queue(opts.send_depth + opts.recv_depth), opts)
         self._qps.add(qp)
         return qp
 
@@ -235,8 +248,9 @@ class Device:
         self._qps.clear()
         for mr in list(self._mrs):
             mr._deregister()
-        for cq in self._cqs.values():
-            cq.close()
+        for cqs in self._cqs.values():
+            for cq in cqs:
+                cq.close()
         self._cqs.clear()
         pd, ctx = self._pd, self._context
         self._pd = self._context = None

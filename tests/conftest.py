@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -68,3 +70,65 @@ async def device(lab: Lab) -> AsyncIterator[aiordma.Device]:
 async def pair(device: aiordma.Device) -> tuple[aiordma.QueuePair, aiordma.QueuePair]:
     """Two queue pairs on the lab device, connected to each other."""
     return await aiordma.connect_loopback_pair(device)
+
+
+PEER_TIMEOUT = 120.0
+"""Seconds a peer process may take for one step (generous: the lab emulates its CPU)."""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+async def spawn_peer(*args: str) -> asyncio.subprocess.Process:
+    """Start ``python -m tests.peer ARGS`` (see tests/peer.py) as another process."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.peer", *args, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def read_line(proc: asyncio.subprocess.Process) -> str:
+    """The peer's next output line; fails with its stderr if it exits first."""
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    async with asyncio.timeout(PEER_TIMEOUT):
+        line = await proc.stdout.readline()
+        if not line:
+            await proc.wait()
+            err = await proc.stderr.read()
+            pytest.fail(f"peer exited ({proc.returncode}): {err.decode()}", pytrace=False)
+    return line.decode().strip()
+
+
+async def run_peer(*args: str) -> str:
+    """Run a peer to completion; its stdout (it must exit 0)."""
+    proc = await spawn_peer(*args)
+    async with asyncio.timeout(PEER_TIMEOUT):
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def stop_peer(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.terminate()
+    async with asyncio.timeout(30):
+        await proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def peer_server(lab: Lab) -> Iterator[int]:
+    """An echo server in another process (``tests.peer serve``) for a module; yields its port."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.peer", "serve", lab.addr, "0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    line = proc.stdout.readline()
+    if not line.startswith("listening"):
+        proc.kill()
+        pytest.fail(f"peer server did not start: {proc.stderr.read()}", pytrace=False)
+    try:
+        yield int(line.split()[1])
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)

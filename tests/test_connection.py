@@ -1,0 +1,131 @@
+"""The active side: connect to a server in another process (lab device, asyncio and uvloop)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import signal
+import time
+
+import pytest
+
+import aiordma
+from aiordma import Access, RemoteBuffer
+from tests.conftest import Lab, read_line, spawn_peer, stop_peer
+
+
+async def _echo(conn: aiordma.Connection, data: bytes) -> bytes:
+    inbox, outbox = conn.alloc(4096), conn.register(bytearray(data))
+    (reply,) = await conn.post_recv_batch([inbox])
+    await conn.post_send(outbox)
+    wc = await asyncio.wait_for(reply, 30)
+    return bytes(inbox.view()[: wc.byte_len])
+
+
+@pytest.mark.asyncio
+async def test_connect_echo_and_one_sided_access(lab: Lab, peer_server: int) -> None:
+    conn = await aiordma.connect(lab.addr, peer_server)
+    assert conn.peer_address == (lab.addr, peer_server)
+    assert conn.local_address[0] == lab.addr
+    assert conn.local_address[1] != 0
+    assert conn.device.name == lab.device
+    for size in (1, 100, 4096):
+        data = bytes(i % 251 for i in range(size))
+        assert await _echo(conn, data) == data
+
+    # The server's accept reply carries a RemoteBuffer of its memory.
+    remote = RemoteBuffer.from_bytes(conn.peer_private_data[: RemoteBuffer.SIZE])
+    local = conn.alloc(64)
+    await conn.rdma_read(local[:13], remote[:13])
+    assert bytes(local.view()[:13]) == b"server memory"
+    local.view()[:7] = b"written"
+    await conn.rdma_write(local[:7], remote[100:107])
+    await conn.rdma_read(local[20:27], remote[100:107])
+    assert bytes(local.view()[20:27]) == b"written"
+
+    closing = conn.close()
+    assert conn.is_closing()
+    await closing
+    assert conn.closed
+    assert local.closed  # memory registered through the connection is released with it
+    with pytest.raises(aiordma.ResourceClosedError):
+        await conn.post_send(conn.device.register(b"late"))
+
+
+@pytest.mark.asyncio
+async def test_context_manager_closes_and_pending_work_fails(lab: Lab, peer_server: int) -> None:
+    async with await aiordma.connect(lab.addr, peer_server) as conn:
+        inbox = conn.alloc(64)
+        (pending,) = await conn.post_recv_batch([inbox])  # no message will come
+    assert conn.closed
+    with pytest.raises(aiordma.ResourceClosedError):
+        await pending
+
+
+@pytest.mark.asyncio
+async def test_rejection_carries_the_servers_data(lab: Lab, peer_server: int) -> None:
+    with pytest.raises(aiordma.ConnectionRejectedError) as info:
+        await aiordma.connect(lab.addr, peer_server, private_data=b"reject please")
+    assert isinstance(info.value, ConnectionRefusedError)
+    assert info.value.private_data.rstrip(b"\0") == b"not today"
+    # The server keeps serving after a rejection.
+    async with await aiordma.connect(lab.addr, peer_server, private_data=b"hello") as conn:
+        assert await _echo(conn, b"still there") == b"still there"
+
+
+@pytest.mark.asyncio
+async def test_nothing_listening_is_refused(lab: Lab) -> None:
+    server = await aiordma.start_server(lambda conn: None, lab.addr, 0)
+    port = server.addresses[0][1]
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(ConnectionRefusedError, match="nothing listens"):
+        await aiordma.connect(lab.addr, port)
+
+
+@pytest.mark.asyncio
+async def test_unanswered_connect_times_out(lab: Lab) -> None:
+    silent = str(ipaddress.ip_address(lab.addr) + 1)  # on the lab's dummy link: no one answers
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="timed out"):
+        await aiordma.connect(silent, 7471, timeout=1.0)
+    assert time.monotonic() - started < 1.0 + 2.0
+
+
+@pytest.mark.asyncio
+async def test_oversized_private_data_is_refused_before_sending(lab: Lab) -> None:
+    with pytest.raises(ValueError, match="at most 56"):
+        await aiordma.connect(lab.addr, 7471, private_data=bytes(57))
+
+
+@pytest.mark.asyncio
+async def test_unresolvable_host_is_an_oserror(lab: Lab) -> None:
+    with pytest.raises(OSError, match="cannot resolve"):
+        await aiordma.connect("no-such-host.invalid", 7471)
+
+
+@pytest.mark.asyncio
+async def test_server_killed_fails_pending_awaits(lab: Lab) -> None:
+    proc = await spawn_peer("serve", lab.addr, "0")
+    try:
+        port = int((await read_line(proc)).split()[1])
+        conn = await aiordma.connect(lab.addr, port)
+        remote = RemoteBuffer.from_bytes(conn.peer_private_data[: RemoteBuffer.SIZE])
+        inbox = conn.alloc(64)
+        (pending,) = await conn.post_recv_batch([inbox])
+        proc.send_signal(signal.SIGKILL)
+        with pytest.raises(aiordma.ConnectionLostError):
+            await asyncio.wait_for(pending, 20)
+        await asyncio.wait_for(conn.wait_closed(), 20)
+        with pytest.raises(aiordma.ConnectionLostError):
+            await conn.rdma_write(conn.register(b"x"), remote)
+    finally:
+        await stop_peer(proc)
+
+
+@pytest.mark.asyncio
+async def test_remote_access_is_least_privilege(lab: Lab, peer_server: int) -> None:
+    """Memory registered through a connection grants no remote access unless asked."""
+    async with await aiordma.connect(lab.addr, peer_server) as conn:
+        assert not conn.alloc(64).access & Access.REMOTE
+        assert conn.alloc(64, Access.REMOTE_READ).access & Access.REMOTE_READ
