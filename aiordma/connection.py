@@ -58,7 +58,7 @@ _REJ_CONSUMER_DEFINED: Final = 28
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 
 
-def check_private_data(data: bytes, limit: int, what: str) -> bytes:
+def check_private_data(data: bytes | bytearray | memoryview, limit: int, what: str) -> bytes:
     """``data`` as bytes, or ValueError if it exceeds what rdma_cm can carry for ``what``."""
     data = bytes(data)
     if len(data) > limit:

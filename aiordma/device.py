@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import mmap
 import weakref
 from dataclasses import dataclass
@@ -27,6 +29,15 @@ class _RemovalWatcher(Protocol):
 
 
 _shared: dict[str, Device] = {}
+
+
+@atexit.register
+def _close_shared() -> None:
+    """Release shared devices before interpreter teardown frees pyverbs objects in any order."""
+    for dev in list(_shared.values()):
+        with contextlib.suppress(Exception):
+            dev.close()
+    _shared.clear()
 
 
 @dataclass(frozen=True, slots=True)

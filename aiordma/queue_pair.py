@@ -666,6 +666,7 @@ class QueuePair:
         for work in self._works.values():
             if not work.future.done():
                 work.future.set_exception(err)
+                work.future.exception()  # a consequence of closing: not worth a log line
         if not self._works:
             self.destroy()
             return
@@ -704,6 +705,7 @@ class QueuePair:
                 seg.mr._release()
             if not work.future.done():
                 work.future.set_exception(err)
+                work.future.exception()  # a consequence of closing: not worth a log line
         self._works.clear()
         try:
             qp.close()

@@ -103,6 +103,7 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._stopped: asyncio.Future[None] = self._loop.create_future()
         self._error: BaseException | None = None
+        self._clients_closing = False
 
     def __repr__(self) -> str:
         where = ", ".join(f"{h}:{p}" for h, p in self._addresses)
@@ -198,7 +199,7 @@ class Server:
                 log.warning("connection from %s failed during setup: %r", where, exc)
                 return
             raise
-        if not self.is_serving() and self._error is not None:
+        if self._clients_closing:
             await conn.close()
             return
         self._connections.add(conn)
@@ -230,7 +231,8 @@ class Server:
             self._stopped.set_result(None)
 
     def close_clients(self) -> None:
-        """Start closing every connection this server accepted."""
+        """Start closing every connection this server accepted (and any still being accepted)."""
+        self._clients_closing = True
         for conn in list(self._connections):
             conn.close()
 

@@ -1,0 +1,198 @@
+"""The passive side: a server in the test's loop, clients in other processes (lab device)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+import aiordma
+from aiordma import Access
+from tests.conftest import Lab, read_line, run_peer, spawn_peer, stop_peer
+
+SIZE = 4096
+
+
+async def _prepare(conn: aiordma.Connection) -> tuple[aiordma.MemoryRegion, object]:
+    inbox = conn.alloc(SIZE)
+    (first,) = await conn.post_recv_batch([inbox])
+    return inbox, first
+
+
+class EchoService:
+    """Echoes every message; records what happened to each connection."""
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.endings: list[BaseException] = []
+        self.lost = asyncio.Event()
+
+    async def __call__(self, conn: aiordma.Connection) -> None:
+        inbox, pending = conn.prepared
+        outbox = conn.alloc(SIZE)
+        self.served += 1
+        try:
+            while True:
+                wc = await pending
+                outbox.view()[: wc.byte_len] = inbox.view()[: wc.byte_len]
+                (pending,) = await conn.post_recv_batch([inbox])
+                await conn.post_send(outbox[: wc.byte_len])
+        except aiordma.ConnectionLostError as exc:
+            self.endings.append(exc)
+            self.lost.set()
+
+
+@pytest_asyncio.fixture
+async def echo_server(lab: Lab) -> AsyncIterator[tuple[aiordma.Server, EchoService]]:
+    service = EchoService()
+    async with await aiordma.start_server(service, lab.addr, 0, prepare=_prepare) as server:
+        yield server, service
+
+
+@pytest.mark.asyncio
+async def test_hundred_clients_at_once(
+    lab: Lab, echo_server: tuple[aiordma.Server, EchoService]
+) -> None:
+    server, service = echo_server
+    port = server.addresses[0][1]
+    out = await run_peer("clients", lab.addr, str(port), "100", "3")
+    assert out.split() == ["ok", "100"]
+    assert service.served == 100
+    async with asyncio.timeout(60):
+        while len(service.endings) < 100:
+            await service.lost.wait()
+            service.lost.clear()
+    assert not server.connections
+
+
+@pytest.mark.asyncio
+async def test_accept_and_reject_by_private_data_and_address(lab: Lab) -> None:
+    requests: list[aiordma.ConnectionRequest] = []
+
+    async def decide(request: aiordma.ConnectionRequest) -> bytes:
+        requests.append(request)
+        if request.peer_address[0] != lab.addr:
+            raise aiordma.RejectConnection(b"wrong network")
+        if not request.private_data.startswith(b"token:"):
+            raise aiordma.RejectConnection(b"missing token")
+        return b"welcome " + request.private_data.rstrip(b"\0")[6:]
+
+    async with await aiordma.start_server(lambda conn: None, lab.addr, 0, accept=decide) as srv:
+        port = str(srv.addresses[0][1])
+        assert (
+            await run_peer("try", lab.addr, port, "token:alice")
+        ).strip() == "accepted welcome alice"
+        assert (
+            await run_peer("try", lab.addr, port, "no token")
+        ).strip() == "rejected missing token"
+    assert [r.private_data.rstrip(b"\0") for r in requests] == [b"token:alice", b"no token"]
+    assert all(len(r.private_data) == 56 for r in requests)
+
+
+@pytest.mark.asyncio
+async def test_client_killed_mid_transfer(lab: Lab) -> None:
+    service = EchoService()
+    exposed: list[aiordma.MemoryRegion] = []
+
+    def hand_out_memory(request: aiordma.ConnectionRequest) -> bytes:
+        mr = aiordma.Device.shared(lab.device).alloc(SIZE, Access.REMOTE_WRITE)
+        exposed.append(mr)
+        return mr.remote().to_bytes()
+
+    async with await aiordma.start_server(
+        service, lab.addr, 0, accept=hand_out_memory, prepare=_prepare
+    ) as server:
+        port = str(server.addresses[0][1])
+        proc = await spawn_peer("stream", lab.addr, port)
+        try:
+            assert await read_line(proc) == "streaming"
+            proc.send_signal(signal.SIGKILL)
+            async with asyncio.timeout(20):
+                await service.lost.wait()
+        finally:
+            await stop_peer(proc)
+        assert isinstance(service.endings[0], aiordma.ConnectionLostError)
+        # ... and the server goes on serving new clients.
+        out = await run_peer("clients", lab.addr, port, "2", "2")
+        assert out.split() == ["ok", "2"]
+    for mr in exposed:
+        mr.close()
+
+
+@pytest.mark.asyncio
+async def test_wildcard_listener_serves_ipv4_and_ipv6(lab: Lab) -> None:
+    if lab.addr6 is None:
+        pytest.fail("the lab provides an IPv6 address; this device has none", pytrace=False)
+    peers: list[tuple[str, int]] = []
+
+    async def note(conn: aiordma.Connection) -> None:
+        peers.append(conn.peer_address)
+
+    async with await aiordma.start_server(note, None, 0) as server:
+        host, port = server.addresses[0]
+        assert host == "::"
+        assert port > 0
+        for addr in (lab.addr, lab.addr6):
+            async with await aiordma.connect(addr, port) as conn:
+                assert conn.peer_address[1] == port
+                await conn.wait_closed()  # the server closes it when `note` returns
+    assert {p[0].removeprefix("::ffff:") for p in peers} == {lab.addr, lab.addr6}
+
+
+@pytest.mark.asyncio
+async def test_closing_the_server_disconnects_its_clients(
+    lab: Lab, echo_server: tuple[aiordma.Server, EchoService]
+) -> None:
+    server, _ = echo_server
+    conn = await aiordma.connect(lab.addr, server.addresses[0][1])
+    (pending,) = await conn.post_recv_batch([conn.alloc(64)])
+    assert server.is_serving()
+    server.close()
+    assert not server.is_serving()
+    server.close_clients()
+    await asyncio.wait_for(server.wait_closed(), 30)
+    with pytest.raises(aiordma.ConnectionLostError):
+        await asyncio.wait_for(pending, 20)
+    await asyncio.wait_for(conn.wait_closed(), 20)
+
+
+@pytest.mark.asyncio
+async def test_failing_handler_is_logged_and_closes_only_its_connection(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(conn: aiordma.Connection) -> None:
+        raise RuntimeError("handler bug")
+
+    async with await aiordma.start_server(broken, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        for _ in range(2):
+            conn = await aiordma.connect(lab.addr, port)
+            await asyncio.wait_for(conn.wait_closed(), 20)
+    assert sum("handler bug" in r.exc_text for r in caplog.records if r.exc_text) == 2
+
+
+@pytest.mark.asyncio
+async def test_serve_forever_returns_when_closed_and_closes_when_cancelled(lab: Lab) -> None:
+    server = await aiordma.start_server(lambda conn: None, lab.addr, 0)
+    task = asyncio.create_task(server.serve_forever())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not server.is_serving()
+    await server.wait_closed()
+    await server.serve_forever()  # already closed: returns at once
+
+
+@pytest.mark.asyncio
+async def test_oversized_accept_data_rejects_the_request(lab: Lab) -> None:
+    async with await aiordma.start_server(
+        lambda conn: None, lab.addr, 0, accept=lambda request: bytes(197)
+    ) as server:
+        with pytest.raises(ConnectionRefusedError):
+            await aiordma.connect(lab.addr, server.addresses[0][1])
+    with pytest.raises(ValueError, match="at most 148"):
+        aiordma.RejectConnection(bytes(149))
