@@ -2,10 +2,13 @@
 
 pyverbs is not a pip dependency (see pyproject.toml): it comes from the
 distribution. Everything in aiordma that talks to verbs imports it through
-here so a missing install produces one clear, actionable error.
+here so a missing install produces one clear, actionable error, and the
+root logger is left as the application configured it.
 """
 
 from __future__ import annotations
+
+import logging
 
 INSTALL_HINT = (
     "aiordma needs pyverbs, rdma-core's Python bindings. Install the distribution "
@@ -15,7 +18,16 @@ INSTALL_HINT = (
     "(all of rdma-core, needs cmake and cython) is the alternative."
 )
 
+_root = logging.getLogger()
+_handlers, _level = list(_root.handlers), _root.level
 try:
-    import pyverbs  # noqa: F401
+    import pyverbs.base  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised only without pyverbs
     raise ImportError(INSTALL_HINT) from exc
+finally:
+    # pyverbs.base calls logging.basicConfig() on import; logging set-up belongs
+    # to the application, so undo it.
+    for _handler in _root.handlers[:]:
+        if _handler not in _handlers:
+            _root.removeHandler(_handler)
+    _root.setLevel(_level)

@@ -235,6 +235,8 @@ _ack_cm_event = _proto(_cm, "rdma_ack_cm_event", c_int, POINTER(CmEvent))
 _init_qp_attr = _proto(_cm, "rdma_init_qp_attr", c_int, c_void_p, POINTER(QpAttr), POINTER(c_int))
 _set_option = _proto(_cm, "rdma_set_option", c_int, c_void_p, c_int, c_int, c_void_p, c_size_t)
 _event_str = _proto(_cm, "rdma_event_str", c_char_p, c_int)
+_get_devices = _proto(_cm, "rdma_get_devices", POINTER(c_void_p), POINTER(c_int))
+_free_devices = _proto(_cm, "rdma_free_devices", None, POINTER(c_void_p))
 _get_device_name = _proto(_verbs, "ibv_get_device_name", c_char_p, c_void_p)
 
 
@@ -487,3 +489,29 @@ def device_name(cm_id: int) -> str | None:
     device = c_void_p.from_address(verbs).value
     raw = _get_device_name(device) if device else None
     return raw.decode() if raw else None
+
+
+def device_names() -> list[str] | None:
+    """Names of the devices librdmacm knows, after it re-reads the system's list.
+
+    Re-reading is also what makes librdmacm close its own context on a removed
+    device (once no cm_id uses it); until then the kernel cannot finish the
+    removal. None when librdmacm found no device at all: it then skips the
+    re-reading (rdma-core 44 to 64 at least), so it keeps the context on the
+    last removed device until the process exits.
+    """
+    contexts = _get_devices(None)
+    if not contexts:
+        return None
+    names = []
+    try:
+        i = 0
+        while contexts[i]:
+            device = c_void_p.from_address(contexts[i]).value
+            raw = _get_device_name(device) if device else None
+            if raw:
+                names.append(raw.decode())
+            i += 1
+    finally:
+        _free_devices(contexts)
+    return names

@@ -25,7 +25,7 @@ from pyverbs.qp import QPAttr
 
 from aiordma import _rdmacm
 from aiordma._rdmacm import Event, EventType
-from aiordma.connection_manager import CMEventChannel, CMId
+from aiordma.connection_manager import CMEventChannel, CMId, release_removed_device
 from aiordma.device import Device
 from aiordma.exceptions import (
     ConnectionLostError,
@@ -245,6 +245,7 @@ class Connection:
             self._lost(f"{self.peer_address[0]}:{self.peer_address[1]} disconnected")
         elif event.type == EventType.DEVICE_REMOVAL:
             self.device._removed()
+            release_removed_device(self.device.name)
         elif event.type not in (EventType.TIMEWAIT_EXIT, EventType.ESTABLISHED):
             log.warning("unexpected rdma_cm %s on %r", event.name, self)
 

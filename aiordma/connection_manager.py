@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
+from typing import Final
 
 from aiordma import _rdmacm
 from aiordma._rdmacm import Event, EventType
@@ -81,6 +82,7 @@ class CMEventChannel:
             self._dispatch(event)
 
     def _dispatch(self, event: Event) -> None:
+        log.debug("rdma_cm %s status=%d id=%#x", event.name, event.status, event.id)
         if event.type == EventType.CONNECT_REQUEST:
             listener = self._ids.get(event.listen_id)
             child = self._adopt(event.id)
@@ -185,3 +187,33 @@ class CMId:
     @property
     def peer_address(self) -> tuple[str, int]:
         return _rdmacm.peer_addr(self.id)
+
+
+_RELEASE_DELAYS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+def release_removed_device(name: str) -> None:
+    """Make librdmacm drop its context on the removed device ``name``.
+
+    librdmacm notices a removal only when it re-reads the device list, and
+    the device leaves that list only after rdma_cm has finished with it. So
+    the list is re-read a few times with growing delays (about 9 s in all)
+    until ``name`` is gone.
+    """
+    loop = asyncio.get_running_loop()
+
+    def attempt(step: int) -> None:
+        names = _rdmacm.device_names()
+        if names is not None and name not in names:
+            log.debug("librdmacm released removed device %s", name)
+            return
+        if step + 1 < len(_RELEASE_DELAYS):
+            loop.call_later(_RELEASE_DELAYS[step + 1], attempt, step + 1)
+        else:
+            log.warning(
+                "librdmacm still holds removed device %s (it cannot let go of the last "
+                "device); its removal completes when this process exits",
+                name,
+            )
+
+    loop.call_later(_RELEASE_DELAYS[0], attempt, 0)

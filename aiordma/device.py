@@ -136,6 +136,12 @@ class Device:
     def __repr__(self) -> str:
         return f"<Device {self.name}{' closed' if self.closed else ''}>"
 
+    @classmethod
+    def shared_if_open(cls, name: str) -> Device | None:
+        """The shared device for ``name`` if it is open, without opening it."""
+        dev = _shared.get(name)
+        return None if dev is None or dev.closed else dev
+
     @property
     def closed(self) -> bool:
         return self._context is None

@@ -32,7 +32,7 @@ from aiordma.connection import (
     resolve_address,
     run_prepare,
 )
-from aiordma.connection_manager import CMEventChannel, CMId
+from aiordma.connection_manager import CMEventChannel, CMId, release_removed_device
 from aiordma.device import Device
 from aiordma.exceptions import DeviceError, ResourceClosedError
 from aiordma.queue_pair import QueuePair, QueuePairOptions
@@ -142,7 +142,14 @@ class Server:
         if event.type == EventType.CONNECT_REQUEST and child is not None:
             self._spawn(self._handle_request(event, child))
         elif event.type == EventType.DEVICE_REMOVAL:
-            self._device_removed(None)
+            listener = next((cm for cm in self._listeners if cm.ptr == event.id), None)
+            name = listener.device_name if listener is not None else None
+            device = self._device or (Device.shared_if_open(name) if name else None)
+            self._device_removed(device)
+            if device is not None:
+                device._removed()
+            if name is not None:
+                release_removed_device(name)
         else:
             log.warning("unexpected rdma_cm %s on a listener", event.name)
 
@@ -260,6 +267,8 @@ class Server:
             raise self._error
 
     def _device_removed(self, device: Device | None) -> None:
+        if self._error is not None:
+            return
         name = device.name if device is not None else "of the listening address"
         self._error = DeviceError(errno.ENODEV, f"server stopped: RDMA device {name} was removed")
         self.close()

@@ -1,0 +1,47 @@
+"""rdma_cm bookkeeping: many connections come and go without leaving anything behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+import aiordma
+from tests.conftest import Lab
+
+CYCLES = 500
+
+
+def _rdma_counts(device: str) -> dict[str, int]:
+    out = subprocess.run(
+        ["rdma", "-j", "resource", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    row = next(r for r in json.loads(out) if r["ifname"] == device)
+    return {key: row[key] for key in ("pd", "cq", "qp", "cm_id", "mr")}
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.asyncio
+async def test_connect_close_cycles_leave_nothing_behind(lab: Lab) -> None:
+    async def hold(conn: aiordma.Connection) -> None:
+        await conn.wait_closed()
+
+    async def cycle(port: int) -> None:
+        conn = await aiordma.connect(lab.addr, port)
+        conn.alloc(4096)
+        await conn.close()
+
+    async with await aiordma.start_server(hold, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        await cycle(port)  # opens the shared device and this loop's completion queue
+        fds, counts = _open_fds(), _rdma_counts(lab.device)
+        for _ in range(CYCLES):
+            await cycle(port)
+        assert not server.connections
+        assert _open_fds() == fds
+        assert _rdma_counts(lab.device) == counts
