@@ -238,7 +238,7 @@ class Connection:
     def _activate(self) -> None:
         """The connection is established: from now on rdma_cm events are handled here."""
         assert self._cm_id is not None
-        self._cm_id.handler = self._on_cm_event
+        self._cm_id.set_handler(self._on_cm_event)
 
     def _on_cm_event(self, event: Event, _child: CMId | None) -> None:
         if event.type == EventType.DISCONNECTED:

@@ -140,6 +140,12 @@ class CMId:
             raise ResourceClosedError("rdma_cm id is destroyed")
         return self.ptr
 
+    def set_handler(self, handler: EventHandler) -> None:
+        """Deliver events to ``handler`` from now on, starting with any still queued."""
+        self.handler = handler
+        while self._backlog and self.handler is handler:
+            handler(*self._backlog.popleft())
+
     def _deliver(self, event: Event, child: CMId | None) -> None:
         if self.handler is not None:
             self.handler(event, child)

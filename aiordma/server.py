@@ -119,7 +119,7 @@ class Server:
         except OSError as exc:
             cm_id.destroy()
             raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
-        cm_id.handler = self._on_cm_event
+        cm_id.set_handler(self._on_cm_event)
         self._listeners.append(cm_id)
         self._addresses.append(cm_id.local_address)
 
@@ -210,6 +210,7 @@ class Server:
             await conn.close()
             return
         self._connections.add(conn)
+        conn._closed.add_done_callback(lambda _: self._connections.discard(conn))
         self._spawn(self._run_callback(conn))
 
     async def _run_callback(self, conn: Connection) -> None:
@@ -222,10 +223,7 @@ class Server:
         except Exception:
             log.exception("connection handler failed for %r", conn)
         finally:
-            try:
-                await conn.close()
-            finally:
-                self._connections.discard(conn)
+            await conn.close()
 
     # -- lifecycle ---------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -38,10 +39,19 @@ async def test_connect_close_cycles_leave_nothing_behind(lab: Lab) -> None:
 
     async with await aiordma.start_server(hold, lab.addr, 0) as server:
         port = server.addresses[0][1]
+
+        async def settle() -> None:
+            # The server learns of a disconnect a moment after the client's close returns.
+            await asyncio.wait_for(
+                asyncio.gather(*(conn.wait_closed() for conn in server.connections)), 30
+            )
+
         await cycle(port)  # opens the shared device and this loop's completion queue
+        await settle()
         fds, counts = _open_fds(), _rdma_counts(lab.device)
         for _ in range(CYCLES):
             await cycle(port)
+        await settle()
         assert not server.connections
         assert _open_fds() == fds
         assert _rdma_counts(lab.device) == counts
