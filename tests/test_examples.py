@@ -74,3 +74,27 @@ sys.exit(0 if before == after else 1)
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_echo_server_and_client_as_two_programs(lab: Lab) -> None:
+    server = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "echo_server.py"), lab.addr, "0", "--max-clients", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        ready = server.stdout.readline().split()
+        assert ready[:3] == ["listening", "on", lab.addr], ready
+        client = subprocess.run(
+            [sys.executable, str(EXAMPLES / "echo_client.py"), lab.addr, ready[3], "hi", "RDMA"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert client.returncode == 0, client.stderr
+        assert client.stdout.splitlines()[1:] == ["echo: hi", "echo: RDMA"]
+        out, err = server.communicate(timeout=60)
+        assert server.returncode == 0, err
+        assert "left after 2 messages" in out
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
