@@ -7,15 +7,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Lab
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def test_first_look_snippet_runs(lab: Lab) -> None:
-    (snippet,) = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+EXPECTED = ["5", "hello, ada"]
+"""What each Python snippet of the README prints, in order."""
+
+
+@pytest.mark.parametrize("index", range(len(EXPECTED)))
+def test_snippet_runs(lab: Lab, index: int) -> None:
+    snippets = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert len(snippets) == len(EXPECTED)
+    code = snippets[index].replace('"192.0.2.1"', repr(lab.addr))
     proc = subprocess.run(
-        [sys.executable, "-c", snippet], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "5"
+    assert proc.stdout.strip() == EXPECTED[index]
