@@ -188,6 +188,17 @@ _SETUP_FAILURES: Final = frozenset(
 )
 
 
+def abandon_setup(cm_id: CMId, qp: QueuePair | None, conn: Connection | None) -> None:
+    """Release what a connection setup that failed had made so far."""
+    if conn is not None:
+        conn._closing = True
+        conn._release()
+        return
+    if qp is not None:
+        qp.destroy()
+    cm_id.destroy()
+
+
 async def run_prepare(prepare: Prepare | None, conn: Connection) -> None:
     if prepare is not None:
         result = prepare(conn)
@@ -488,13 +499,7 @@ async def _connect(
         conn._activate()
         return conn
     except BaseException:
-        if conn is not None:
-            conn._closing = True
-            conn._release()
-        else:
-            if qp is not None:
-                qp.destroy()
-            cm_id.destroy()
+        abandon_setup(cm_id, qp, conn)
         raise
 
 

@@ -24,6 +24,7 @@ from aiordma._rdmacm import Event, EventType
 from aiordma.connection import (
     Connection,
     Prepare,
+    abandon_setup,
     check_private_data,
     conn_params,
     create_qp_for,
@@ -39,7 +40,7 @@ from aiordma.queue_pair import QueuePair, QueuePairOptions
 
 log = logging.getLogger(__name__)
 
-ClientConnected = Callable[[Connection], Awaitable[None] | None]
+ClientConnected = Callable[[Connection], Awaitable[object] | None]
 
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 """Seconds an accepted request may take to become established."""
@@ -195,13 +196,7 @@ class Server:
                 await expect(child, EventType.ESTABLISHED, where)
             conn._activate()
         except BaseException as exc:
-            if conn is not None:
-                conn._closing = True
-                conn._release()
-            else:
-                if qp is not None:
-                    qp.destroy()
-                child.destroy()
+            abandon_setup(child, qp, conn)
             if isinstance(exc, Exception):
                 log.warning("connection from %s failed during setup: %r", where, exc)
                 return
@@ -232,6 +227,8 @@ class Server:
         listeners, self._listeners = self._listeners, []
         for cm_id in listeners:
             cm_id.destroy()
+        if self._device is not None:
+            self._device._unwatch(self)
         if not self._stopped.done():
             self._stopped.set_result(None)
 

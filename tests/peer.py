@@ -29,13 +29,15 @@ from aiordma import Access
 SIZE = 4096
 
 
-async def _prepare(conn: aiordma.Connection) -> tuple[aiordma.MemoryRegion, object]:
+async def prepare_inbox(conn: aiordma.Connection) -> tuple[aiordma.MemoryRegion, object]:
+    """A ``prepare`` hook: one receive posted before the client can send."""
     inbox = conn.alloc(SIZE)
     (first,) = await conn.post_recv_batch([inbox])
     return inbox, first
 
 
-async def _echo(conn: aiordma.Connection) -> None:
+async def echo(conn: aiordma.Connection) -> aiordma.ConnectionLostError:
+    """Echo every message (after :func:`prepare_inbox`) until the connection is lost."""
     inbox, pending = conn.prepared
     outbox = conn.alloc(SIZE)
     try:
@@ -44,8 +46,8 @@ async def _echo(conn: aiordma.Connection) -> None:
             outbox.view()[: wc.byte_len] = inbox.view()[: wc.byte_len]
             (pending,) = await conn.post_recv_batch([inbox])
             await conn.post_send(outbox[: wc.byte_len])
-    except aiordma.ConnectionLostError:
-        pass
+    except aiordma.ConnectionLostError as exc:
+        return exc
 
 
 async def serve(addr: str, port: int) -> None:
@@ -61,7 +63,7 @@ async def serve(addr: str, port: int) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     server = await aiordma.start_server(
-        _echo, addr, port, accept=accept, prepare=_prepare, device=dev
+        echo, addr, port, accept=accept, prepare=prepare_inbox, device=dev
     )
     async with server:
         print(f"listening {server.addresses[0][1]}", flush=True)

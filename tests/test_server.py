@@ -12,18 +12,13 @@ import pytest_asyncio
 import aiordma
 from aiordma import Access
 from tests.conftest import Lab, read_line, run_peer, spawn_peer, stop_peer
+from tests.peer import echo, prepare_inbox
 
 SIZE = 4096
 
 
-async def _prepare(conn: aiordma.Connection) -> tuple[aiordma.MemoryRegion, object]:
-    inbox = conn.alloc(SIZE)
-    (first,) = await conn.post_recv_batch([inbox])
-    return inbox, first
-
-
 class EchoService:
-    """Echoes every message; records what happened to each connection."""
+    """Echoes every message; records how each connection ended."""
 
     def __init__(self) -> None:
         self.served = 0
@@ -31,24 +26,15 @@ class EchoService:
         self.lost = asyncio.Event()
 
     async def __call__(self, conn: aiordma.Connection) -> None:
-        inbox, pending = conn.prepared
-        outbox = conn.alloc(SIZE)
         self.served += 1
-        try:
-            while True:
-                wc = await pending
-                outbox.view()[: wc.byte_len] = inbox.view()[: wc.byte_len]
-                (pending,) = await conn.post_recv_batch([inbox])
-                await conn.post_send(outbox[: wc.byte_len])
-        except aiordma.ConnectionLostError as exc:
-            self.endings.append(exc)
-            self.lost.set()
+        self.endings.append(await echo(conn))
+        self.lost.set()
 
 
 @pytest_asyncio.fixture
 async def echo_server(lab: Lab) -> AsyncIterator[tuple[aiordma.Server, EchoService]]:
     service = EchoService()
-    async with await aiordma.start_server(service, lab.addr, 0, prepare=_prepare) as server:
+    async with await aiordma.start_server(service, lab.addr, 0, prepare=prepare_inbox) as server:
         yield server, service
 
 
@@ -103,7 +89,7 @@ async def test_client_killed_mid_transfer(lab: Lab) -> None:
         return mr.remote().to_bytes()
 
     async with await aiordma.start_server(
-        service, lab.addr, 0, accept=hand_out_memory, prepare=_prepare
+        service, lab.addr, 0, accept=hand_out_memory, prepare=prepare_inbox
     ) as server:
         port = str(server.addresses[0][1])
         proc = await spawn_peer("stream", lab.addr, port)
