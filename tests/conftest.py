@@ -8,6 +8,7 @@ Tests that take the ``lab`` fixture need a real RDMA device and are marked
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -70,6 +71,15 @@ async def device(lab: Lab) -> AsyncIterator[aiordma.Device]:
 async def pair(device: aiordma.Device) -> tuple[aiordma.QueuePair, aiordma.QueuePair]:
     """Two queue pairs on the lab device, connected to each other."""
     return await aiordma.connect_loopback_pair(device)
+
+
+def rdma_counts(device: str) -> dict[str, int]:
+    """The device's resource counts (pd, cq, qp, cm_id, mr) across all processes."""
+    out = subprocess.run(
+        ["rdma", "-j", "resource", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    row = next(r for r in json.loads(out) if r["ifname"] == device)
+    return {key: row[key] for key in ("pd", "cq", "qp", "cm_id", "mr")}
 
 
 PEER_TIMEOUT = 120.0

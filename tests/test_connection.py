@@ -11,7 +11,7 @@ import pytest
 
 import aiordma
 from aiordma import Access, RemoteBuffer
-from tests.conftest import Lab, read_line, spawn_peer, stop_peer
+from tests.conftest import Lab, rdma_counts, read_line, spawn_peer, stop_peer
 
 
 async def _echo(conn: aiordma.Connection, data: bytes) -> bytes:
@@ -84,12 +84,27 @@ async def test_nothing_listening_is_refused(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
-async def test_unanswered_connect_times_out(lab: Lab) -> None:
+async def test_unanswered_connect_times_out_and_leaves_nothing(lab: Lab) -> None:
     silent = str(ipaddress.ip_address(lab.addr) + 1)  # on the lab's dummy link: no one answers
+    before = rdma_counts(lab.device)
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="timed out"):
         await aiordma.connect(silent, 7471, timeout=1.0)
     assert time.monotonic() - started < 1.0 + 2.0
+    assert rdma_counts(lab.device) == before
+
+
+@pytest.mark.asyncio
+async def test_cancelled_connect_leaves_nothing(lab: Lab) -> None:
+    silent = str(ipaddress.ip_address(lab.addr) + 1)
+    before = rdma_counts(lab.device)
+    task = asyncio.create_task(aiordma.connect(silent, 7471, timeout=None))
+    done, _ = await asyncio.wait([task], timeout=0.5)  # still waiting for an answer
+    assert not done
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert rdma_counts(lab.device) == before
 
 
 @pytest.mark.asyncio

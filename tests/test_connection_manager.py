@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import subprocess
 
 import pytest
 
 import aiordma
-from tests.conftest import Lab
+from tests.conftest import Lab, rdma_counts
 
 CYCLES = 500
-
-
-def _rdma_counts(device: str) -> dict[str, int]:
-    out = subprocess.run(
-        ["rdma", "-j", "resource", "show"], capture_output=True, text=True, check=True
-    ).stdout
-    row = next(r for r in json.loads(out) if r["ifname"] == device)
-    return {key: row[key] for key in ("pd", "cq", "qp", "cm_id", "mr")}
 
 
 def _open_fds() -> int:
@@ -48,10 +38,10 @@ async def test_connect_close_cycles_leave_nothing_behind(lab: Lab) -> None:
 
         await cycle(port)  # opens the shared device and this loop's completion queue
         await settle()
-        fds, counts = _open_fds(), _rdma_counts(lab.device)
+        fds, counts = _open_fds(), rdma_counts(lab.device)
         for _ in range(CYCLES):
             await cycle(port)
         await settle()
         assert not server.connections
         assert _open_fds() == fds
-        assert _rdma_counts(lab.device) == counts
+        assert rdma_counts(lab.device) == counts
