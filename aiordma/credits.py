@@ -1,0 +1,76 @@
+"""Credit-based flow control for sends into a peer's pre-posted receive buffers.
+
+Each side posts ``window`` receive buffers and tells the peer, through
+credits, how many it has posted; a packet is sent only against a credit, so
+a sender can never find the peer's receive queue empty (no receiver-not-ready
+retries) and a slow receiver holds senders back instead of failing them.
+
+One credit is kept for credit-only packets: when both sides have used every
+other credit, each can still return the credits it owes, so the exchange
+cannot deadlock. Buffers consumed by credit-only packets are owed back but
+never trigger a credit-only packet of their own, so two idle peers do not
+ping-pong credits forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CreditWindow:
+    """Credit accounting for one direction pair of a connection (pure logic).
+
+    ``available``: packets we may still send. ``owed``: buffers we re-posted
+    and have not yet told the peer about.
+    """
+
+    window: int
+    available: int = field(init=False)
+    owed: int = 0
+    _owed_by_data: int = 0
+
+    def __post_init__(self) -> None:
+        if self.window < 4:
+            raise ValueError("a credit window needs at least 4 buffers")
+        self.available = self.window
+
+    def can_send_data(self) -> bool:
+        """Whether a data packet may go now (the last credit is kept for credit updates)."""
+        return self.available > 1
+
+    def take_for_data(self) -> int:
+        """Spend a credit on a data packet; returns the owed credits to piggyback on it."""
+        if not self.can_send_data():
+            raise RuntimeError("no credit for a data packet")
+        self.available -= 1
+        return self._piggyback()
+
+    def should_send_update(self) -> bool:
+        """Whether to send a credit-only packet now: enough owed because of data, and a credit."""
+        return self._owed_by_data >= max(1, self.window // 2) and self.available >= 1
+
+    def take_for_update(self) -> int:
+        """Spend a credit on a credit-only packet; returns the credits it carries."""
+        if self.available < 1:
+            raise RuntimeError("no credit for a credit update")
+        self.available -= 1
+        return self._piggyback()
+
+    def _piggyback(self) -> int:
+        owed, self.owed, self._owed_by_data = self.owed, 0, 0
+        return owed
+
+    def granted(self, credits: int) -> None:
+        """The peer re-posted ``credits`` buffers for us."""
+        if credits < 0 or self.available + credits > self.window:
+            raise ValueError(
+                f"peer granted {credits} credits with {self.available} of {self.window} unused"
+            )
+        self.available += credits
+
+    def reposted(self, for_data: bool) -> None:
+        """We re-posted a receive buffer that a packet of the peer consumed."""
+        self.owed += 1
+        if for_data:
+            self._owed_by_data += 1

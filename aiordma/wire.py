@@ -1,0 +1,91 @@
+"""The header every message-channel packet starts with, and its codec.
+
+A packet is one RDMA send into one of the peer's pre-posted receive buffers.
+Its 40-byte header says what it is, returns receive credits to the peer
+(piggybacked on any packet) and, for a rendezvous, where the payload can be
+read from. Malformed headers raise :class:`ProtocolError`, which closes the
+connection that sent them.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from aiordma.exceptions import RdmaError
+from aiordma.memory import RemoteBuffer
+
+MAGIC: Final = 0xA5
+VERSION: Final = 1
+
+_HEADER: Final = struct.Struct("<BBBxIQQQI4x")
+HEADER_SIZE: Final = _HEADER.size
+
+
+class ProtocolError(RdmaError):
+    """The peer sent something the message protocol does not allow."""
+
+
+class Kind(enum.IntEnum):
+    """What a packet carries."""
+
+    EAGER = 1
+    """The whole message follows the header in this packet."""
+    RENDEZVOUS = 2
+    """The message is in the sender's memory, at the advertised remote buffer."""
+    DONE = 3
+    """The receiver has read the rendezvous message ``msg_id``; the sender may reuse it."""
+    CREDIT = 4
+    """Only returns credits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    kind: Kind
+    credits: int
+    """Receive buffers the sender has re-posted since it last said so."""
+    msg_id: int = 0
+    length: int = 0
+    """Message length (EAGER, RENDEZVOUS)."""
+    remote: RemoteBuffer | None = None
+    """Where a RENDEZVOUS message can be read (its length is ``length``)."""
+
+    def pack_into(self, buf: memoryview | bytearray) -> None:
+        if not 0 <= self.credits < 1 << 32:
+            raise ValueError("credits must fit in 32 bits")
+        addr = self.remote.addr if self.remote is not None else 0
+        rkey = self.remote.rkey if self.remote is not None else 0
+        _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.kind, self.credits, self.msg_id,
+                          self.length, addr, rkey)  # fmt: skip
+
+    def pack(self) -> bytes:
+        buf = bytearray(HEADER_SIZE)
+        self.pack_into(buf)
+        return bytes(buf)
+
+    @classmethod
+    def unpack(cls, data: bytes | bytearray | memoryview, max_length: int) -> Header:
+        """Parse and check a received header; ``max_length`` bounds message sizes."""
+        if len(data) < HEADER_SIZE:
+            raise ProtocolError(f"packet of {len(data)} bytes is shorter than a header")
+        magic, version, kind, credits, msg_id, length, addr, rkey = _HEADER.unpack_from(data)
+        if magic != MAGIC or version != VERSION:
+            raise ProtocolError(f"not an aiordma message packet (magic {magic:#x}, v{version})")
+        try:
+            k = Kind(kind)
+        except ValueError:
+            raise ProtocolError(f"unknown packet kind {kind}") from None
+        if length > max_length:
+            raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_length}")
+        remote = None
+        if k == Kind.RENDEZVOUS:
+            if length == 0 or addr == 0:
+                raise ProtocolError("rendezvous without a readable buffer")
+            remote = RemoteBuffer(addr, length, rkey)
+        elif k == Kind.EAGER and length != len(data) - HEADER_SIZE:
+            raise ProtocolError(
+                f"eager packet says {length} bytes but carries {len(data) - HEADER_SIZE}"
+            )
+        return cls(k, credits, msg_id, length, remote)

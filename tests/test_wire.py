@@ -1,0 +1,44 @@
+"""The message packet header: round trips and rejection of malformed packets (no device)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiordma import RemoteBuffer
+from aiordma.wire import HEADER_SIZE, Header, Kind, ProtocolError
+
+LIMIT = 64 << 20
+
+
+def test_eager_header_round_trips_with_its_payload() -> None:
+    header = Header(Kind.EAGER, credits=3, msg_id=7, length=5)
+    packet = header.pack() + b"hello"
+    assert len(header.pack()) == HEADER_SIZE
+    assert Header.unpack(packet, LIMIT) == header
+
+
+def test_rendezvous_header_carries_the_readable_buffer() -> None:
+    remote = RemoteBuffer(0x7F0000001000, 16 << 20, 0x1234)
+    header = Header(Kind.RENDEZVOUS, credits=0, msg_id=9, length=16 << 20, remote=remote)
+    assert Header.unpack(header.pack(), LIMIT) == header
+
+
+@pytest.mark.parametrize(
+    ("packet", "message"),
+    [
+        (b"\x00" * 10, "shorter than a header"),
+        (b"\x00" * HEADER_SIZE, "not an aiordma message packet"),
+        (bytes([0xA5, 1, 99]) + bytes(HEADER_SIZE - 3), "unknown packet kind 99"),
+        (Header(Kind.EAGER, 0, 1, 6).pack() + b"short", "says 6 bytes but carries 5"),
+        (Header(Kind.EAGER, 0, 1, LIMIT + 1).pack(), "exceeds the limit"),
+        (Header(Kind.RENDEZVOUS, 0, 1, 100).pack(), "without a readable buffer"),
+    ],
+)
+def test_malformed_packets_raise_protocol_error(packet: bytes, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        Header.unpack(packet, LIMIT)
+
+
+def test_credits_must_fit_the_field() -> None:
+    with pytest.raises(ValueError, match="32 bits"):
+        Header(Kind.CREDIT, credits=1 << 32).pack()
