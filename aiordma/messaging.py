@@ -1,29 +1,41 @@
 """Ordered messages of any size over a :class:`~aiordma.Connection`.
 
-Small messages travel eagerly: copied into a registered send slot and sent
-into one of the peer's pre-posted receive buffers, against a credit (see
-:mod:`aiordma.credits`), so no send ever meets an empty receive queue.
-Larger ones go by rendezvous: the sender exposes the message for remote
-reading only, for exactly as long as the transfer takes, and advertises it;
-the receiver reads it straight into its own memory with one RDMA read and
-says it is done. Reading (rather than the sender writing) lets the receiver
-choose where the bytes land and needs one control packet each way.
+Small messages travel eagerly: copied into a send slot of a pool registered
+once, and sent into one of the peer's pre-posted receive buffers against a
+credit (see :mod:`aiordma.credits`), so no send ever meets an empty receive
+queue. A receive buffer is re-posted, and its credit returned, only once the
+application has taken the message out of it: a slow receiver holds the
+sender back instead of queueing without bound.
+
+Larger messages go by rendezvous: the sender exposes the message's own
+memory for remote *reading* only, advertises it, and the receiver reads it
+with one RDMA read straight into the memory it chooses (its own registered
+buffer with :meth:`MessageChannel.recv_message_into`), then says it is done,
+and only then does the sender deregister it. Reading rather than writing
+lets the receiver pick the destination when it is ready, needs one control
+packet each way, and never exposes the receiver's memory for writing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 import itertools
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiordma.connection import Connection
 from aiordma.credits import CreditWindow
-from aiordma.exceptions import ConnectionLostError, ResourceClosedError
-from aiordma.memory import Access, MemoryRegion, Segment
+from aiordma.exceptions import (
+    ConnectionLostError,
+    RdmaError,
+    ResourceBusyError,
+    ResourceClosedError,
+)
+from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
 from aiordma.queue_pair import Send
 from aiordma.wire import HEADER_SIZE, Header, Kind, ProtocolError
 
@@ -33,9 +45,67 @@ DEFAULT_WINDOW = 32
 DEFAULT_BUFFER = 8192
 DEFAULT_MAX_MESSAGE = 64 << 20
 
+Body = bytes | bytearray | memoryview | MemoryRegion | Segment
+"""What can be sent: any contiguous bytes-like object, or registered memory.
+
+A :class:`MemoryRegion` or :class:`Segment` registered with
+``Access.REMOTE_READ`` is sent without registering anything; anything else
+larger than the eager limit is registered, read-only for the peer, for the
+duration of the send.
+"""
+
+Into = MemoryRegion | Segment | bytearray | memoryview
+"""Where a received body can land: registered memory, or a writable buffer
+(registered for the duration of the read)."""
+
+Chooser = Callable[[bytes, int], "Into | None"]
+
 
 class MessageTooLargeError(ValueError):
     """A message exceeds the channel's ``max_message``."""
+
+
+class BufferTooSmallError(ValueError):
+    """The buffer given to receive into is shorter than the next message.
+
+    The message is not consumed; receive it again with a large enough buffer.
+    """
+
+    def __init__(self, needed: int, given: int) -> None:
+        super().__init__(f"the next message has {needed} bytes; the buffer holds {given}")
+        self.needed = needed
+
+
+@dataclass(slots=True)
+class _Arrival:
+    slot: int
+    header: Header
+    size: int
+
+
+def _length(body: Body) -> int:
+    if isinstance(body, MemoryRegion | Segment):
+        return body.length
+    return memoryview(body).nbytes
+
+
+def _bytes_view(body: Body) -> memoryview:
+    if isinstance(body, MemoryRegion | Segment):
+        return body.view()
+    return memoryview(body).cast("B")
+
+
+def _release_mr(mr: MemoryRegion) -> None:
+    """Deregister ``mr`` now, or once the work still using it completes."""
+    try:
+        mr.close()
+    except ResourceBusyError:
+        task = asyncio.get_running_loop().create_task(mr.aclose())
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Task[None]] = set()
 
 
 class MessageChannel:
@@ -43,7 +113,9 @@ class MessageChannel:
 
     Create it in the connection's ``prepare`` hook on both sides (see
     :func:`prepare_channel`) so its receive buffers are posted before the
-    peer can send.
+    peer can send. The channel owns the connection's receive queue. Both
+    sides should use the same ``max_message``: a peer announcing a larger
+    message than ours allows is a protocol error.
     """
 
     def __init__(
@@ -57,108 +129,214 @@ class MessageChannel:
         if buffer_size <= HEADER_SIZE:
             raise ValueError(f"buffer_size must exceed the {HEADER_SIZE}-byte header")
         if window > conn.qp.options.recv_depth or window > conn.qp.options.send_depth:
-            raise ValueError("window exceeds the queue pair's send or receive depth")
+            raise ValueError(
+                f"window {window} exceeds the queue pair's send or receive depth "
+                f"({conn.qp.options.send_depth}, {conn.qp.options.recv_depth})"
+            )
         self.conn = conn
         self.max_message = max_message
         self.eager_limit = buffer_size - HEADER_SIZE
+        """Messages (head included) up to this size travel in a single packet."""
         self._size = buffer_size
         self._credits = CreditWindow(window)
         self._recv_mr = conn.alloc(window * buffer_size)
         self._send_mr = conn.alloc(window * buffer_size)
         self._free_slots = list(range(window))
-        self._changed = asyncio.Condition()
-        self._incoming: collections.deque[asyncio.Future[bytes]] = collections.deque()
-        self._arrived = asyncio.Event()
-        self._exposed: dict[int, tuple[MemoryRegion, asyncio.Future[None]]] = {}
+        self._ready: collections.deque[_Arrival] = collections.deque()
+        self._waiters: list[asyncio.Future[None]] = []
+        self._exposed: dict[int, asyncio.Future[None]] = {}
         self._ids = itertools.count(1)
         self._send_lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._recv_lock = asyncio.Lock()
+        self._room_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
 
-    def _recv_slot(self, index: int) -> Segment:
-        return self._recv_mr[index * self._size : (index + 1) * self._size]
+    def __repr__(self) -> str:
+        state = f"failed: {self._error!r}" if self._error else f"credits={self._credits.available}"
+        return f"<MessageChannel {self.conn!r} {state}>"
 
-    async def _post_all(self) -> None:
+    async def _start(self) -> None:
         futures = await self.conn.post_recv_batch(
             [self._recv_slot(i) for i in range(self._credits.window)]
         )
         for index, fut in enumerate(futures):
             fut.add_done_callback(functools.partial(self._on_packet, index))
 
-    # -- receiving -----------------------------------------------------------
+    def _recv_slot(self, index: int) -> Segment:
+        return self._recv_mr[index * self._size : (index + 1) * self._size]
+
+    # -- events ------------------------------------------------------------
+
+    async def _changed(self) -> None:
+        """Wait until credits, send slots, arrivals or the channel's state change."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        await fut
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is not None:
+            return
+        self._error = exc
+        for fut in self._exposed.values():
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()
+        self._exposed.clear()
+        self._wake()
+
+    def _protocol_error(self, exc: Exception) -> None:
+        error = exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc))
+        log.warning("closing %r: peer broke the message protocol: %s", self.conn, error)
+        self._fail(error)
+        self.conn.close()
+
+    # -- receiving ---------------------------------------------------------
 
     def _on_packet(self, index: int, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            self._fail(fut.exception() or ResourceClosedError("channel closed"))
+        if fut.cancelled():
+            self._fail(ResourceClosedError("message channel closed"))
             return
-        wc = fut.result()
-        view = self._recv_mr.view()[index * self._size : index * self._size + wc.byte_len]
-        try:
-            header = Header.unpack(view, self.max_message)
-        except ProtocolError as exc:
-            log.warning("closing %r: %s", self.conn, exc)
+        exc = fut.exception()
+        if exc is not None:
             self._fail(exc)
-            self.conn.close()
             return
-        self._credits.granted(header.credits)
-        if header.kind == Kind.EAGER:
-            done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-            done.set_result(bytes(view[HEADER_SIZE:]))
-            self._deliver(done)
-        elif header.kind == Kind.RENDEZVOUS:
-            assert header.remote is not None
-            pending: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-            self._deliver(pending)
-            self._spawn(self._fetch(header, pending))
-        elif header.kind == Kind.DONE:
-            entry = self._exposed.pop(header.msg_id, None)
-            if entry is not None and not entry[1].done():
-                entry[1].set_result(None)
-        self._spawn(self._repost(index, header.kind != Kind.CREDIT))
-        self._spawn(self._wake())
-
-    def _deliver(self, fut: asyncio.Future[bytes]) -> None:
-        self._incoming.append(fut)
-        self._arrived.set()
-
-    async def _fetch(self, header: Header, result: asyncio.Future[bytes]) -> None:
-        assert header.remote is not None
-        target = self.conn.device.alloc(header.length)
+        if self._error is not None:
+            return
+        size = fut.result().byte_len
         try:
-            await self.conn.rdma_read(target, header.remote)
-            result.set_result(bytes(target.view()))
-        except BaseException as exc:
-            if not result.done():
-                result.set_exception(exc)
-            raise
-        finally:
-            await target.aclose()
-        await self._send_packet(Header(Kind.DONE, 0, header.msg_id), b"", data=True)
+            start = index * self._size
+            header = Header.unpack(self._recv_mr.view()[start : start + size], self.max_message)
+            self._credits.granted(header.credits)
+            if header.kind == Kind.DONE:
+                done = self._exposed.pop(header.msg_id, None)
+                if done is None:
+                    raise ProtocolError(f"DONE for message {header.msg_id}, which is not exposed")
+                if not done.done():
+                    done.set_result(None)
+        except (ProtocolError, ValueError) as err:
+            self._protocol_error(err)
+            return
+        if header.kind in (Kind.EAGER, Kind.RENDEZVOUS):
+            self._ready.append(_Arrival(index, header, size))
+        else:
+            self._repost(index, for_data=header.kind == Kind.DONE)
+        self._pump()
 
-    async def _repost(self, index: int, for_data: bool) -> None:
-        (fut,) = await self.conn.post_recv_batch([self._recv_slot(index)])
+    def _repost(self, index: int, *, for_data: bool) -> None:
+        if self._error is not None:
+            return
+        try:
+            (fut,) = self.conn.qp.post_recv_nowait([self._recv_slot(index)])
+        except (RdmaError, ResourceClosedError) as exc:
+            self._fail(exc)
+            return
         fut.add_done_callback(functools.partial(self._on_packet, index))
         self._credits.reposted(for_data)
-        await self._notify()
 
-    async def recv_message(self) -> bytes:
-        """The next message, in the order they were sent."""
-        while not self._incoming:
-            if self._error is not None:
-                raise self._error
-            self._arrived.clear()
-            await self._arrived.wait()
-        fut = self._incoming[0]
+    async def _next_arrival(self) -> _Arrival:
+        while True:
+            if self._ready:
+                arrival = self._ready[0]
+                if self._error is None or (
+                    arrival.header.kind == Kind.EAGER and not self._recv_mr.closed
+                ):
+                    return arrival
+            self._check()
+            await self._changed()
+
+    def _consumed(self, arrival: _Arrival) -> None:
+        self._ready.popleft()
+        self._repost(arrival.slot, for_data=True)
+        if arrival.header.kind == Kind.RENDEZVOUS:
+            self._spawn(self._send_control(Kind.DONE, arrival.header.msg_id))
+        self._pump()
+
+    def _head(self, arrival: _Arrival) -> bytes:
+        start = arrival.slot * self._size + HEADER_SIZE
+        return bytes(self._recv_mr.view()[start : start + arrival.header.head_length])
+
+    async def _receive(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
+        """The next message's head, and its body: as a new object, or the number
+        of bytes put where ``choose(head, body_length)`` said (None: a new object)."""
+        async with self._recv_lock:
+            arrival = await self._next_arrival()
+            header = arrival.header
+            head = self._head(arrival)
+            into = choose(head, header.length) if choose is not None else None
+            if into is not None and _length(into) < header.length:
+                raise BufferTooSmallError(header.length, _length(into))
+            body: bytes | bytearray | int
+            if header.kind == Kind.EAGER:
+                start = arrival.slot * self._size + HEADER_SIZE + header.head_length
+                data = self._recv_mr.view()[start : start + header.length]
+                if into is None:
+                    body = bytes(data)
+                else:
+                    _bytes_view(into)[: header.length] = data
+                    body = header.length
+            else:
+                assert header.remote is not None
+                target: Into = bytearray(header.length) if into is None else into
+                await self._read(target, header.remote)
+                body = target if into is None else header.length  # type: ignore[assignment]
+            self._consumed(arrival)
+            return head, body
+
+    async def _read(self, target: Into, remote: RemoteBuffer) -> None:
+        """RDMA-read ``remote`` into the start of ``target``."""
+        own: MemoryRegion | None = None
+        if isinstance(target, MemoryRegion):
+            segment = target.segment(0, remote.length)
+        elif isinstance(target, Segment):
+            segment = target[: remote.length]
+        else:
+            own = self.conn.device.register(target, Access.LOCAL_WRITE)
+            segment = own.segment(0, remote.length)
         try:
-            return await fut
+            await self.conn.rdma_read(segment, remote)
         finally:
-            if self._incoming and self._incoming[0] is fut and fut.done():
-                self._incoming.popleft()
+            if own is not None:
+                _release_mr(own)
+
+    async def recv_message(self) -> bytes | bytearray:
+        """The next message, in the order they were sent.
+
+        Small messages come back as ``bytes``; larger ones as the
+        ``bytearray`` the RDMA read landed in (no copy). Cancelling leaves
+        the message queued for the next receive.
+        """
+        _, body = await self._receive(None)
+        assert not isinstance(body, int)
+        return body
+
+    async def recv_message_into(self, buffer: Into) -> int:
+        """Receive the next message into ``buffer``; returns its length.
+
+        Large messages are read by the adapter straight into ``buffer``
+        (registered memory is used as is; other buffers are registered for
+        the read). Raises :class:`BufferTooSmallError`, leaving the message
+        queued, when it does not fit. If cancelled during a large read the
+        message stays queued, but ``buffer`` may still be written to until
+        that read completes.
+        """
+        _, n = await self._receive(lambda _head, _n: buffer)
+        assert isinstance(n, int)
+        return n
 
     def __aiter__(self) -> MessageChannel:
         return self
 
-    async def __anext__(self) -> bytes:
+    async def __anext__(self) -> bytes | bytearray:
         try:
             return await self.recv_message()
         except (ConnectionLostError, ResourceClosedError):
@@ -166,106 +344,156 @@ class MessageChannel:
 
     # -- sending -----------------------------------------------------------
 
-    async def send_message(self, data: bytes | bytearray | memoryview) -> None:
-        """Send ``data``; returns once the peer has it (large) or it is acknowledged (small)."""
-        size = len(data)
+    async def send_message(self, data: Body) -> None:
+        """Send ``data`` as one message.
+
+        Small messages are copied into a registered send buffer: this returns
+        once that is posted, and ``data`` may be reused at once. Larger ones
+        are read by the peer from ``data`` itself, and this returns once the
+        peer has them; ``data`` must not change meanwhile. Waits for credit
+        when the peer is slow to receive. Cancelling a large send after it
+        was announced does not withdraw it: its memory stays exposed until
+        the peer has read it.
+        """
+        await self._send(b"", data)
+
+    async def _send(self, head: bytes, body: Body) -> None:
+        size = _length(body)
         if size > self.max_message:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds this channel's max_message of {self.max_message}"
             )
-        if size <= self.eager_limit:
-            await self._send_packet(Header(Kind.EAGER, 0, 0, size), data, data=True)
-            return
-        exposed = self.conn.device.register(bytes(data), Access.REMOTE_READ)
-        msg_id = next(self._ids)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._exposed[msg_id] = (exposed, done)
-        try:
-            header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposed.remote())
-            await self._send_packet(header, b"", data=True)
-            await done
-        finally:
-            self._exposed.pop(msg_id, None)
-            await exposed.aclose()
-
-    async def _send_packet(self, header: Header, payload: Any, *, data: bool) -> None:
-        """Send one packet. Messages (EAGER, RENDEZVOUS) are posted in call order;
-        control packets skip the queue, so they never wait behind a message."""
-        if header.kind in (Kind.EAGER, Kind.RENDEZVOUS):
+        if len(head) > self.eager_limit:
+            raise ValueError(f"message head of {len(head)} bytes exceeds {self.eager_limit}")
+        if len(head) + size <= self.eager_limit:
             async with self._send_lock:
-                sent = await self._post_packet(header, payload, data=data)
-        else:
-            sent = await self._post_packet(header, payload, data=data)
-        await sent
-
-    async def _post_packet(
-        self, header: Header, payload: Any, *, data: bool
-    ) -> asyncio.Future[Any]:
-        async with self._changed:
-            while not (self._has_credit(data) and self._free_slots):
-                if self._error is not None:
-                    raise self._error
-                await self._changed.wait()
-            if self._error is not None:
-                raise self._error
-            credits = self._credits.take_for_data() if data else self._credits.take_for_update()
-            slot = self._free_slots.pop()
+                await self._post_when_possible(Header(Kind.EAGER, 0, 0, size), head, body)
+            return
+        exposure, remote = self._expose(body)
+        msg_id = next(self._ids)
+        done = asyncio.get_running_loop().create_future()
+        if exposure is not None:
+            done.add_done_callback(lambda _: _release_mr(exposure))
+        header = Header(Kind.RENDEZVOUS, 0, msg_id, size, remote)
+        self._exposed[msg_id] = done
         try:
-            view = self._send_mr.view()[slot * self._size : (slot + 1) * self._size]
-            packet = Header(header.kind, credits, header.msg_id, header.length, header.remote)
-            packet.pack_into(view)
-            end = HEADER_SIZE + len(payload)
-            view[HEADER_SIZE:end] = payload
-            segment = self._send_mr[slot * self._size : slot * self._size + end]
-            (sent,) = await self.conn.post_batch([Send(segment)])
+            async with self._send_lock:
+                await self._post_when_possible(header, head, None)
         except BaseException:
-            self._release_slot(slot)
+            self._exposed.pop(msg_id, None)
+            done.cancel()
             raise
-        sent.add_done_callback(lambda _: self._release_slot(slot))
-        return sent
+        await asyncio.shield(done)
 
-    def _release_slot(self, slot: int) -> None:
+    def _expose(self, body: Body) -> tuple[MemoryRegion | None, RemoteBuffer]:
+        """Make ``body`` readable by the peer (and nothing more)."""
+        if isinstance(body, MemoryRegion | Segment):
+            region = body if isinstance(body, MemoryRegion) else body.mr
+            if region.access & Access.REMOTE_READ:
+                return None, body.remote()
+            body = body.view()
+        try:
+            mr = self.conn.device.register(body, Access.REMOTE_READ)
+        except TypeError:  # not contiguous
+            mr = self.conn.device.register(bytes(memoryview(body)), Access.REMOTE_READ)
+        return mr, mr.remote()
+
+    async def _post_when_possible(self, header: Header, head: bytes, body: Body | None) -> None:
+        """Post a packet that needs a data credit, waiting for credit and room."""
+        while True:
+            self._check()
+            if self._credits.can_send_data() and self._free_slots:
+                try:
+                    self._post(header, head, body, for_data=True)
+                    return
+                except ResourceBusyError:
+                    await self.conn.qp.wait_send_room()
+                    continue
+            await self._changed()
+
+    def _post(self, header: Header, head: bytes, body: Body | None, *, for_data: bool) -> None:
+        """Post one packet now, piggybacking the credits we owe; raises
+        ResourceBusyError (changing nothing) if the send queue is full."""
+        slot = self._free_slots.pop()
+        try:
+            start = slot * self._size
+            view = self._send_mr.view()[start : start + self._size]
+            owed = self._credits.owed
+            Header(header.kind, owed, header.msg_id, header.length, header.remote,
+                   len(head)).pack_into(view)  # fmt: skip
+            end = HEADER_SIZE + len(head)
+            view[HEADER_SIZE:end] = head
+            if body is not None and header.kind == Kind.EAGER:
+                view[end : end + header.length] = _bytes_view(body)
+                end += header.length
+            del view
+            (sent,) = self.conn.qp.post_batch_nowait([Send(self._send_mr[start : start + end])])
+        except BaseException:
+            self._free_slots.append(slot)
+            raise
+        taken = self._credits.take_for_data() if for_data else self._credits.take_for_update()
+        assert taken == owed
+        sent.add_done_callback(functools.partial(self._sent, slot))
+
+    def _sent(self, slot: int, fut: asyncio.Future[Any]) -> None:
         self._free_slots.append(slot)
-        self._spawn(self._notify())
+        if fut.cancelled():
+            self._fail(ResourceClosedError("message channel closed"))
+        elif fut.exception() is not None:
+            self._fail(fut.exception())  # type: ignore[arg-type]
+        self._pump()
 
-    def _has_credit(self, data: bool) -> bool:
-        return self._credits.can_send_data() if data else self._credits.available >= 1
+    async def _send_control(self, kind: Kind, msg_id: int = 0) -> None:
+        """Send a DONE packet (it takes a data credit, so it is owed back)."""
+        try:
+            await self._post_when_possible(Header(kind, 0, msg_id), b"", None)
+        except (RdmaError, ResourceClosedError, ConnectionResetError) as exc:
+            log.debug("could not send %s: %r", kind.name, exc)
 
-    async def _notify(self) -> None:
-        """Return credits if an update is due, and wake senders."""
-        if self._credits.should_send_update() and self._error is None:
-            with contextlib.suppress(Exception):
-                await self._send_packet(Header(Kind.CREDIT, 0), b"", data=False)
-        await self._wake()
+    def _pump(self) -> None:
+        """Return owed credits if an update is due, and wake waiters."""
+        if (
+            self._error is None
+            and self._credits.should_send_update()
+            and self._free_slots
+            and self._room_task is None
+        ):
+            try:
+                self._post(Header(Kind.CREDIT, 0), b"", None, for_data=False)
+            except ResourceBusyError:
+                self._room_task = asyncio.get_running_loop().create_task(self._pump_later())
+            except (RdmaError, ResourceClosedError) as exc:
+                self._fail(exc)
+        self._wake()
 
-    async def _wake(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    # -- lifecycle ---------------------------------------------------------
+    async def _pump_later(self) -> None:
+        try:
+            await self.conn.qp.wait_send_room()
+        except BaseException:
+            return
+        finally:
+            self._room_task = None
+        self._pump()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.debug("message channel task ended: %r", task.exception())
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._error is None:
-            self._error = exc
-            self._arrived.set()
-            for _, fut in self._exposed.values():
-                if not fut.done():
-                    fut.set_exception(exc)
-            self._spawn(self._notify())
+        _background.add(task)
+        task.add_done_callback(_background.discard)
 
 
 async def prepare_channel(conn: Connection) -> MessageChannel:
     """A ``prepare`` hook giving each connection a :class:`MessageChannel` in ``conn.prepared``."""
     channel = MessageChannel(conn)
-    await channel._post_all()
+    await channel._start()
     return channel
+
+
+def channel_factory(**options: Any) -> Callable[[Connection], Any]:
+    """A ``prepare`` hook like :func:`prepare_channel`, with :class:`MessageChannel` options."""
+
+    async def prepare(conn: Connection) -> MessageChannel:
+        channel = MessageChannel(conn, **options)
+        await channel._start()
+        return channel
+
+    return prepare

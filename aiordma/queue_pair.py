@@ -31,6 +31,7 @@ from aiordma.completion import WorkCompletion, completion_error, to_work_complet
 from aiordma.exceptions import (
     DeviceError,
     QueuePairError,
+    ResourceBusyError,
     ResourceClosedError,
 )
 from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment, as_segments
@@ -428,6 +429,20 @@ class QueuePair:
             futures += self._post_send_now(chunk)
         return futures
 
+    def post_batch_nowait(self, ops: Sequence[SendOp]) -> list[asyncio.Future[WorkCompletion]]:
+        """:meth:`post_batch` without waiting: raises :class:`ResourceBusyError`
+        (and posts nothing) when the send queue has no room for all of ``ops``."""
+        self._check_usable()
+        built = [self._build(op) for op in ops]
+        if not self._sq.try_acquire(len(built)):
+            raise ResourceBusyError(f"send queue has no room for {len(built)} work requests")
+        return self._post_send_now(built)
+
+    async def wait_send_room(self, n: int = 1) -> None:
+        """Wait until ``n`` send-queue slots are free (they are not taken)."""
+        await self._sq.acquire(n)
+        self._sq.release(n)
+
     async def _one(self, op: _Built) -> asyncio.Future[WorkCompletion]:
         self._check_usable()
         if not self._sq.try_acquire(1):
@@ -571,6 +586,18 @@ class QueuePair:
             await self._rq.acquire(len(chunk))
             futures += self._post_recv_now(chunk)
         return futures
+
+    def post_recv_nowait(self, locals_: Sequence[Local]) -> list[asyncio.Future[WorkCompletion]]:
+        """:meth:`post_recv_batch` without waiting: raises :class:`ResourceBusyError`
+        (and posts nothing) when the receive queue has no room for all of them."""
+        self._check_usable()
+        seglists = [as_segments(local) for local in locals_]
+        for segs in seglists:
+            self._check_sges(segs, self.options.max_recv_sge)
+            self._check_writable(segs, "post_recv")
+        if not self._rq.try_acquire(len(seglists)):
+            raise ResourceBusyError(f"receive queue has no room for {len(seglists)} buffers")
+        return self._post_recv_now(seglists)
 
     async def post_recv(self, local: Local) -> WorkCompletion:
         """Post one receive buffer and wait for the message that lands in it."""

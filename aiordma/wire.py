@@ -2,8 +2,12 @@
 
 A packet is one RDMA send into one of the peer's pre-posted receive buffers.
 Its 40-byte header says what it is, returns receive credits to the peer
-(piggybacked on any packet) and, for a rendezvous, where the payload can be
-read from. Malformed headers raise :class:`ProtocolError`, which closes the
+(piggybacked on any packet) and, for a rendezvous, where the body can be
+read from. A message is an optional short *head* (framing for the layer
+above, e.g. an RPC call id) and a *body*: an eager packet carries both after
+the header, a rendezvous packet carries the head and advertises the body.
+
+Malformed headers raise :class:`ProtocolError`, which closes the
 connection that sent them.
 """
 
@@ -20,7 +24,7 @@ from aiordma.memory import RemoteBuffer
 MAGIC: Final = 0xA5
 VERSION: Final = 1
 
-_HEADER: Final = struct.Struct("<BBBxIQQQI4x")
+_HEADER: Final = struct.Struct("<BBBxIQQQIHxx")
 HEADER_SIZE: Final = _HEADER.size
 
 
@@ -48,9 +52,11 @@ class Header:
     """Receive buffers the sender has re-posted since it last said so."""
     msg_id: int = 0
     length: int = 0
-    """Message length (EAGER, RENDEZVOUS)."""
+    """Body length (EAGER, RENDEZVOUS)."""
     remote: RemoteBuffer | None = None
-    """Where a RENDEZVOUS message can be read (its length is ``length``)."""
+    """Where a RENDEZVOUS body can be read (its length is ``length``)."""
+    head_length: int = 0
+    """Bytes of head that follow the header (EAGER, RENDEZVOUS)."""
 
     def pack_into(self, buf: memoryview | bytearray) -> None:
         if not 0 <= self.credits < 1 << 32:
@@ -58,7 +64,7 @@ class Header:
         addr = self.remote.addr if self.remote is not None else 0
         rkey = self.remote.rkey if self.remote is not None else 0
         _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.kind, self.credits, self.msg_id,
-                          self.length, addr, rkey)  # fmt: skip
+                          self.length, addr, rkey, self.head_length)  # fmt: skip
 
     def pack(self) -> bytes:
         buf = bytearray(HEADER_SIZE)
@@ -70,7 +76,7 @@ class Header:
         """Parse and check a received header; ``max_length`` bounds message sizes."""
         if len(data) < HEADER_SIZE:
             raise ProtocolError(f"packet of {len(data)} bytes is shorter than a header")
-        magic, version, kind, credits, msg_id, length, addr, rkey = _HEADER.unpack_from(data)
+        magic, version, kind, credits, msg_id, length, addr, rkey, head = _HEADER.unpack_from(data)
         if magic != MAGIC or version != VERSION:
             raise ProtocolError(f"not an aiordma message packet (magic {magic:#x}, v{version})")
         try:
@@ -79,13 +85,19 @@ class Header:
             raise ProtocolError(f"unknown packet kind {kind}") from None
         if length > max_length:
             raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_length}")
+        carried = len(data) - HEADER_SIZE
         remote = None
         if k == Kind.RENDEZVOUS:
             if length == 0 or addr == 0:
                 raise ProtocolError("rendezvous without a readable buffer")
             remote = RemoteBuffer(addr, length, rkey)
-        elif k == Kind.EAGER and length != len(data) - HEADER_SIZE:
-            raise ProtocolError(
-                f"eager packet says {length} bytes but carries {len(data) - HEADER_SIZE}"
-            )
-        return cls(k, credits, msg_id, length, remote)
+            if head != carried:
+                raise ProtocolError(f"rendezvous packet says {head} head bytes, carries {carried}")
+        elif k == Kind.EAGER:
+            if head + length != carried:
+                raise ProtocolError(
+                    f"eager packet says {head} + {length} bytes but carries {carried}"
+                )
+        elif head or length or carried:
+            raise ProtocolError(f"{k.name} packet with a payload")
+        return cls(k, credits, msg_id, length, remote, head)

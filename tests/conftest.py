@@ -124,11 +124,10 @@ async def stop_peer(proc: asyncio.subprocess.Process) -> None:
         await proc.communicate()
 
 
-@pytest.fixture(scope="module")
-def peer_server(lab: Lab) -> Iterator[int]:
-    """An echo server in another process (``tests.peer serve``) for a module; yields its port."""
+def start_peer_server(lab: Lab, mode: str) -> Iterator[int]:
+    """Run ``tests.peer MODE`` (a server) for as long as the generator lives; yields its port."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.peer", "serve", lab.addr, "0"],
+        [sys.executable, "-m", "tests.peer", mode, lab.addr, "0"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -136,9 +135,17 @@ def peer_server(lab: Lab) -> Iterator[int]:
     line = proc.stdout.readline()
     if not line.startswith("listening"):
         proc.kill()
-        pytest.fail(f"peer server did not start: {proc.stderr.read()}", pytrace=False)
+        pytest.fail(f"peer {mode} server did not start: {proc.stderr.read()}", pytrace=False)
     try:
         yield int(line.split()[1])
     finally:
         proc.terminate()
-        proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
+        if proc.returncode not in (0, -15):
+            pytest.fail(f"peer {mode} server failed ({proc.returncode}): {err}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def peer_server(lab: Lab) -> Iterator[int]:
+    """An echo server in another process (``tests.peer serve``) for a module; yields its port."""
+    yield from start_peer_server(lab, "serve")

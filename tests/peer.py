@@ -14,17 +14,25 @@ server and checks them; prints ``ok N``.
 
 ``try DATA``: one connect with DATA as private data; prints ``accepted REPLY``
 or ``rejected DATA`` (trailing zero padding stripped).
+
+``checksums``: a message-channel server answering every message with its
+SHA-256 digest; prints ``listening PORT`` and runs until SIGTERM.
+
+``rpc``: the RPC service of :func:`rpc_service`; prints ``listening PORT``
+and runs until SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import signal
 import sys
 from collections.abc import Callable, Coroutine
 
 import aiordma
-from aiordma import Access
+from aiordma import Access, rpc
+from aiordma.messaging import MessageChannel, prepare_channel
 
 SIZE = 4096
 
@@ -108,6 +116,86 @@ async def attempt(addr: str, port: int, data: str) -> None:
         print("accepted", conn.peer_private_data.rstrip(b"\0").decode(), flush=True)
 
 
+async def _serve_until_sigterm(server: aiordma.Server) -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with server:
+        print(f"listening {server.addresses[0][1]}", flush=True)
+        await stop.wait()
+        server.close_clients()
+
+
+async def digest_each(conn: aiordma.Connection) -> None:
+    channel: MessageChannel = conn.prepared
+    async for message in channel:
+        await channel.send_message(hashlib.sha256(message).digest())
+
+
+async def checksums(addr: str, port: int) -> None:
+    await _serve_until_sigterm(
+        await aiordma.start_server(digest_each, addr, port, prepare=prepare_channel)
+    )
+
+
+def blob(size: int) -> bytes:
+    """``size`` deterministic bytes (the ``blob`` method's result)."""
+    block = hashlib.sha256(str(size).encode()).digest()
+    return (block * (size // len(block) + 1))[:size]
+
+
+def rpc_service() -> rpc.Service:
+    """``echo``, ``fail`` (raises ValueError), ``wait`` (until cancelled),
+    ``cancelled`` (how many ``wait`` calls were cancelled), ``blob`` (payload:
+    a size in ASCII; returns :func:`blob` of it from a region registered once
+    for remote reading, as a server's buffer pool would be) and
+    ``digest`` (SHA-256 of the payload)."""
+    service = rpc.Service()
+    cancelled = 0
+
+    @service.method()
+    async def echo(payload: bytes) -> bytes:
+        return payload
+
+    @service.method()
+    async def fail(payload: bytes) -> bytes:
+        raise ValueError(f"bad input: {bytes(payload).decode()}")
+
+    @service.method()
+    async def wait(payload: bytes) -> bytes:
+        nonlocal cancelled
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled += 1
+            raise
+        return b""
+
+    @service.method("cancelled")
+    async def cancelled_count(payload: bytes) -> bytes:
+        return str(cancelled).encode()
+
+    regions: dict[int, aiordma.MemoryRegion] = {}
+
+    @service.method("blob")
+    async def blob_method(payload: bytes) -> aiordma.MemoryRegion:
+        size = int(payload)
+        if size not in regions:
+            regions[size] = aiordma.Device.shared().register(
+                bytearray(blob(size)), Access.REMOTE_READ
+            )
+        return regions[size]
+
+    @service.method()
+    async def digest(payload: bytes) -> bytes:
+        return hashlib.sha256(payload).digest()
+
+    return service
+
+
+async def rpc_server(addr: str, port: int) -> None:
+    await _serve_until_sigterm(await rpc.start_server(rpc_service(), addr, port))
+
+
 if __name__ == "__main__":
     mode, host, port_text, *rest = sys.argv[1:]
     modes: dict[str, Callable[..., Coroutine[None, None, None]]] = {
@@ -115,5 +203,7 @@ if __name__ == "__main__":
         "stream": stream,
         "clients": clients,
         "try": attempt,
+        "checksums": checksums,
+        "rpc": rpc_server,
     }
     asyncio.run(modes[mode](host, int(port_text), *rest))

@@ -4,60 +4,246 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
 import aiordma
-from aiordma.messaging import MessageChannel, MessageTooLargeError, prepare_channel
-from tests.conftest import Lab
+from aiordma import Access
+from aiordma.messaging import (
+    BufferTooSmallError,
+    MessageChannel,
+    MessageTooLargeError,
+    channel_factory,
+    prepare_channel,
+)
+from aiordma.wire import Header, Kind, ProtocolError
+from tests.conftest import Lab, start_peer_server
 
 
-def _payload(i: int, rng: random.Random) -> bytes:
-    size = rng.choice([0, 1, 100, 8000, 8152, 8153, 70_000, 1 << 20])
-    return hashlib.sha256(str(i).encode()).digest()[:8] * (size // 8) + b"x" * (size % 8)
+def _payload(i: int, size: int) -> bytes:
+    block = hashlib.sha256(str(i).encode()).digest()
+    return (block * (size // len(block) + 1))[:size]
+
+
+Handler = Callable[[aiordma.Connection], Awaitable[None]]
+
+
+@asynccontextmanager
+async def channel_to(lab: Lab, handler: Handler, **options: int) -> AsyncIterator[MessageChannel]:
+    """A channel to an in-process server running ``handler`` on each connection."""
+    prepare = channel_factory(**options)
+    async with await aiordma.start_server(handler, lab.addr, 0, prepare=prepare) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.connect(lab.addr, port, prepare=prepare) as conn:
+            yield conn.prepared
+
+
+async def echo(conn: aiordma.Connection) -> None:
+    channel: MessageChannel = conn.prepared
+    async for message in channel:
+        await channel.send_message(message)
 
 
 @pytest.mark.asyncio
 async def test_mixed_sizes_arrive_in_order_both_ways(lab: Lab) -> None:
     rng = random.Random(4)
-    outgoing = [_payload(i, rng) for i in range(60)]
+    sizes = [0, 1, 100, 8000, 8152, 8153, 70_000, 1 << 20]
+    outgoing = [_payload(i, rng.choice(sizes)) for i in range(60)]
     got: list[bytes] = []
-    done = asyncio.Event()
 
     async def serve(conn: aiordma.Connection) -> None:
         channel: MessageChannel = conn.prepared
-        for _ in outgoing:
-            message = await channel.recv_message()
-            got.append(message)
+        async for message in channel:
+            got.append(bytes(message))
             await channel.send_message(message[::-1])
-        done.set()
-        await conn.wait_closed()
 
-    async with await aiordma.start_server(serve, lab.addr, 0, prepare=prepare_channel) as server:
-        port = server.addresses[0][1]
-        async with await aiordma.connect(lab.addr, port, prepare=prepare_channel) as conn:
-            channel: MessageChannel = conn.prepared
-            sender = asyncio.gather(*(channel.send_message(m) for m in outgoing))
-            replies = [await asyncio.wait_for(channel.recv_message(), 60) for _ in outgoing]
-            await sender
-            await asyncio.wait_for(done.wait(), 60)
+    async with channel_to(lab, serve) as channel:
+        sender = asyncio.gather(*(channel.send_message(m) for m in outgoing))
+        replies = [bytes(await asyncio.wait_for(channel.recv_message(), 60)) for _ in outgoing]
+        await sender
     assert got == outgoing
     assert replies == [m[::-1] for m in outgoing]
 
 
+@pytest.fixture(scope="module")
+def checksum_server(lab: Lab) -> Iterator[int]:
+    yield from start_peer_server(lab, "checksums")
+
+
+def _sizes(count: int, seed: int) -> list[int]:
+    """Mostly small, some medium, and a few of 16 MiB: bytes to 16 MiB."""
+    rng = random.Random(seed)
+    sizes = []
+    for i in range(count):
+        if i % 1000 == 999:
+            sizes.append(16 << 20)
+        elif i % 50 == 49:
+            sizes.append(rng.randrange(8 << 10, 1 << 20))
+        else:
+            sizes.append(rng.choice([0, 1, 7, 64, 512, 4096, 8152]))
+    return sizes
+
+
+@pytest.mark.asyncio
+async def test_ten_thousand_mixed_messages_reach_another_process_in_order(
+    lab: Lab, checksum_server: int
+) -> None:
+    sizes = _sizes(10_000, seed=5)
+    big = {size: _payload(size, size) for size in set(sizes) if size > 8 << 10}
+
+    def message(i: int) -> bytes:
+        size = sizes[i]
+        if size in big:
+            return i.to_bytes(8, "little") + big[size][8:]
+        return _payload(i, size)
+
+    async with await aiordma.connect(lab.addr, checksum_server, prepare=prepare_channel) as conn:
+        channel: MessageChannel = conn.prepared
+
+        async def send_all() -> None:
+            for i in range(len(sizes)):
+                await channel.send_message(message(i))
+
+        sender = asyncio.create_task(send_all())
+        for i in range(len(sizes)):
+            digest = await asyncio.wait_for(channel.recv_message(), 60)
+            assert digest == hashlib.sha256(message(i)).digest(), f"message {i} ({sizes[i]} B)"
+        await sender
+    assert sum(sizes) > 5 * (16 << 20)
+
+
+def _rnr_counters(device: str) -> dict[str, int]:
+    base = Path(f"/sys/class/infiniband/{device}/ports/1/hw_counters")
+    return {name: int((base / name).read_text()) for name in ("rcvd_rnr_err", "send_rnr_err")}
+
+
+@pytest.mark.asyncio
+async def test_fast_sender_is_held_back_by_a_slow_receiver_without_rnr(lab: Lab) -> None:
+    count, window = 120, 8
+    consumed = 0
+    consumed_when_sender_done = -1
+    received: list[bytes] = []
+    finished = asyncio.Event()
+
+    async def slow(conn: aiordma.Connection) -> None:
+        nonlocal consumed
+        channel: MessageChannel = conn.prepared
+        for _ in range(count):
+            received.append(bytes(await channel.recv_message()))
+            consumed += 1
+            await asyncio.sleep(0.005)  # the receiver's "work": 100x a send's cost
+        finished.set()
+        await channel.send_message(b"bye")
+
+    before = _rnr_counters(lab.device)
+    async with channel_to(lab, slow, window=window) as channel:
+        for i in range(count):
+            await channel.send_message(b"%d" % i)
+        consumed_when_sender_done = consumed
+        await asyncio.wait_for(finished.wait(), 60)
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"bye"
+    assert received == [b"%d" % i for i in range(count)]
+    # Without flow control the sender would finish long before the receiver;
+    # with it, it can be at most the credit window ahead.
+    assert consumed_when_sender_done >= count - window
+    assert _rnr_counters(lab.device) == before
+
+
 @pytest.mark.asyncio
 async def test_oversized_message_is_refused_and_the_channel_stays_usable(lab: Lab) -> None:
-    async def echo(conn: aiordma.Connection) -> None:
-        channel: MessageChannel = conn.prepared
-        await channel.send_message(await channel.recv_message())
-        await conn.wait_closed()
+    async with channel_to(lab, echo) as channel:
+        with pytest.raises(MessageTooLargeError, match="max_message"):
+            await channel.send_message(bytes(channel.max_message + 1))
+        await channel.send_message(b"still fine")
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"still fine"
 
-    async with await aiordma.start_server(echo, lab.addr, 0, prepare=prepare_channel) as server:
+
+@pytest.mark.asyncio
+async def test_receiving_into_registered_memory(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+        region = channel.conn.alloc(1 << 20)
+        big, small = _payload(1, 300_000), b"small one"
+        for data in (big, small):
+            await channel.send_message(data)
+            n = await asyncio.wait_for(channel.recv_message_into(region), 30)
+            assert bytes(region.view()[:n]) == data
+        await channel.send_message(big)
+        with pytest.raises(BufferTooSmallError, match="300000 bytes"):
+            await channel.recv_message_into(bytearray(1000))
+        # The message was not consumed: a big enough buffer still gets it.
+        target = bytearray(300_000)
+        assert await asyncio.wait_for(channel.recv_message_into(target), 30) == 300_000
+        assert target == big
+
+
+@pytest.mark.asyncio
+async def test_a_large_send_from_registered_memory_needs_no_registration(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+        source = channel.conn.alloc(100_000, Access.REMOTE_READ)
+        source.view()[:] = _payload(7, 100_000)
+        regions = len(channel.conn.device._mrs)
+        sending = asyncio.create_task(channel.send_message(source))
+        reply = await asyncio.wait_for(channel.recv_message(), 30)
+        await sending
+        assert reply == _payload(7, 100_000)
+        assert len(channel.conn.device._mrs) == regions
+
+
+@pytest.mark.asyncio
+async def test_cancelled_receive_leaves_the_message_queued(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+        data = _payload(3, 4 << 20)
+        await channel.send_message(data[:10])  # something small first, so timing varies
+        assert await asyncio.wait_for(channel.recv_message(), 30) == data[:10]
+        sending = asyncio.create_task(channel.send_message(data))
+        try:
+            early = await asyncio.wait_for(channel.recv_message(), 0.01)
+        except TimeoutError:
+            early = None
+        reply = early if early is not None else await asyncio.wait_for(channel.recv_message(), 30)
+        await sending
+        assert reply == data
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"certainly not a packet header, but long enough to be taken for one",
+        Header(Kind.CREDIT, credits=1000).pack(),
+        Header(Kind.DONE, 0, msg_id=77).pack(),
+    ],
+    ids=["garbage", "too-many-credits", "unknown-done"],
+)
+@pytest.mark.asyncio
+async def test_malformed_packet_closes_only_that_connection(
+    lab: Lab, garbage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    errors: list[BaseException] = []
+
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        try:
+            async for message in channel:
+                await channel.send_message(message)
+        except ProtocolError as exc:
+            errors.append(exc)
+
+    caplog.set_level(logging.WARNING, "aiordma.messaging")
+    async with await aiordma.start_server(serve, lab.addr, 0, prepare=prepare_channel) as server:
         port = server.addresses[0][1]
-        async with await aiordma.connect(lab.addr, port, prepare=prepare_channel) as conn:
-            channel: MessageChannel = conn.prepared
-            with pytest.raises(MessageTooLargeError, match="max_message"):
-                await channel.send_message(bytes(channel.max_message + 1))
-            await channel.send_message(b"still fine")
-            assert await asyncio.wait_for(channel.recv_message(), 30) == b"still fine"
+        async with await aiordma.connect(lab.addr, port, prepare=prepare_channel) as good:
+            channel: MessageChannel = good.prepared
+            async with await aiordma.connect(lab.addr, port) as bad:
+                packet = bad.alloc(len(garbage))
+                packet.view()[:] = garbage
+                await bad.post_send(packet)
+                await asyncio.wait_for(bad.wait_closed(), 30)
+            await channel.send_message(b"unaffected")
+            assert await asyncio.wait_for(channel.recv_message(), 30) == b"unaffected"
+    assert len(errors) == 1
+    assert "broke the message protocol" in caplog.text

@@ -17,10 +17,17 @@ def test_eager_header_round_trips_with_its_payload() -> None:
     assert Header.unpack(packet, LIMIT) == header
 
 
-def test_rendezvous_header_carries_the_readable_buffer() -> None:
+def test_rendezvous_header_carries_the_readable_buffer_and_the_head() -> None:
     remote = RemoteBuffer(0x7F0000001000, 16 << 20, 0x1234)
-    header = Header(Kind.RENDEZVOUS, credits=0, msg_id=9, length=16 << 20, remote=remote)
-    assert Header.unpack(header.pack(), LIMIT) == header
+    header = Header(Kind.RENDEZVOUS, 0, 9, 16 << 20, remote, head_length=4)
+    assert Header.unpack(header.pack() + b"head", LIMIT) == header
+    with pytest.raises(ProtocolError, match="says 4 head bytes, carries 0"):
+        Header.unpack(header.pack(), LIMIT)
+
+
+def test_eager_head_and_body_lengths_add_up() -> None:
+    header = Header(Kind.EAGER, 0, 1, length=3, head_length=2)
+    assert Header.unpack(header.pack() + b"hibod", LIMIT) == header
 
 
 @pytest.mark.parametrize(
@@ -29,7 +36,9 @@ def test_rendezvous_header_carries_the_readable_buffer() -> None:
         (b"\x00" * 10, "shorter than a header"),
         (b"\x00" * HEADER_SIZE, "not an aiordma message packet"),
         (bytes([0xA5, 1, 99]) + bytes(HEADER_SIZE - 3), "unknown packet kind 99"),
-        (Header(Kind.EAGER, 0, 1, 6).pack() + b"short", "says 6 bytes but carries 5"),
+        (Header(Kind.EAGER, 0, 1, 6).pack() + b"short", "says 0 \\+ 6 bytes but carries 5"),
+        (Header(Kind.EAGER, 0, 1, 2, head_length=2).pack() + b"abc", "says 2 \\+ 2 bytes"),
+        (Header(Kind.CREDIT, 0).pack() + b"x", "CREDIT packet with a payload"),
         (Header(Kind.EAGER, 0, 1, LIMIT + 1).pack(), "exceeds the limit"),
         (Header(Kind.RENDEZVOUS, 0, 1, 100).pack(), "without a readable buffer"),
     ],

@@ -1,0 +1,50 @@
+"""Payload codecs: how RPC arguments and results become message bodies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from aiordma.memory import MemoryRegion, Segment
+from aiordma.messaging import Body
+
+
+class Codec(Protocol):
+    """Turns call arguments and results into message bodies and back."""
+
+    def encode(self, obj: Any) -> Body:
+        """The body to send for ``obj`` (a registered region is sent without copies)."""
+        ...
+
+    def decode(self, data: bytes | bytearray) -> Any:
+        """The object a received body stands for."""
+        ...
+
+
+class RawCodec:
+    """Bytes-like payloads as they are: the default, and the zero-copy one.
+
+    Results of large calls decode to the ``bytearray`` the RDMA read landed in.
+    """
+
+    def encode(self, obj: Any) -> Body:
+        if obj is None:
+            return b""
+        if isinstance(obj, bytes | bytearray | memoryview | MemoryRegion | Segment):
+            return obj
+        raise TypeError(
+            f"RawCodec sends bytes-like objects or registered memory, not {type(obj).__name__}"
+        )
+
+    def decode(self, data: bytes | bytearray) -> Any:
+        return data
+
+
+class JsonCodec:
+    """JSON-serialisable objects, UTF-8 encoded."""
+
+    def encode(self, obj: Any) -> Body:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    def decode(self, data: bytes | bytearray) -> Any:
+        return json.loads(data)

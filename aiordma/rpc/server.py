@@ -1,0 +1,168 @@
+"""The serving side: named async handlers, each call run as its own task."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from aiordma.connection import Connection
+from aiordma.device import Device
+from aiordma.exceptions import ResourceClosedError
+from aiordma.messaging import DEFAULT_MAX_MESSAGE, MessageChannel, channel_factory
+from aiordma.queue_pair import QueuePairOptions
+from aiordma.rpc.codecs import Codec, RawCodec
+from aiordma.rpc.frames import Frame, FrameKind, error_body
+from aiordma.server import Accept, Server
+from aiordma.server import start_server as start_rdma_server
+from aiordma.wire import ProtocolError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Any], Awaitable[Any]]
+H = TypeVar("H", bound=Handler)
+
+DEFAULT_MAX_CONCURRENCY = 256
+
+
+class Service:
+    """A set of named async handlers: ``async def handler(payload) -> result``.
+
+    Register with :meth:`method` (a decorator) or :meth:`add`, then serve
+    with :func:`start_server`. A handler's exception reaches the caller as
+    :class:`~aiordma.rpc.RemoteError`; a result that is registered memory
+    (or any large bytes-like object) is read by the caller straight from
+    it.
+    """
+
+    def __init__(
+        self, *, codec: Codec | None = None, max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.codec: Codec = codec or RawCodec()
+        self.max_concurrency = max_concurrency
+        """Calls run at once per connection; further requests wait (and so does their sender)."""
+        self._handlers: dict[str, Handler] = {}
+
+    def add(self, name: str, handler: Handler) -> None:
+        """Serve ``handler`` as ``name``."""
+        if not name or len(name.encode()) > 255:
+            raise ValueError("a method name needs 1 to 255 bytes of UTF-8")
+        if name in self._handlers:
+            raise ValueError(f"method {name!r} is already registered")
+        self._handlers[name] = handler
+
+    def method(self, name: str | None = None) -> Callable[[H], H]:
+        """Decorator form of :meth:`add`; the name defaults to the function's."""
+
+        def register(handler: H) -> H:
+            self.add(name or handler.__name__, handler)
+            return handler
+
+        return register
+
+    @property
+    def methods(self) -> list[str]:
+        return sorted(self._handlers)
+
+    async def handle(self, conn: Connection) -> None:
+        """Serve calls arriving on ``conn`` until it closes (a connection callback)."""
+        channel = conn.prepared
+        if not isinstance(channel, MessageChannel):
+            raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
+        running: dict[int, asyncio.Task[None]] = {}
+        slots = asyncio.Semaphore(self.max_concurrency)
+        try:
+            while True:
+                await slots.acquire()
+                try:
+                    head, body = await channel._receive(None)
+                    frame = Frame.unpack(head)
+                except BaseException:
+                    slots.release()
+                    raise
+                if frame.kind == FrameKind.REQUEST:
+                    assert not isinstance(body, int)
+                    task = asyncio.get_running_loop().create_task(self._run(channel, frame, body))
+                    running[frame.call_id] = task
+                    task.add_done_callback(
+                        functools.partial(_finished, running, slots, frame.call_id)
+                    )
+                    continue
+                slots.release()
+                if frame.kind == FrameKind.CANCEL:
+                    if (victim := running.get(frame.call_id)) is not None:
+                        victim.cancel()
+                else:
+                    raise ProtocolError(f"a client sent a {frame.kind.name} frame")
+        except ProtocolError as exc:
+            log.warning("closing %r: %s", conn, exc)
+        except (ResourceClosedError, ConnectionError):
+            pass
+        finally:
+            for task in running.values():
+                task.cancel()
+            await asyncio.gather(*running.values(), return_exceptions=True)
+
+    async def _run(self, channel: MessageChannel, frame: Frame, body: bytes | bytearray) -> None:
+        handler = self._handlers.get(frame.method)
+        head = Frame(FrameKind.REPLY, frame.call_id).pack()
+        try:
+            if handler is None:
+                raise _Unknown(f"no method named {frame.method!r}")
+            result = self.codec.encode(await handler(self.codec.decode(body)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            name = "UnknownMethodError" if isinstance(exc, _Unknown) else type(exc).__qualname__
+            if not isinstance(exc, _Unknown):
+                log.debug("%s raised %r", frame.method, exc)
+            head = Frame(FrameKind.ERROR, frame.call_id).pack()
+            result = error_body(name, str(exc))
+        try:
+            await channel._send(head, result)
+        except Exception as exc:
+            log.debug("reply to call %d not sent: %r", frame.call_id, exc)
+
+
+class _Unknown(Exception):
+    pass
+
+
+def _finished(
+    running: dict[int, asyncio.Task[None]], slots: asyncio.Semaphore, call_id: int, _: object
+) -> None:
+    running.pop(call_id, None)
+    slots.release()
+
+
+async def start_server(
+    service: Service,
+    host: str | None = None,
+    port: int = 0,
+    *,
+    max_message: int = DEFAULT_MAX_MESSAGE,
+    accept: Accept | None = None,
+    backlog: int = 128,
+    device: Device | None = None,
+    options: QueuePairOptions | None = None,
+) -> Server:
+    """Serve ``service`` on ``host``/``port``, like :func:`aiordma.start_server`.
+
+    Close the returned :class:`~aiordma.Server` and its clients
+    (``close()``, ``close_clients()``) to stop: calls in flight are
+    cancelled and their callers fail at once.
+    """
+    return await start_rdma_server(
+        service.handle,
+        host,
+        port,
+        accept=accept,
+        backlog=backlog,
+        device=device,
+        options=options,
+        prepare=channel_factory(max_message=max_message),
+    )

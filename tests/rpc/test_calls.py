@@ -1,0 +1,186 @@
+"""RPC calls against a server in another process (lab device, asyncio and uvloop)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+import aiordma
+from aiordma import rpc
+from aiordma.rpc.frames import Frame, FrameKind
+from tests.conftest import Lab, start_peer_server
+from tests.peer import blob
+
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def rpc_port(lab: Lab) -> Iterator[int]:
+    yield from start_peer_server(lab, "rpc")
+
+
+@pytest.mark.asyncio
+async def test_a_thousand_concurrent_calls_from_ten_clients(lab: Lab, rpc_port: int) -> None:
+    clients = [await rpc.connect(lab.addr, rpc_port) for _ in range(10)]
+    try:
+
+        async def calls(client: rpc.Client, tag: int) -> list[bool]:
+            payloads = [f"client {tag} call {i} ".encode() * (i % 7 + 1) for i in range(100)]
+            replies = await asyncio.gather(*(client.call("digest", p) for p in payloads))
+            return [r == hashlib.sha256(p).digest() for p, r in zip(payloads, replies, strict=True)]
+
+        async with asyncio.timeout(TIMEOUT * 2):
+            results = await asyncio.gather(*(calls(c, t) for t, c in enumerate(clients)))
+    finally:
+        for client in clients:
+            client.close()
+        await asyncio.gather(*(c.wait_closed() for c in clients))
+    assert sum(len(r) for r in results) == 1000
+    assert all(all(r) for r in results)
+
+
+@pytest.mark.asyncio
+async def test_handler_exception_reaches_the_caller(lab: Lab, rpc_port: int) -> None:
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        with pytest.raises(rpc.RemoteError) as info:
+            await asyncio.wait_for(client.call("fail", b"42"), TIMEOUT)
+        assert info.value.remote_type == "ValueError"
+        assert info.value.remote_message == "bad input: 42"
+        assert info.value.method == "fail"
+        assert await asyncio.wait_for(client.call("echo", b"after"), TIMEOUT) == b"after"
+
+
+@pytest.mark.asyncio
+async def test_unknown_method_is_a_clear_error(lab: Lab, rpc_port: int) -> None:
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        with pytest.raises(rpc.UnknownMethodError, match="no method named 'nope'"):
+            await asyncio.wait_for(client.call("nope"), TIMEOUT)
+
+
+@pytest.mark.asyncio
+async def test_timeout_raises_and_the_late_reply_is_discarded(lab: Lab, rpc_port: int) -> None:
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        before = int(await asyncio.wait_for(client.call("cancelled"), TIMEOUT))
+        with pytest.raises(TimeoutError):
+            await client.call("wait", timeout=0.2)
+        # The server was asked to cancel the handler; the next calls get their own replies.
+        assert await asyncio.wait_for(client.call("echo", b"mine"), TIMEOUT) == b"mine"
+        assert int(await asyncio.wait_for(client.call("cancelled"), TIMEOUT)) == before + 1
+        assert not client._pending
+
+
+@pytest.mark.asyncio
+async def test_cancelling_one_call_leaves_the_others_alone(lab: Lab, rpc_port: int) -> None:
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        waiting = asyncio.create_task(client.call("wait"))
+        others = [asyncio.create_task(client.call("echo", b"%d" % i)) for i in range(20)]
+        done, _ = await asyncio.wait(others, timeout=TIMEOUT)
+        assert len(done) == 20
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert [t.result() for t in others] == [b"%d" % i for i in range(20)]
+        assert await asyncio.wait_for(client.call("echo", b"still"), TIMEOUT) == b"still"
+
+
+@pytest.mark.asyncio
+async def test_bulk_payloads_travel_both_ways(lab: Lab, rpc_port: int) -> None:
+    size = 16 << 20
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        data = blob(size)
+        assert await asyncio.wait_for(client.call("digest", data), TIMEOUT) == (
+            hashlib.sha256(data).digest()
+        )
+        result = await asyncio.wait_for(client.call("blob", b"%d" % size), TIMEOUT)
+        assert isinstance(result, bytearray)
+        assert result == data
+        # Zero-copy into memory of the caller's choosing.
+        region = client.conn.alloc(size)
+        n = await asyncio.wait_for(client.call("blob", b"%d" % size, into=region), TIMEOUT)
+        assert n == size
+        assert region.view() == data
+        small = await asyncio.wait_for(client.call("blob", b"100", into=region), TIMEOUT)
+        assert bytes(region.view()[:small]) == blob(100)
+
+
+@pytest.mark.asyncio
+async def test_codec_is_pluggable(lab: Lab) -> None:
+    service = rpc.Service(codec=rpc.JsonCodec())
+
+    @service.method()
+    async def add(args: dict[str, int]) -> dict[str, int]:
+        return {"sum": args["a"] + args["b"]}
+
+    async with await rpc.start_server(service, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await rpc.connect(lab.addr, port, codec=rpc.JsonCodec()) as client:
+            assert await asyncio.wait_for(client.call("add", {"a": 2, "b": 3}), TIMEOUT) == {
+                "sum": 5
+            }
+        server.close_clients()
+
+
+@pytest.mark.asyncio
+async def test_server_shutdown_fails_calls_in_flight(lab: Lab) -> None:
+    service = rpc.Service()
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @service.method()
+    async def hang(payload: bytes) -> bytes:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        return b""
+
+    server = await rpc.start_server(service, lab.addr, 0)
+    client = await rpc.connect(lab.addr, server.addresses[0][1])
+    try:
+        calls = [asyncio.create_task(client.call("hang")) for _ in range(5)]
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        server.close()
+        server.close_clients()
+        results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), TIMEOUT)
+        await asyncio.wait_for(server.wait_closed(), TIMEOUT)
+    finally:
+        client.close()
+        await client.wait_closed()
+    assert all(isinstance(r, aiordma.ConnectionLostError) for r in results), results
+    assert cancelled.is_set()
+    with pytest.raises(aiordma.ConnectionLostError):
+        await client.call("hang")
+
+
+@pytest.mark.asyncio
+async def test_garbage_rpc_frame_closes_only_that_connection(
+    lab: Lab, rpc_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    async with await rpc.connect(lab.addr, rpc_port) as good:
+        async with await rpc.connect(lab.addr, rpc_port) as bad:
+            # A well-formed channel message whose RPC frame is a reply: no client sends one.
+            await bad._channel._send(Frame(FrameKind.REPLY, 1).pack(), b"")
+            await asyncio.wait_for(bad.conn.wait_closed(), TIMEOUT)
+            with pytest.raises(aiordma.ConnectionLostError):
+                await bad.call("echo", b"x")
+        assert await asyncio.wait_for(good.call("echo", b"fine"), TIMEOUT) == b"fine"
+
+
+def test_method_registration_errors() -> None:
+    service = rpc.Service()
+
+    @service.method("get")
+    async def get(payload: bytes) -> bytes:
+        return payload
+
+    with pytest.raises(ValueError, match="already registered"):
+        service.add("get", get)
+    with pytest.raises(ValueError, match="1 to 255 bytes"):
+        service.add("", get)
+    assert service.methods == ["get"]
