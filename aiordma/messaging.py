@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import enum
 import functools
 import itertools
 import logging
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiordma.connection import Connection
-from aiordma.credits import CreditWindow
+from aiordma.credits import CreditWindow, DataCredits
 from aiordma.exceptions import (
     ConnectionLostError,
     RdmaError,
@@ -42,6 +43,7 @@ from aiordma.wire import HEADER_SIZE, Header, Kind, ProtocolError
 log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW = 32
+DEFAULT_CONTROL_WINDOW = 8
 DEFAULT_BUFFER = 8192
 DEFAULT_MAX_MESSAGE = 64 << 20
 
@@ -74,6 +76,12 @@ class BufferTooSmallError(ValueError):
     def __init__(self, needed: int, given: int) -> None:
         super().__init__(f"the next message has {needed} bytes; the buffer holds {given}")
         self.needed = needed
+
+
+class _Cost(enum.Enum):
+    DATA = "a data credit"
+    CONTROL = "a control credit, not the last"
+    CONTROL_UPDATE = "any control credit"
 
 
 @dataclass(slots=True)
@@ -123,25 +131,29 @@ class MessageChannel:
         conn: Connection,
         *,
         window: int = DEFAULT_WINDOW,
+        control_window: int = DEFAULT_CONTROL_WINDOW,
         buffer_size: int = DEFAULT_BUFFER,
         max_message: int = DEFAULT_MAX_MESSAGE,
     ) -> None:
         if buffer_size <= HEADER_SIZE:
             raise ValueError(f"buffer_size must exceed the {HEADER_SIZE}-byte header")
-        if window > conn.qp.options.recv_depth or window > conn.qp.options.send_depth:
+        buffers = window + control_window
+        if buffers > min(conn.qp.options.recv_depth, conn.qp.options.send_depth):
             raise ValueError(
-                f"window {window} exceeds the queue pair's send or receive depth "
-                f"({conn.qp.options.send_depth}, {conn.qp.options.recv_depth})"
+                f"window + control_window ({buffers}) exceeds the queue pair's send or "
+                f"receive depth ({conn.qp.options.send_depth}, {conn.qp.options.recv_depth})"
             )
         self.conn = conn
         self.max_message = max_message
         self.eager_limit = buffer_size - HEADER_SIZE
         """Messages (head included) up to this size travel in a single packet."""
         self._size = buffer_size
-        self._credits = CreditWindow(window)
-        self._recv_mr = conn.alloc(window * buffer_size)
-        self._send_mr = conn.alloc(window * buffer_size)
-        self._free_slots = list(range(window))
+        self._data = DataCredits(window)
+        self._control = CreditWindow(control_window)
+        self._buffers = buffers
+        self._recv_mr = conn.alloc(buffers * buffer_size)
+        self._send_mr = conn.alloc(buffers * buffer_size)
+        self._free_slots = list(range(buffers))
         self._ready: collections.deque[_Arrival] = collections.deque()
         self._waiters: list[asyncio.Future[None]] = []
         self._exposed: dict[int, asyncio.Future[None]] = {}
@@ -152,12 +164,16 @@ class MessageChannel:
         self._error: BaseException | None = None
 
     def __repr__(self) -> str:
-        state = f"failed: {self._error!r}" if self._error else f"credits={self._credits.available}"
+        state = (
+            f"failed: {self._error!r}"
+            if self._error
+            else f"credits={self._data.available}+{self._control.available}"
+        )
         return f"<MessageChannel {self.conn!r} {state}>"
 
     async def _start(self) -> None:
         futures = await self.conn.post_recv_batch(
-            [self._recv_slot(i) for i in range(self._credits.window)]
+            [self._recv_slot(i) for i in range(self._buffers)]
         )
         for index, fut in enumerate(futures):
             fut.add_done_callback(functools.partial(self._on_packet, index))
@@ -216,7 +232,8 @@ class MessageChannel:
         try:
             start = index * self._size
             header = Header.unpack(self._recv_mr.view()[start : start + size], self.max_message)
-            self._credits.granted(header.credits)
+            self._data.granted(header.credits)
+            self._control.granted(header.control_credits)
             if header.kind == Kind.DONE:
                 done = self._exposed.pop(header.msg_id, None)
                 if done is None:
@@ -228,20 +245,20 @@ class MessageChannel:
             return
         if header.kind in (Kind.EAGER, Kind.RENDEZVOUS):
             self._ready.append(_Arrival(index, header, size))
-        else:
-            self._repost(index, for_data=header.kind == Kind.DONE)
+        elif self._repost(index):
+            self._control.reposted(for_data=header.kind != Kind.CONTROL_CREDIT)
         self._pump()
 
-    def _repost(self, index: int, *, for_data: bool) -> None:
+    def _repost(self, index: int) -> bool:
         if self._error is not None:
-            return
+            return False
         try:
             (fut,) = self.conn.qp.post_recv_nowait([self._recv_slot(index)])
         except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
-            return
+            return False
         fut.add_done_callback(functools.partial(self._on_packet, index))
-        self._credits.reposted(for_data)
+        return True
 
     async def _next_arrival(self) -> _Arrival:
         while True:
@@ -256,9 +273,10 @@ class MessageChannel:
 
     def _consumed(self, arrival: _Arrival) -> None:
         self._ready.popleft()
-        self._repost(arrival.slot, for_data=True)
+        if self._repost(arrival.slot):
+            self._data.reposted()
         if arrival.header.kind == Kind.RENDEZVOUS:
-            self._spawn(self._send_control(Kind.DONE, arrival.header.msg_id))
+            self._spawn(self._send_done(arrival.header.msg_id))
         self._pump()
 
     def _head(self, arrival: _Arrival) -> bytes:
@@ -367,7 +385,9 @@ class MessageChannel:
             raise ValueError(f"message head of {len(head)} bytes exceeds {self.eager_limit}")
         if len(head) + size <= self.eager_limit:
             async with self._send_lock:
-                await self._post_when_possible(Header(Kind.EAGER, 0, 0, size), head, body)
+                await self._post_when_possible(
+                    Header(Kind.EAGER, 0, 0, size), head, body, _Cost.DATA
+                )
             return
         exposure, remote = self._expose(body)
         msg_id = next(self._ids)
@@ -378,7 +398,7 @@ class MessageChannel:
         self._exposed[msg_id] = done
         try:
             async with self._send_lock:
-                await self._post_when_possible(header, head, None)
+                await self._post_when_possible(header, head, None, _Cost.DATA)
         except BaseException:
             self._exposed.pop(msg_id, None)
             done.cancel()
@@ -398,29 +418,39 @@ class MessageChannel:
             mr = self.conn.device.register(bytes(memoryview(body)), Access.REMOTE_READ)
         return mr, mr.remote()
 
-    async def _post_when_possible(self, header: Header, head: bytes, body: Body | None) -> None:
-        """Post a packet that needs a data credit, waiting for credit and room."""
+    def _affordable(self, cost: _Cost) -> bool:
+        if not self._free_slots:
+            return False
+        if cost is _Cost.DATA:
+            return self._data.can_send()
+        if cost is _Cost.CONTROL:
+            return self._control.can_send_data()
+        return self._control.available >= 1
+
+    async def _post_when_possible(
+        self, header: Header, head: bytes, body: Body | None, cost: _Cost
+    ) -> None:
+        """Post a packet once a send slot, the credit it costs and send-queue room are there."""
         while True:
             self._check()
-            if self._credits.can_send_data() and self._free_slots:
+            if self._affordable(cost):
                 try:
-                    self._post(header, head, body, for_data=True)
+                    self._post(header, head, body, cost)
                     return
                 except ResourceBusyError:
                     await self.conn.qp.wait_send_room()
                     continue
             await self._changed()
 
-    def _post(self, header: Header, head: bytes, body: Body | None, *, for_data: bool) -> None:
+    def _post(self, header: Header, head: bytes, body: Body | None, cost: _Cost) -> None:
         """Post one packet now, piggybacking the credits we owe; raises
         ResourceBusyError (changing nothing) if the send queue is full."""
         slot = self._free_slots.pop()
         try:
             start = slot * self._size
             view = self._send_mr.view()[start : start + self._size]
-            owed = self._credits.owed
-            Header(header.kind, owed, header.msg_id, header.length, header.remote,
-                   len(head)).pack_into(view)  # fmt: skip
+            Header(header.kind, self._data.owed, header.msg_id, header.length, header.remote,
+                   len(head), self._control.owed).pack_into(view)  # fmt: skip
             end = HEADER_SIZE + len(head)
             view[HEADER_SIZE:end] = head
             if body is not None and header.kind == Kind.EAGER:
@@ -431,8 +461,14 @@ class MessageChannel:
         except BaseException:
             self._free_slots.append(slot)
             raise
-        taken = self._credits.take_for_data() if for_data else self._credits.take_for_update()
-        assert taken == owed
+        self._data.piggyback()
+        if cost is _Cost.DATA:
+            self._data.take()
+            self._control.piggyback()
+        elif cost is _Cost.CONTROL:
+            self._control.take_for_data()
+        else:
+            self._control.take_for_update()
         sent.add_done_callback(functools.partial(self._sent, slot))
 
     def _sent(self, slot: int, fut: asyncio.Future[Any]) -> None:
@@ -443,23 +479,22 @@ class MessageChannel:
             self._fail(fut.exception())  # type: ignore[arg-type]
         self._pump()
 
-    async def _send_control(self, kind: Kind, msg_id: int = 0) -> None:
-        """Send a DONE packet (it takes a data credit, so it is owed back)."""
+    async def _send_done(self, msg_id: int) -> None:
         try:
-            await self._post_when_possible(Header(kind, 0, msg_id), b"", None)
+            await self._post_when_possible(Header(Kind.DONE, 0, msg_id), b"", None, _Cost.CONTROL)
         except (RdmaError, ResourceClosedError, ConnectionResetError) as exc:
-            log.debug("could not send %s: %r", kind.name, exc)
+            log.debug("could not send DONE for %d: %r", msg_id, exc)
 
     def _pump(self) -> None:
         """Return owed credits if an update is due, and wake waiters."""
-        if (
-            self._error is None
-            and self._credits.should_send_update()
-            and self._free_slots
-            and self._room_task is None
-        ):
+        update: tuple[Kind, _Cost] | None = None
+        if self._data.should_send_update() and self._affordable(_Cost.CONTROL):
+            update = (Kind.CREDIT, _Cost.CONTROL)
+        elif self._control.should_send_update() and self._affordable(_Cost.CONTROL_UPDATE):
+            update = (Kind.CONTROL_CREDIT, _Cost.CONTROL_UPDATE)
+        if update is not None and self._error is None and self._room_task is None:
             try:
-                self._post(Header(Kind.CREDIT, 0), b"", None, for_data=False)
+                self._post(Header(update[0], 0), b"", None, update[1])
             except ResourceBusyError:
                 self._room_task = asyncio.get_running_loop().create_task(self._pump_later())
             except (RdmaError, ResourceClosedError) as exc:

@@ -24,7 +24,7 @@ from aiordma.memory import RemoteBuffer
 MAGIC: Final = 0xA5
 VERSION: Final = 1
 
-_HEADER: Final = struct.Struct("<BBBxIQQQIHxx")
+_HEADER: Final = struct.Struct("<BBBxHHQQQIHxx")
 HEADER_SIZE: Final = _HEADER.size
 
 
@@ -42,14 +42,16 @@ class Kind(enum.IntEnum):
     DONE = 3
     """The receiver has read the rendezvous message ``msg_id``; the sender may reuse it."""
     CREDIT = 4
-    """Only returns credits."""
+    """Returns credits (sent when half a window of data credits is owed)."""
+    CONTROL_CREDIT = 5
+    """Returns control credits only (sent when half the control window is owed)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Header:
     kind: Kind
     credits: int
-    """Receive buffers the sender has re-posted since it last said so."""
+    """Buffers the sender re-posted for consumed data messages since it last said so."""
     msg_id: int = 0
     length: int = 0
     """Body length (EAGER, RENDEZVOUS)."""
@@ -57,14 +59,17 @@ class Header:
     """Where a RENDEZVOUS body can be read (its length is ``length``)."""
     head_length: int = 0
     """Bytes of head that follow the header (EAGER, RENDEZVOUS)."""
+    control_credits: int = 0
+    """Buffers the sender re-posted after control packets (DONE, CREDIT, CONTROL_CREDIT)."""
 
     def pack_into(self, buf: memoryview | bytearray) -> None:
-        if not 0 <= self.credits < 1 << 32:
-            raise ValueError("credits must fit in 32 bits")
+        if not (0 <= self.credits < 1 << 16 and 0 <= self.control_credits < 1 << 16):
+            raise ValueError("credits must fit in 16 bits")
         addr = self.remote.addr if self.remote is not None else 0
         rkey = self.remote.rkey if self.remote is not None else 0
-        _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.kind, self.credits, self.msg_id,
-                          self.length, addr, rkey, self.head_length)  # fmt: skip
+        _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.kind, self.credits,
+                          self.control_credits, self.msg_id, self.length, addr, rkey,
+                          self.head_length)  # fmt: skip
 
     def pack(self) -> bytes:
         buf = bytearray(HEADER_SIZE)
@@ -76,7 +81,9 @@ class Header:
         """Parse and check a received header; ``max_length`` bounds message sizes."""
         if len(data) < HEADER_SIZE:
             raise ProtocolError(f"packet of {len(data)} bytes is shorter than a header")
-        magic, version, kind, credits, msg_id, length, addr, rkey, head = _HEADER.unpack_from(data)
+        magic, version, kind, credits, control, msg_id, length, addr, rkey, head = (
+            _HEADER.unpack_from(data)
+        )
         if magic != MAGIC or version != VERSION:
             raise ProtocolError(f"not an aiordma message packet (magic {magic:#x}, v{version})")
         try:
@@ -100,4 +107,4 @@ class Header:
                 )
         elif head or length or carried:
             raise ProtocolError(f"{k.name} packet with a payload")
-        return cls(k, credits, msg_id, length, remote, head)
+        return cls(k, credits, msg_id, length, remote, head, control)

@@ -49,5 +49,12 @@ def test_malformed_packets_raise_protocol_error(packet: bytes, message: str) -> 
 
 
 def test_credits_must_fit_the_field() -> None:
-    with pytest.raises(ValueError, match="32 bits"):
-        Header(Kind.CREDIT, credits=1 << 32).pack()
+    with pytest.raises(ValueError, match="16 bits"):
+        Header(Kind.CREDIT, credits=1 << 16).pack()
+    with pytest.raises(ValueError, match="16 bits"):
+        Header(Kind.CREDIT, 0, control_credits=1 << 16).pack()
+
+
+def test_both_credit_counts_round_trip() -> None:
+    header = Header(Kind.CONTROL_CREDIT, credits=3, control_credits=65535)
+    assert Header.unpack(header.pack(), LIMIT) == header
