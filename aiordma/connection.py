@@ -328,11 +328,14 @@ class Connection:
     def _release(self) -> None:
         if self._closed.done():
             return
-        self.qp.destroy()
-        for mr in list(self._mrs):
-            mr._deregister()
-        cm_id, self._cm_id = self._cm_id, None
         try:
+            self.qp.destroy()
+            for mr in list(self._mrs):
+                try:
+                    mr._deregister()
+                except Exception:
+                    log.exception("could not deregister %r", mr)
+            cm_id, self._cm_id = self._cm_id, None
             if cm_id is not None:
                 cm_id.destroy()
         finally:

@@ -9,6 +9,7 @@ registers for local access unless remote access is asked for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import mmap
 import struct
@@ -184,8 +185,11 @@ class MemoryRegion:
             mr.close()
         finally:
             self._export.release()
-            if self._owned is not None:
-                self._owned.close()
+            owned, self._owned = self._owned, None
+            if owned is not None:
+                # If views of it are still alive, it is unmapped when the last one goes.
+                with contextlib.suppress(BufferError):
+                    owned.close()
 
     async def aclose(self) -> None:
         """Wait until no work request uses the region, then deregister it."""

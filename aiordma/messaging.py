@@ -231,7 +231,8 @@ class MessageChannel:
         size = fut.result().byte_len
         try:
             start = index * self._size
-            header = Header.unpack(self._recv_mr.view()[start : start + size], self.max_message)
+            with self._recv_mr.view() as whole, whole[start : start + size] as packet:
+                header = Header.unpack(packet, self.max_message)
             self._data.granted(header.credits)
             self._control.granted(header.control_credits)
             if header.kind == Kind.DONE:
@@ -281,7 +282,8 @@ class MessageChannel:
 
     def _head(self, arrival: _Arrival) -> bytes:
         start = arrival.slot * self._size + HEADER_SIZE
-        return bytes(self._recv_mr.view()[start : start + arrival.header.head_length])
+        with self._recv_mr.view() as whole:
+            return bytes(whole[start : start + arrival.header.head_length])
 
     async def _receive(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
         """The next message's head, and its body: as a new object, or the number
@@ -296,12 +298,12 @@ class MessageChannel:
             body: bytes | bytearray | int
             if header.kind == Kind.EAGER:
                 start = arrival.slot * self._size + HEADER_SIZE + header.head_length
-                data = self._recv_mr.view()[start : start + header.length]
-                if into is None:
-                    body = bytes(data)
-                else:
-                    _bytes_view(into)[: header.length] = data
-                    body = header.length
+                with self._recv_mr.view() as whole, whole[start : start + header.length] as data:
+                    if into is None:
+                        body = bytes(data)
+                    else:
+                        _bytes_view(into)[: header.length] = data
+                        body = header.length
             else:
                 assert header.remote is not None
                 target: Into = bytearray(header.length) if into is None else into
@@ -448,15 +450,15 @@ class MessageChannel:
         slot = self._free_slots.pop()
         try:
             start = slot * self._size
-            view = self._send_mr.view()[start : start + self._size]
-            Header(header.kind, self._data.owed, header.msg_id, header.length, header.remote,
-                   len(head), self._control.owed).pack_into(view)  # fmt: skip
             end = HEADER_SIZE + len(head)
-            view[HEADER_SIZE:end] = head
-            if body is not None and header.kind == Kind.EAGER:
-                view[end : end + header.length] = _bytes_view(body)
-                end += header.length
-            del view
+            with self._send_mr.view() as whole, whole[start : start + self._size] as view:
+                Header(header.kind, self._data.owed, header.msg_id, header.length, header.remote,
+                       len(head), self._control.owed).pack_into(view)  # fmt: skip
+                view[HEADER_SIZE:end] = head
+                if body is not None and header.kind == Kind.EAGER:
+                    with _bytes_view(body) as source:
+                        view[end : end + header.length] = source
+                    end += header.length
             (sent,) = self.conn.qp.post_batch_nowait([Send(self._send_mr[start : start + end])])
         except BaseException:
             self._free_slots.append(slot)

@@ -182,16 +182,32 @@ async def test_receiving_into_registered_memory(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_large_send_from_registered_memory_needs_no_registration(lab: Lab) -> None:
-    async with channel_to(lab, echo) as channel:
-        source = channel.conn.alloc(100_000, Access.REMOTE_READ)
+async def test_a_large_send_from_registered_memory_needs_no_registration(
+    lab: Lab, checksum_server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await aiordma.connect(lab.addr, checksum_server, prepare=prepare_channel) as conn:
+        channel: MessageChannel = conn.prepared
+        source = conn.alloc(100_000, Access.REMOTE_READ)
         source.view()[:] = _payload(7, 100_000)
-        regions = len(channel.conn.device._mrs)
+        registered: list[object] = []
+        register = conn.device.register
+
+        def counting_register(obj: object, *args: aiordma.Access) -> aiordma.MemoryRegion:
+            registered.append(obj)
+            return register(obj, *args)
+
+        monkeypatch.setattr(conn.device, "register", counting_register)
+        await asyncio.wait_for(channel.send_message(bytes(100_000)), 30)
+        assert len(registered) == 1  # an unregistered buffer is exposed for the send
         sending = asyncio.create_task(channel.send_message(source))
-        reply = await asyncio.wait_for(channel.recv_message(), 30)
+        assert (
+            await asyncio.wait_for(channel.recv_message(), 30)
+            == hashlib.sha256(bytes(100_000)).digest()
+        )
+        digest = await asyncio.wait_for(channel.recv_message(), 30)
         await sending
-        assert reply == _payload(7, 100_000)
-        assert len(channel.conn.device._mrs) == regions
+        assert digest == hashlib.sha256(_payload(7, 100_000)).digest()
+        assert len(registered) == 1
 
 
 @pytest.mark.asyncio
