@@ -23,6 +23,13 @@ from aiordma.exceptions import (
     WrongLoopError,
 )
 from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
+from aiordma.messaging import (
+    BufferTooSmallError,
+    MessageChannel,
+    MessageTooLargeError,
+    channel_factory,
+    prepare_channel,
+)
 from aiordma.queue_pair import (
     Endpoint,
     QueuePair,
@@ -33,9 +40,11 @@ from aiordma.queue_pair import (
     connect_loopback_pair,
 )
 from aiordma.server import ConnectionRequest, RejectConnection, Server, start_server
+from aiordma.wire import ProtocolError
 
 __all__ = [
     "Access",
+    "BufferTooSmallError",
     "CompletionError",
     "CompletionQueue",
     "Connection",
@@ -48,7 +57,10 @@ __all__ = [
     "Endpoint",
     "Local",
     "MemoryRegion",
+    "MessageChannel",
+    "MessageTooLargeError",
     "Opcode",
+    "ProtocolError",
     "QueuePair",
     "QueuePairError",
     "QueuePairOptions",
@@ -65,8 +77,10 @@ __all__ = [
     "WorkCompletion",
     "Write",
     "WrongLoopError",
+    "channel_factory",
     "connect",
     "connect_loopback_pair",
+    "prepare_channel",
     "start_server",
 ]
 __version__ = "0.1.0.dev0"

@@ -98,3 +98,49 @@ def test_echo_server_and_client_as_two_programs(lab: Lab) -> None:
         if server.poll() is None:
             server.kill()
             server.communicate()
+
+
+def _serve_and_run_client(
+    lab: Lab, script: str, server_args: list[str], client_args: list[str]
+) -> tuple[str, str]:
+    """Run ``script serve`` (one client), then ``script client`` against it; both outputs."""
+    server = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / script), "serve", lab.addr, "0", *server_args,
+         "--max-clients", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        ready = server.stdout.readline().split()
+        assert ready[:3] == ["listening", "on", lab.addr], ready
+        client = subprocess.run(
+            [sys.executable, str(EXAMPLES / script), "client", lab.addr, ready[3], *client_args],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert client.returncode == 0, client.stderr
+        out, err = server.communicate(timeout=60)
+        assert server.returncode == 0, err
+        return client.stdout, out
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+
+def test_rpc_kv_example(lab: Lab) -> None:
+    out, _ = _serve_and_run_client(lab, "rpc_kv.py", [], [])
+    lines = out.splitlines()
+    for size in (11, 1024, 65536, 4194304):
+        assert any(line.startswith(f"value-{size}: {size} bytes stored") for line in lines), out
+    assert "keys: value-1024 value-11 value-4194304 value-65536" in lines
+    assert "deleted value-11: True" in lines
+    assert "get value-11: KeyError 'value-11'" in lines
+
+
+def test_bulk_transfer_example(lab: Lab) -> None:
+    out, server_out = _serve_and_run_client(
+        lab, "bulk_transfer.py", ["--size", "8"], ["--chunk", "256", "--depth", "4"]
+    )
+    sent = next(line.split()[-1] for line in out.splitlines() if line.startswith("sent sha256"))
+    assert f"received {8 << 20} bytes, sha256 {sent}" in server_out
+    assert "read back intact: True" in out

@@ -14,7 +14,7 @@ from tests.conftest import Lab
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-EXPECTED = ["5", "hello, ada"]
+EXPECTED = ["5", "hello, ada", "HI\n4194304"]
 """What each Python snippet of the README prints, in order."""
 
 
