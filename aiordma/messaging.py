@@ -89,6 +89,8 @@ class _Arrival:
     slot: int
     header: Header
     size: int
+    saved: bytes | None = None
+    """Head and body of an eager message, copied out when the connection failed."""
 
 
 def _length(body: Body) -> int:
@@ -203,6 +205,12 @@ class MessageChannel:
         if self._error is not None:
             return
         self._error = exc
+        if not self._recv_mr.closed:  # keep what already arrived readable, as TCP does
+            with self._recv_mr.view() as whole:
+                for arrival in self._ready:
+                    if arrival.header.kind == Kind.EAGER:
+                        start = arrival.slot * self._size
+                        arrival.saved = bytes(whole[start + HEADER_SIZE : start + arrival.size])
         for fut in self._exposed.values():
             if not fut.done():
                 fut.set_exception(exc)
@@ -265,9 +273,7 @@ class MessageChannel:
         while True:
             if self._ready:
                 arrival = self._ready[0]
-                if self._error is None or (
-                    arrival.header.kind == Kind.EAGER and not self._recv_mr.closed
-                ):
+                if self._error is None or arrival.saved is not None:
                     return arrival
             self._check()
             await self._changed()
@@ -281,6 +287,8 @@ class MessageChannel:
         self._pump()
 
     def _head(self, arrival: _Arrival) -> bytes:
+        if arrival.saved is not None:
+            return arrival.saved[: arrival.header.head_length]
         start = arrival.slot * self._size + HEADER_SIZE
         with self._recv_mr.view() as whole:
             return bytes(whole[start : start + arrival.header.head_length])
@@ -296,7 +304,12 @@ class MessageChannel:
             if into is not None and _length(into) < header.length:
                 raise BufferTooSmallError(header.length, _length(into))
             body: bytes | bytearray | int
-            if header.kind == Kind.EAGER:
+            if arrival.saved is not None:
+                body = arrival.saved[header.head_length :]
+                if into is not None:
+                    _bytes_view(into)[: header.length] = body
+                    body = header.length
+            elif header.kind == Kind.EAGER:
                 start = arrival.slot * self._size + HEADER_SIZE + header.head_length
                 with self._recv_mr.view() as whole, whole[start : start + header.length] as data:
                     if into is None:

@@ -263,3 +263,18 @@ async def test_malformed_packet_closes_only_that_connection(
             assert await asyncio.wait_for(channel.recv_message(), 30) == b"unaffected"
     assert len(errors) == 1
     assert "broke the message protocol" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_messages_that_arrived_before_the_peer_left_are_still_delivered(lab: Lab) -> None:
+    async def say_goodbye(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        for word in (b"one", b"two", b"bye"):
+            await channel.send_message(word)
+        # returning closes the connection
+
+    async with channel_to(lab, say_goodbye) as channel:
+        await asyncio.wait_for(channel.conn.wait_closed(), 30)
+        assert [await channel.recv_message() for _ in range(3)] == [b"one", b"two", b"bye"]
+        with pytest.raises(aiordma.ConnectionLostError):
+            await channel.recv_message()
