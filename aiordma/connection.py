@@ -31,6 +31,7 @@ from aiordma.exceptions import (
     ConnectionLostError,
     ConnectionRejectedError,
     DeviceError,
+    RdmaError,
     ResourceClosedError,
 )
 from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer
@@ -56,6 +57,8 @@ _REJ_INVALID_SERVICE_ID: Final = 8
 _REJ_CONSUMER_DEFINED: Final = 28
 
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+LINGER: Final = 2.0
+"""Seconds ``close()`` waits for posted sends to complete before disconnecting."""
 
 
 def check_private_data(data: bytes | bytearray | memoryview, limit: int, what: str) -> bytes:
@@ -295,7 +298,9 @@ class Connection:
     def close(self) -> Awaitable[None]:
         """Disconnect and release the queue pair (idempotent).
 
-        Pending operations fail at once. Returns an awaitable that completes
+        Sends already posted get up to :data:`LINGER` seconds to complete
+        first, so a message sent just before closing is delivered; then
+        every pending operation fails. Returns an awaitable that completes
         when everything is released, so both ``conn.close()`` followed by
         ``await conn.wait_closed()`` and ``await conn.close()`` work.
         """
@@ -316,6 +321,7 @@ class Connection:
         try:
             cm_id = self._cm_id
             if disconnect and cm_id is not None and cm_id.ptr is not None:
+                await self._linger()
                 try:
                     _rdmacm.disconnect(cm_id.ptr)
                 except OSError as exc:
@@ -324,6 +330,18 @@ class Connection:
             await self.qp.wait_closed()
         finally:
             self._release()
+
+    async def _linger(self) -> None:
+        """Let sends already posted complete before disconnecting, as closing a
+        socket delivers what was written (bounded by :data:`LINGER`)."""
+        qp = self.qp
+        if qp.is_closing() or not qp.sends_in_flight:
+            return
+        try:
+            async with asyncio.timeout(LINGER):
+                await qp.wait_send_room(qp.options.send_depth)
+        except (TimeoutError, RdmaError, ResourceClosedError):
+            pass
 
     def _release(self) -> None:
         if self._closed.done():

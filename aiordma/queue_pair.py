@@ -315,6 +315,11 @@ class QueuePair:
         return len(self._works)
 
     @property
+    def sends_in_flight(self) -> int:
+        """Send-queue work requests posted and not yet completed."""
+        return self._sq.size - self._sq.free
+
+    @property
     def qp(self) -> QP:
         """The pyverbs ``QP`` (for what aiordma does not wrap)."""
         if self._qp is None:
