@@ -44,10 +44,11 @@ async def serve(host: str | None, port: int, size: int, max_clients: int | None)
 
     async def handle(conn: aiordma.Connection) -> None:
         nonlocal served
-        wc = await conn.prepared
-        assert wc.imm is not None
-        digest = hashlib.sha256(region.view()[: wc.imm]).hexdigest()
-        print(f"received {wc.imm} bytes, sha256 {digest}", flush=True)
+        arrival: asyncio.Future[aiordma.WorkCompletion] = conn.prepared
+        size = (await arrival).imm_data
+        assert size is not None
+        digest = hashlib.sha256(region.view()[:size]).hexdigest()
+        print(f"received {size} bytes, sha256 {digest}", flush=True)
         await conn.wait_closed()  # the client reads the buffer back, then disconnects
         served += 1
         if max_clients is not None and served >= max_clients:

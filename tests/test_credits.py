@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from aiordma.credits import CreditWindow
+from aiordma.credits import CreditWindow, DataCredits
 
 
 def test_last_credit_is_kept_for_credit_updates() -> None:
@@ -46,6 +46,23 @@ def test_over_granting_is_refused() -> None:
         CreditWindow(4).granted(1)
     with pytest.raises(ValueError, match="at least 4"):
         CreditWindow(3)
+
+
+def test_data_credits_need_no_reserve_and_report_half_a_window() -> None:
+    d = DataCredits(4)
+    for _ in range(4):
+        d.take()
+    assert not d.can_send()
+    with pytest.raises(RuntimeError):
+        d.take()
+    d.reposted()
+    assert not d.should_send_update()
+    d.reposted()
+    assert d.should_send_update()
+    assert d.piggyback() == 2
+    d.granted(4)
+    with pytest.raises(ValueError, match="granted 1 data credits"):
+        d.granted(1)
 
 
 @dataclass
@@ -90,3 +107,90 @@ def test_random_exchanges_never_overrun_and_always_finish(seed: int, window: int
     else:
         pytest.fail(f"no progress: a={a.window} b={b.window}")
     assert (a.received, b.received) == (b_total, a_total)
+
+
+@dataclass
+class Peer:
+    """One side of the message channel's two-window protocol, reduced to its counters."""
+
+    data: DataCredits
+    control: CreditWindow
+    posted: int
+    to_send: list[bool]  # True: a large message, whose sender waits for DONE
+    inbox: deque[tuple[str, int, int]] = field(default_factory=deque)
+    ready: deque[bool] = field(default_factory=deque)
+    awaiting_done: bool = False
+    dones_owed: int = 0
+    received: int = 0
+
+    def post(self, peer: Peer, kind: str, cost: str) -> None:
+        peer.posted -= 1
+        assert peer.posted >= 0, f"{kind} sent into an empty receive queue"
+        data_credits = self.data.piggyback()
+        if cost == "data":
+            self.data.take()
+            control_credits = self.control.piggyback()
+        elif cost == "control":
+            control_credits = self.control.take_for_data()
+        else:
+            control_credits = self.control.take_for_update()
+        peer.inbox.append((kind, data_credits, control_credits))
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize(("window", "control"), [(2, 4), (4, 4), (8, 4), (32, 8)])
+def test_two_window_protocol_with_rendezvous_and_slow_readers_always_finishes(
+    seed: int, window: int, control: int
+) -> None:
+    """Both sides send eager and rendezvous messages at once and read them at random
+    moments (a reader may fall far behind); every message arrives, nothing is sent
+    into an empty receive queue, and no DONE or credit update is ever stuck."""
+    rng = random.Random(seed)
+
+    def peer() -> Peer:
+        messages = [rng.random() < 0.3 for _ in range(rng.randrange(150))]
+        return Peer(DataCredits(window), CreditWindow(control), window + control, messages)
+
+    a, b = peer(), peer()
+    totals = (len(a.to_send), len(b.to_send))
+    other = {id(a): b, id(b): a}
+    for _ in range(200_000):
+        if not any((s.to_send or s.inbox or s.ready or s.awaiting_done) for s in (a, b)):
+            break
+        side = rng.choice((a, b))
+        peer_ = other[id(side)]
+        action = rng.random()
+        if action < 0.3:  # the sending task
+            if side.to_send and not side.awaiting_done and side.data.can_send():
+                large = side.to_send.pop(0)
+                side.post(peer_, "RENDEZVOUS" if large else "EAGER", "data")
+                side.awaiting_done = large
+        elif action < 0.5:  # the protocol, on arrival of a packet
+            if side.inbox:
+                kind, data_credits, control_credits = side.inbox.popleft()
+                side.data.granted(data_credits)
+                side.control.granted(control_credits)
+                if kind in ("EAGER", "RENDEZVOUS"):
+                    side.ready.append(kind == "RENDEZVOUS")
+                else:
+                    side.posted += 1
+                    side.control.reposted(for_data=kind != "CONTROL_CREDIT")
+                    if kind == "DONE":
+                        side.awaiting_done = False
+        elif action < 0.6:  # the (slow) receiving task
+            if side.ready:
+                large = side.ready.popleft()
+                side.posted += 1
+                side.data.reposted()
+                side.received += 1
+                side.dones_owed += large
+        elif side.dones_owed and side.control.can_send_data():  # the pump
+            side.dones_owed -= 1
+            side.post(peer_, "DONE", "control")
+        elif side.data.should_send_update() and side.control.can_send_data():
+            side.post(peer_, "CREDIT", "control")
+        elif side.control.should_send_update():
+            side.post(peer_, "CONTROL_CREDIT", "update")
+    else:
+        pytest.fail(f"stuck: a={a} b={b}")
+    assert (a.received, b.received) == (totals[1], totals[0])
