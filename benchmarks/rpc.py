@@ -59,7 +59,7 @@ def rdma_service() -> rpc.Service:
 
 _REQ = struct.Struct("<QQB")  # payload length, call id, method
 _REP = struct.Struct("<QQ")  # payload length, call id
-_METHODS = {b"echo"[0]: "echo", b"sink"[0]: "sink", b"source"[0]: "source"}
+_METHODS = ("echo", "sink", "source")
 _blobs: dict[int, bytes] = {}
 
 
@@ -107,7 +107,7 @@ class TcpClient:
         call_id = next(self._ids)
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = fut
-        self._writer.write(_REQ.pack(len(payload), call_id, method.encode()[0]))
+        self._writer.write(_REQ.pack(len(payload), call_id, _METHODS.index(method)))
         self._writer.write(payload)
         await self._writer.drain()
         return await fut

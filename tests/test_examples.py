@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,45 +77,20 @@ sys.exit(0 if before == after else 1)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_echo_server_and_client_as_two_programs(lab: Lab) -> None:
-    server = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "echo_server.py"), lab.addr, "0", "--max-clients", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert server.stdout is not None
-        ready = server.stdout.readline().split()
-        assert ready[:3] == ["listening", "on", lab.addr], ready
-        client = subprocess.run(
-            [sys.executable, str(EXAMPLES / "echo_client.py"), lab.addr, ready[3], "hi", "RDMA"],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert client.returncode == 0, client.stderr
-        assert client.stdout.splitlines()[1:] == ["echo: hi", "echo: RDMA"]
-        out, err = server.communicate(timeout=60)
-        assert server.returncode == 0, err
-        assert "left after 2 messages" in out
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.communicate()
-
-
 def _serve_and_run_client(
-    lab: Lab, script: str, server_args: list[str], client_args: list[str]
+    lab: Lab, server_argv: list[str], client_argv: Callable[[str], list[str]]
 ) -> tuple[str, str]:
-    """Run ``script serve`` (one client), then ``script client`` against it; both outputs."""
+    """Start an example server (serving one client), run ``client_argv(port)`` against
+    it, and return both outputs once both have exited cleanly."""
     server = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / script), "serve", lab.addr, "0", *server_args,
-         "--max-clients", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, *server_argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert server.stdout is not None
         ready = server.stdout.readline().split()
         assert ready[:3] == ["listening", "on", lab.addr], ready
         client = subprocess.run(
-            [sys.executable, str(EXAMPLES / script), "client", lab.addr, ready[3], *client_args],
+            [sys.executable, *client_argv(ready[3])],
             capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
         assert client.returncode == 0, client.stderr
@@ -127,8 +103,30 @@ def _serve_and_run_client(
             server.communicate()
 
 
+def test_echo_server_and_client_as_two_programs(lab: Lab) -> None:
+    out, server_out = _serve_and_run_client(
+        lab,
+        [str(EXAMPLES / "echo_server.py"), lab.addr, "0", "--max-clients", "1"],
+        lambda port: [str(EXAMPLES / "echo_client.py"), lab.addr, port, "hi", "RDMA"],
+    )
+    assert out.splitlines()[1:] == ["echo: hi", "echo: RDMA"]
+    assert "left after 2 messages" in server_out
+
+
+def _serve_example(
+    lab: Lab, script: str, server_args: list[str], client_args: list[str]
+) -> tuple[str, str]:
+    """``script serve`` and ``script client`` (the two-role examples)."""
+    path = str(EXAMPLES / script)
+    return _serve_and_run_client(
+        lab,
+        [path, "serve", lab.addr, "0", *server_args, "--max-clients", "1"],
+        lambda port: [path, "client", lab.addr, port, *client_args],
+    )
+
+
 def test_rpc_kv_example(lab: Lab) -> None:
-    out, _ = _serve_and_run_client(lab, "rpc_kv.py", [], [])
+    out, _ = _serve_example(lab, "rpc_kv.py", [], [])
     lines = out.splitlines()
     for size in (11, 1024, 65536, 4194304):
         assert any(line.startswith(f"value-{size}: {size} bytes stored") for line in lines), out
@@ -138,7 +136,7 @@ def test_rpc_kv_example(lab: Lab) -> None:
 
 
 def test_bulk_transfer_example(lab: Lab) -> None:
-    out, server_out = _serve_and_run_client(
+    out, server_out = _serve_example(
         lab, "bulk_transfer.py", ["--size", "8"], ["--chunk", "256", "--depth", "4"]
     )
     sent = next(line.split()[-1] for line in out.splitlines() if line.startswith("sent sha256"))
