@@ -1,4 +1,4 @@
-"""The ``aiordma`` command: device listing, Soft-RoCE set-up and the lab."""
+"""The ``aiordma`` command: device listing, Soft-RoCE set-up, the lab and benchmarks."""
 
 from __future__ import annotations
 
@@ -70,6 +70,12 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         return 124
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from aiordma.bench import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiordma", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,6 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many s")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=_cmd_lab)
+
+    from aiordma.bench import add_arguments
+
+    p = sub.add_parser(
+        "bench",
+        help="measure latency and bandwidth, optionally next to perftest",
+        description="Measure aiordma on a real device (run it inside 'aiordma lab -- ...' "
+        "without one), against a peer process. --compare perftest runs the matching "
+        "perftest tool on the same device with the same sizes and prints the ratio.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 

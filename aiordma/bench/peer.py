@@ -1,0 +1,85 @@
+"""The passive side of ``aiordma bench``, run as its own process.
+
+    python -m aiordma.bench.peer ADDR MAX_SIZE
+
+Each connection says in its private data what it needs: ``mem`` (a buffer
+the client writes and reads, handed over as a RemoteBuffer), ``echo``
+(every message sent back) or ``rpc`` (an RPC service with ``echo``,
+``sink`` and ``source``). Prints ``listening PORT``; runs until killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import aiordma
+from aiordma import Access, rpc
+from aiordma.messaging import prepare_channel
+
+ECHO_DEPTH = 64
+
+
+def service() -> rpc.Service:
+    svc = rpc.Service()
+    regions: dict[int, aiordma.MemoryRegion] = {}
+
+    @svc.method()
+    async def echo(payload: bytes) -> bytes:
+        return payload
+
+    @svc.method()
+    async def sink(payload: bytes) -> bytes:
+        return b""
+
+    @svc.method()
+    async def source(payload: bytes) -> aiordma.MemoryRegion:
+        size = int(payload)
+        if size not in regions:
+            regions[size] = aiordma.Device.shared().alloc(size, Access.REMOTE_READ)
+        return regions[size]
+
+    return svc
+
+
+async def serve(addr: str, max_size: int) -> None:
+    device = aiordma.Device.shared()
+    memory = device.alloc(max_size, Access.REMOTE_READ | Access.REMOTE_WRITE)
+    svc = service()
+
+    def accept(request: aiordma.ConnectionRequest) -> bytes:
+        return memory.remote().to_bytes()
+
+    async def prepare(conn: aiordma.Connection) -> Any:
+        kind = conn.peer_private_data.rstrip(b"\0")
+        if kind == b"rpc":
+            return await prepare_channel(conn)
+        if kind == b"echo":
+            inbox = conn.alloc(max_size * ECHO_DEPTH)
+            slots = [inbox[i * max_size : (i + 1) * max_size] for i in range(ECHO_DEPTH)]
+            return slots, await conn.post_recv_batch(slots)
+        return None
+
+    async def handle(conn: aiordma.Connection) -> None:
+        kind = conn.peer_private_data.rstrip(b"\0")
+        if kind == b"rpc":
+            await svc.handle(conn)
+        elif kind == b"echo":
+            slots, pending = conn.prepared
+            i = 0
+            while True:
+                wc = await pending[i]
+                (pending[i],) = await conn.post_recv_batch([slots[i]])
+                await conn.post_send(slots[i][: wc.byte_len])
+                i = (i + 1) % ECHO_DEPTH
+        else:
+            await conn.wait_closed()
+
+    server = await aiordma.start_server(handle, addr, 0, accept=accept, prepare=prepare)
+    print(f"listening {server.addresses[0][1]}", flush=True)
+    await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1], int(sys.argv[2])))

@@ -1,0 +1,76 @@
+"""Running perftest (the C reference) on the same device, and reading its result table."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+
+from aiordma.bench.stats import Latency, Result
+
+TOOLS = {
+    "send_lat": "ib_send_lat",
+    "write_lat": "ib_write_lat",
+    "read_lat": "ib_read_lat",
+    "write_bw": "ib_write_bw",
+    "read_bw": "ib_read_bw",
+    "send_rate": "ib_send_bw",
+}
+"""The perftest tool that measures what each aiordma mode measures."""
+
+
+def parse_row(output: str) -> list[str] | None:
+    """The first row of perftest's result table (it starts with the message size)."""
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and re.fullmatch(r"\d+", fields[0]) and re.fullmatch(r"\d+", fields[1]):
+            return fields
+    return None
+
+
+def to_result(mode: str, row: list[str], depth: int) -> Result:
+    """A perftest row as a :class:`Result`.
+
+    Latency tools report half a round trip: ``extra['one_way']`` keeps that,
+    and the latency figures are doubled so they compare with an awaited
+    operation (post, then its completion: a full round trip).
+    """
+    size, iterations = int(row[0]), int(row[1])
+    if mode.endswith("_lat"):
+        # bytes, iterations, t_min, t_max, t_typical, t_avg, t_stdev, 99%, 99.9%
+        typical, avg, p99, p999 = (float(row[i]) for i in (4, 5, 7, 8))
+        latency = Latency(2 * typical, 2 * p99, 2 * p999, 2 * avg)
+        return Result("perftest", mode, size, 1, iterations, iterations * avg * 2e-6, latency,
+                      {"one_way_typical_us": typical})  # fmt: skip
+    # bytes, iterations, BW peak [MB/s], BW average [MB/s], MsgRate [Mpps]
+    average = float(row[3])
+    seconds = size * iterations / (average * 1e6) if average else float("inf")
+    return Result("perftest", mode, size, depth, iterations, seconds, None,
+                  {"msg_rate_mpps": float(row[4])})  # fmt: skip
+
+
+def run(mode: str, device: str, addr: str, size: int, iterations: int, depth: int) -> Result | None:
+    """Run the matching perftest server and client (over rdma_cm); None if unavailable."""
+    tool = TOOLS.get(mode)
+    if tool is None or shutil.which(tool) is None:
+        return None
+    base = [tool, "-d", device, "-R", "-F", "-s", str(size), "-n", str(iterations)]
+    if not mode.endswith("_lat"):
+        base += ["-t", str(depth)]
+    server = subprocess.Popen(base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(50):  # the server needs a moment to listen; the client retries
+            client = subprocess.run(
+                [*base, addr], capture_output=True, text=True, timeout=600, check=False
+            )
+            if client.returncode == 0:
+                break
+            time.sleep(0.2)
+        else:
+            return None
+    finally:
+        server.kill()
+        server.communicate()
+    row = parse_row(client.stdout)
+    return None if row is None else to_result(mode, row, depth)

@@ -1,0 +1,65 @@
+"""Benchmark results and their summaries (pure logic)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, by the nearest-rank method."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Latency summary in microseconds."""
+
+    p50: float
+    p99: float
+    p999: float
+    mean: float
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> Latency:
+        us = [s * 1e6 for s in seconds]
+        return cls(percentile(us, 0.5), percentile(us, 0.99), percentile(us, 0.999),
+                   statistics.fmean(us))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Result:
+    """One measurement: a tool running a mode at one message size."""
+
+    tool: str
+    """``aiordma``, ``perftest`` or ``tcp``."""
+    mode: str
+    size: int
+    depth: int
+    iterations: int
+    seconds: float
+    """Wall time of the measured iterations."""
+    latency: Latency | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.size * self.iterations / self.seconds / 1e6
+
+    @property
+    def gbit_per_s(self) -> float:
+        return self.mb_per_s * 8 / 1000
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.iterations / self.seconds
+
+    def to_json(self) -> dict[str, Any]:
+        row = asdict(self)
+        row.update(mb_per_s=self.mb_per_s, gbit_per_s=self.gbit_per_s, ops_per_s=self.ops_per_s)
+        return row
