@@ -4,7 +4,7 @@
 
 Each connection says in its private data what it needs: ``mem`` (a buffer
 the client writes and reads, handed over as a RemoteBuffer), ``echo``
-(every message sent back) or ``rpc`` (an RPC service with ``echo``,
+(every message sent back) or nothing (an RPC service with ``echo``,
 ``sink`` and ``source``). Prints ``listening PORT``; runs until killed.
 """
 
@@ -53,7 +53,7 @@ async def serve(addr: str, max_size: int) -> None:
 
     async def prepare(conn: aiordma.Connection) -> Any:
         kind = conn.peer_private_data.rstrip(b"\0")
-        if kind == b"rpc":
+        if kind == b"":  # rpc.connect sends no private data
             return await prepare_channel(conn)
         if kind == b"echo":
             inbox = conn.alloc(max_size * ECHO_DEPTH)
@@ -63,7 +63,7 @@ async def serve(addr: str, max_size: int) -> None:
 
     async def handle(conn: aiordma.Connection) -> None:
         kind = conn.peer_private_data.rstrip(b"\0")
-        if kind == b"rpc":
+        if kind == b"":
             await svc.handle(conn)
         elif kind == b"echo":
             slots, pending = conn.prepared
