@@ -50,6 +50,20 @@ ACK_BATCH = 64
 """Channel events acknowledged together (``ibv_ack_cq_events`` takes a mutex)."""
 
 
+def _spin_from_env() -> float:
+    value = os.environ.get("AIORDMA_POLL_US", "")
+    try:
+        return max(0.0, float(value) / 1e6) if value else DEFAULT_POLL
+    except ValueError:
+        raise ValueError(f"AIORDMA_POLL_US must be microseconds, not {value!r}") from None
+
+
+DEFAULT_POLL = 0.0
+"""Seconds a CQ keeps polling for completions, after work was posted or a
+completion handled, before it arms its channel and waits for an event
+(``AIORDMA_POLL_US`` overrides it per process)."""
+
+
 class Opcode(enum.IntEnum):
     """What a work completion completed (``ibv_wc_opcode``)."""
 
@@ -122,8 +136,18 @@ class CompletionQueue:
     send and receive queues, so it can never overflow.
     """
 
-    def __init__(self, context: Context, loop: asyncio.AbstractEventLoop, capacity: int = 256):
+    def __init__(
+        self,
+        context: Context,
+        loop: asyncio.AbstractEventLoop,
+        capacity: int = 256,
+        poll: float | None = None,
+    ):
         self._loop = loop
+        self._poll = _spin_from_env() if poll is None else poll
+        self._poll_until = 0.0
+        self._polling = False
+        self._armed = True
         self._max_cqe: int = context.query_device().max_cqe
         channel, fd = create_with_fd(
             lambda: CompChannel(context),
@@ -219,6 +243,8 @@ class CompletionQueue:
                     break
                 raise
             self._unacked += 1
+            self._armed = False
+            break  # one event per arming: if another is pending the fd stays readable
         if self._unacked >= ACK_BATCH:
             cq.ack_events(self._unacked)
             self._unacked = 0
@@ -228,13 +254,39 @@ class CompletionQueue:
         self._drain_scheduled = False
         self._drain()
 
-    def _drain(self) -> None:
+    def kick(self) -> None:
+        """Work was posted: poll for its completion for a while (see :data:`DEFAULT_POLL`)."""
+        if self._poll > 0 and not self._polling and self._cq is not None:
+            self._polling = True
+            self._poll_until = self._loop.time() + self._poll
+            self._loop.call_soon(self._poll_step)
+
+    def _poll_step(self) -> None:
+        """One round of polling between the loop's other work; arms once nothing came for long."""
+        if self._cq is None:
+            self._polling = False
+            return
+        if self._drain(arm=False):
+            self._poll_until = self._loop.time() + self._poll
+        if self._handlers and self._loop.time() < self._poll_until:
+            self._loop.call_soon(self._poll_step)
+            return
+        self._polling = False
+        self._drain(keep_polling=False)
+
+    def _drain(self, arm: bool = True, keep_polling: bool = True) -> int:
+        """Hand out completions until the CQ is empty (or the budget is spent); how many.
+
+        With ``arm`` the CQ is armed before returning (and polled once more,
+        so a completion that raced with the arming is not missed), unless
+        ``keep_polling`` lets it be polled for a while first.
+        """
         cq = self._cq
         if cq is None:
-            return
+            return 0
         handlers = self._handlers
         budget = DRAIN_BUDGET
-        armed = False
+        handled: int = 0
         while True:
             count, wcs = cq.poll(POLL_BATCH)
             for wc in wcs:
@@ -249,18 +301,23 @@ class CompletionQueue:
                         {"message": "aiordma completion handler failed", "exception": exc}
                     )
             budget -= count
+            handled += int(count)
             if count < POLL_BATCH:
-                if armed:
-                    return
+                if not arm or self._armed:
+                    return handled
+                if keep_polling and self._poll > 0 and self._handlers:
+                    self.kick()
+                    if self._polling:
+                        return handled
                 # Re-arm, then poll again: a completion that arrived between
                 # the empty poll and the arming raises no event.
                 cq.req_notify()
-                armed = True
+                self._armed = True
             elif budget <= 0:
                 if not self._drain_scheduled:
                     self._drain_scheduled = True
                     self._loop.call_soon(self._scheduled_drain)
-                return
+                return handled
 
     @property
     def pending(self) -> int:

@@ -493,6 +493,7 @@ class QueuePair:
         except PyverbsRDMAError as exc:
             self._unpost(works, self._sq)
             raise DeviceError(exc.error_code, f"ibv_post_send failed: {exc}") from exc
+        cq.kick()
         return self._track(works)
 
     def _track(self, works: Sequence[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
