@@ -1,0 +1,61 @@
+"""Benchmark summaries and perftest output parsing (no device)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiordma.bench import perftest
+from aiordma.bench.stats import Latency, Result, percentile
+
+# perftest's tables, with their column spacing shortened.
+LAT_OUTPUT = """
+---------------------------------------------------------------------------------------
+                    RDMA_Write Latency Test
+ #bytes #iterations t_min[usec] t_max[usec] t_typical[usec] t_avg[usec] t_stdev[usec]
+   99% percentile[usec] 99.9% percentile[usec]
+ 64 500 9.95 486.91 12.25 14.30 20.11 90.35 243.45
+---------------------------------------------------------------------------------------
+"""
+
+BW_OUTPUT = """
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 1048576    1000             45.70              45.68                0.000044
+"""
+
+
+def test_percentiles_use_nearest_rank() -> None:
+    values = list(range(1, 101))
+    assert percentile(values, 0.5) == 50
+    assert percentile(values, 0.99) == 99
+    assert percentile(values, 0.999) == 100
+    with pytest.raises(ValueError):
+        percentile([], 0.5)
+
+
+def test_result_rates() -> None:
+    r = Result("aiordma", "write_bw", 1 << 20, 8, 100, 2.0)
+    assert r.mb_per_s == pytest.approx(52.4288)
+    assert r.gbit_per_s == pytest.approx(0.4194304)
+    assert r.ops_per_s == 50
+    assert r.to_json()["mb_per_s"] == pytest.approx(52.4288)
+    lat = Latency.of([0.001, 0.002, 0.003])
+    assert (lat.p50, lat.mean) == (pytest.approx(2000), pytest.approx(2000))
+
+
+def test_perftest_latency_rows_become_round_trips() -> None:
+    row = perftest.parse_row(LAT_OUTPUT)
+    assert row is not None
+    result = perftest.to_result("write_lat", row, 1)
+    assert (result.size, result.iterations) == (64, 500)
+    assert result.latency is not None
+    assert result.latency.p50 == pytest.approx(24.5)  # twice the one-way typical
+    assert result.latency.p99 == pytest.approx(180.7)
+    assert result.extra["one_way_typical_us"] == pytest.approx(12.25)
+
+
+def test_perftest_bandwidth_rows() -> None:
+    row = perftest.parse_row(BW_OUTPUT)
+    assert row is not None
+    result = perftest.to_result("write_bw", row, 8)
+    assert result.mb_per_s == pytest.approx(45.68)
+    assert perftest.parse_row("no table here") is None
