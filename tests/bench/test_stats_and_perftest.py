@@ -28,7 +28,7 @@ def test_percentiles_use_nearest_rank() -> None:
     assert percentile(values, 0.5) == 50
     assert percentile(values, 0.99) == 99
     assert percentile(values, 0.999) == 100
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no values"):
         percentile([], 0.5)
 
 
