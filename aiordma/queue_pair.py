@@ -202,6 +202,45 @@ class _Built:
     swap: int = 0
 
 
+class _SingleSend:
+    """One reusable work request with one SGE, for the common single-operation post.
+
+    Building pyverbs ``SendWR``/``SGE`` objects costs more than posting them,
+    and pyverbs 44 never frees their C buffers (their ``__dealloc`` is
+    misnamed). ``ibv_post_send`` copies the request, so one object per queue
+    pair serves every single post: the WR's scatter list points at the SGE,
+    whose fields are rewritten each time.
+    """
+
+    __slots__ = ("sge", "wr")
+
+    def __init__(self, sge: SGE, wr: SendWR) -> None:
+        self.sge = sge
+        self.wr = wr
+
+    @classmethod
+    def create(cls) -> _SingleSend | None:
+        sge = SGE(0, 0, 0)
+        wr = SendWR(num_sge=1, sg=[sge])
+        try:
+            wr.sg_list = sge
+        except AttributeError:  # a pyverbs without the setter: build WRs per post
+            return None
+        return cls(sge, wr)
+
+    def prepare(self, wr_id: int, opcode: int, flags: int, seg: Segment, imm: int) -> SendWR:
+        sge, wr = self.sge, self.wr
+        sge.addr = seg.addr
+        sge.length = seg.length
+        sge.lkey = seg.lkey
+        wr.wr_id = wr_id
+        wr.opcode = opcode
+        wr.send_flags = flags
+        wr.num_sge = 1
+        wr.imm_data = imm
+        return wr
+
+
 def _closed_error() -> BaseException:
     return ResourceClosedError("queue pair is closed")
 
@@ -276,6 +315,7 @@ class QueuePair:
         self._close_error: Callable[[], BaseException] = _closed_error
         self._scratch: MemoryRegion | None = None
         self._scratch_free: list[int] = []
+        self._single = _SingleSend.create()
 
     def __repr__(self) -> str:
         return f"<QueuePair qp_num={self.qp_num} {self.state_name}>"
@@ -475,11 +515,14 @@ class QueuePair:
                 segments = (self._scratch[scratch : scratch + 8],)
             work = _Work(self, fut, b.opcode, segments, False, scratch)
             wr_id = cq.register(work)
-            sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
-            wr = SendWR(wr_id=wr_id, opcode=b.opcode, num_sge=len(sges), sg=sges,
-                        send_flags=_SEND_SIGNALED | b.flags)  # fmt: skip
-            if b.imm is not None:
-                wr.imm_data = socket.htonl(b.imm)
+            imm = 0 if b.imm is None else socket.htonl(b.imm)
+            flags = _SEND_SIGNALED | b.flags
+            if len(chunk) == 1 and len(segments) == 1 and self._single is not None:
+                wr = self._single.prepare(wr_id, b.opcode, flags, segments[0], imm)
+            else:
+                sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
+                wr = SendWR(wr_id=wr_id, opcode=b.opcode, num_sge=len(sges), sg=sges,
+                            send_flags=flags, imm_data=imm)  # fmt: skip
             if b.opcode in (_WR_ATOMIC_FETCH_AND_ADD, _WR_ATOMIC_CMP_AND_SWP):
                 wr.set_wr_atomic(b.rkey, b.remote_addr, b.compare_add, b.swap)
             elif b.opcode not in (_WR_SEND, _WR_SEND_WITH_IMM):
