@@ -19,20 +19,16 @@ import time
 from pathlib import Path
 
 import aiordma
+from aiordma.bench.stats import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _report(name: str, seconds: list[float]) -> None:
     ms = [s * 1000 for s in seconds]
     print(
-        f"{name:<22} n={len(ms):<5} p50 {_percentile(ms, 0.5):7.2f} ms   "
-        f"p99 {_percentile(ms, 0.99):7.2f} ms   mean {statistics.fmean(ms):7.2f} ms"
+        f"{name:<22} n={len(ms):<5} p50 {percentile(ms, 0.5):7.2f} ms   "
+        f"p99 {percentile(ms, 0.99):7.2f} ms   mean {statistics.fmean(ms):7.2f} ms"
     )
 
 

@@ -7,7 +7,7 @@ transports: round-trip latency of a 64-byte ``echo`` (p50, p99, mean) and the
 throughput of ``--bulk-mib`` payloads sent to a ``sink`` and fetched from a
 ``source`` (over RDMA, fetched once into a new buffer and once into registered
 memory). Then the C reference on the same device: ``ib_send_lat`` 64 B and
-``ib_read_bw`` / ``ib_write_bw`` at the bulk size (all over rdma_cm, ``-R``).
+``ib_read_bw`` / ``ib_write_bw`` at the bulk size, 8 in flight (all over rdma_cm).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import itertools
 import os
-import re
 import statistics
 import struct
 import subprocess
@@ -28,6 +27,8 @@ from typing import Any
 
 import aiordma
 from aiordma import Access, rpc
+from aiordma.bench import perftest
+from aiordma.bench.stats import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -132,15 +133,10 @@ async def serve(kind: str, addr: str) -> None:
 # -- measuring ---------------------------------------------------------------------
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def _latency(name: str, seconds: list[float]) -> None:
     us = [s * 1e6 for s in seconds]
     print(
-        f"  {name:<34} p50 {_percentile(us, 0.5):8.1f} us   p99 {_percentile(us, 0.99):8.1f} us"
+        f"  {name:<34} p50 {percentile(us, 0.5):8.1f} us   p99 {percentile(us, 0.99):8.1f} us"
         f"   mean {statistics.fmean(us):8.1f} us   (n={len(us)})"
     )
 
@@ -215,47 +211,19 @@ def _start(kind: str, addr: str, loop: str) -> tuple[subprocess.Popen[str], int]
 # -- perftest --------------------------------------------------------------------------
 
 
-def perftest(tool: str, device: str, addr: str, args: list[str]) -> list[str] | None:
-    """Run ``tool`` as server and client on ``device``; the first row of its result table."""
-    base = [tool, "-d", device, "-R", "-F", *args]
-    try:
-        server = subprocess.Popen(base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    except FileNotFoundError:
-        return None
-    try:
-        for _ in range(50):  # the server needs a moment to listen; the client retries
-            client = subprocess.run(
-                [*base, addr], capture_output=True, text=True, timeout=300, check=False
-            )
-            if client.returncode == 0:
-                break
-            time.sleep(0.2)
-        else:
-            return None
-    finally:
-        server.kill()
-        server.communicate()
-    for line in client.stdout.splitlines():
-        fields = line.split()
-        if fields and re.fullmatch(r"\d+", fields[0]) and len(fields) > 3:
-            return fields
-    return None
-
-
 def run_perftest(device: str, addr: str, calls: int, bulk: int) -> None:
     print(f"perftest on {device} (C, same device, rdma_cm)")
-    row = perftest("ib_send_lat", device, addr, ["-s", "64", "-n", str(calls)])
-    if row:
-        # Columns: bytes, iterations, t_min, t_max, t_typical, t_avg, t_stdev, 99%, 99.9%
+    lat = perftest.run("send_lat", device, addr, 64, calls, 1)
+    if lat is not None and lat.latency is not None:
         print(
-            f"  {'ib_send_lat 64 B (one-way)':<34} typical {float(row[4]):8.1f} us   "
-            f"99% {float(row[7]):8.1f} us   (round trip = 2x)"
+            f"  {'ib_send_lat 64 B round trip':<34} p50 {lat.latency.p50:8.1f} us   "
+            f"p99 {lat.latency.p99:8.1f} us   (twice the one-way figures)"
         )
-    for tool in ("ib_read_bw", "ib_write_bw"):
-        row = perftest(tool, device, addr, ["-s", str(bulk), "-n", "10"])
-        if row:
-            # Columns: bytes, iterations, BW peak, BW average, MsgRate
-            print(f"  {tool + f' {bulk >> 20} MiB':<34} {float(row[3]):8.1f} MB/s average")
+    for mode in ("read_bw", "write_bw"):
+        bw = perftest.run(mode, device, addr, bulk, 10, 8)
+        if bw is not None:
+            name = f"{perftest.TOOLS[mode]} {bulk >> 20} MiB"
+            print(f"  {name:<34} {bw.mb_per_s:8.1f} MB/s average")
 
 
 def main() -> None:
