@@ -25,38 +25,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiordma
-from aiordma import Access, rpc
+from aiordma import rpc
 from aiordma.bench import perftest
+from aiordma.bench.peer import service
 from aiordma.bench.stats import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# -- the same three methods over both transports --------------------------------
-
-_regions: dict[int, aiordma.MemoryRegion] = {}
-
-
-def rdma_service() -> rpc.Service:
-    service = rpc.Service()
-
-    @service.method()
-    async def echo(payload: bytes) -> bytes:
-        return payload
-
-    @service.method()
-    async def sink(payload: bytes) -> bytes:
-        return b""
-
-    @service.method()
-    async def source(payload: bytes) -> aiordma.MemoryRegion:
-        size = int(payload)
-        if size not in _regions:
-            _regions[size] = aiordma.Device.shared().alloc(size, Access.REMOTE_READ)
-        return _regions[size]
-
-    return service
-
+# -- the same three methods over TCP as aiordma.bench.peer.service() serves --------
 
 _REQ = struct.Struct("<QQB")  # payload length, call id, method
 _REP = struct.Struct("<QQ")  # payload length, call id
@@ -121,7 +97,7 @@ class TcpClient:
 
 async def serve(kind: str, addr: str) -> None:
     if kind == "rdma":
-        server = await rpc.start_server(rdma_service(), addr, 0)
+        server = await rpc.start_server(service(), addr, 0)
         port = server.addresses[0][1]
     else:
         tcp = await asyncio.start_server(tcp_handle, addr, 0)
