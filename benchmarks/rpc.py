@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import os
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -26,73 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from aiordma import rpc
-from aiordma.bench import perftest
+from aiordma.bench import perftest, tcp
 from aiordma.bench.peer import service
 from aiordma.bench.stats import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# -- the same three methods over TCP as aiordma.bench.peer.service() serves --------
-
-_REQ = struct.Struct("<QQB")  # payload length, call id, method
-_REP = struct.Struct("<QQ")  # payload length, call id
-_METHODS = ("echo", "sink", "source")
-_blobs: dict[int, bytes] = {}
-
-
-async def tcp_handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """A TCP RPC server: length-prefixed frames, calls answered as they complete."""
-
-    async def answer(call_id: int, method: str, payload: bytes) -> None:
-        if method == "echo":
-            result = payload
-        elif method == "sink":
-            result = b""
-        else:
-            size = int(payload)
-            result = _blobs.setdefault(size, bytes(size))
-        writer.write(_REP.pack(len(result), call_id))
-        writer.write(result)
-        await writer.drain()
-
-    try:
-        while True:
-            length, call_id, method = _REQ.unpack(await reader.readexactly(_REQ.size))
-            payload = await reader.readexactly(length)
-            await answer(call_id, _METHODS[method], payload)
-    except asyncio.IncompleteReadError:
-        pass
-    finally:
-        writer.close()
-
-
-class TcpClient:
-    """The client side of :func:`tcp_handle`; many calls may be in flight."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader, self._writer = reader, writer
-        self._pending: dict[int, asyncio.Future[bytes]] = {}
-        self._ids = itertools.count()
-        self._task = asyncio.get_running_loop().create_task(self._read())
-
-    async def _read(self) -> None:
-        while True:
-            length, call_id = _REP.unpack(await self._reader.readexactly(_REP.size))
-            self._pending.pop(call_id).set_result(await self._reader.readexactly(length))
-
-    async def call(self, method: str, payload: bytes = b"") -> bytes:
-        call_id = next(self._ids)
-        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = fut
-        self._writer.write(_REQ.pack(len(payload), call_id, _METHODS.index(method)))
-        self._writer.write(payload)
-        await self._writer.drain()
-        return await fut
-
-    async def close(self) -> None:
-        self._task.cancel()
-        self._writer.close()
-        await self._writer.wait_closed()
 
 
 async def serve(kind: str, addr: str) -> None:
@@ -100,8 +36,8 @@ async def serve(kind: str, addr: str) -> None:
         server = await rpc.start_server(service(), addr, 0)
         port = server.addresses[0][1]
     else:
-        tcp = await asyncio.start_server(tcp_handle, addr, 0)
-        port = tcp.sockets[0].getsockname()[1]
+        baseline = await tcp.start_server(addr)
+        port = baseline.sockets[0].getsockname()[1]
     print(f"listening {port}", flush=True)
     await asyncio.Event().wait()
 
@@ -156,23 +92,19 @@ async def measure(addr: str, rdma_port: int, tcp_port: int, calls: int, bulk: in
             await _timed(bulk_runs, lambda: client.call("source", size, into=region)),
         )
     print(f"RPC over TCP (asyncio streams, {addr})")
-    reader, writer = await asyncio.open_connection(addr, tcp_port)
-    tcp = TcpClient(reader, writer)
-    try:
-        await _timed(warm, lambda: tcp.call("echo", small))
-        _latency("echo 64 B round trip", await _timed(calls, lambda: tcp.call("echo", small)))
+    async with await tcp.Client.connect(addr, tcp_port) as baseline:
+        await _timed(warm, lambda: baseline.call("echo", small))
+        _latency("echo 64 B round trip", await _timed(calls, lambda: baseline.call("echo", small)))
         _throughput(
             f"{bulk >> 20} MiB to sink",
             bulk,
-            await _timed(bulk_runs, lambda: tcp.call("sink", big)),
+            await _timed(bulk_runs, lambda: baseline.call("sink", big)),
         )
         _throughput(
             f"{bulk >> 20} MiB from source",
             bulk,
-            await _timed(bulk_runs, lambda: tcp.call("source", size)),
+            await _timed(bulk_runs, lambda: baseline.call("source", size)),
         )
-    finally:
-        await tcp.close()
 
 
 def _start(kind: str, addr: str, loop: str) -> tuple[subprocess.Popen[str], int]:

@@ -4,8 +4,11 @@ Latency modes time one awaited operation at a time (post, then its
 completion: a full round trip), and report p50, p99, p99.9 and the mean in
 microseconds; perftest's one-way latency figures are doubled to match.
 Bandwidth modes keep ``--depth`` operations in flight and report MB/s and
-Gbit/s. ``rpc_lat`` is an ``echo`` call; ``rpc_bw`` fetches results into
-registered memory with ``--depth`` calls in flight.
+Gbit/s; ``send_rate`` keeps ``--depth`` sends in flight, posted as lists, and
+reports messages per second. ``rpc_lat`` is an ``echo`` call; ``rpc_bw``
+fetches results into registered memory with ``--depth`` calls in flight.
+``--compare tcp`` runs each pattern over asyncio TCP streams to the same
+address (see :mod:`aiordma.bench.tcp`).
 """
 
 from __future__ import annotations
@@ -20,58 +23,52 @@ from typing import Any
 
 from aiordma.bench.stats import Result
 
-MODES = ("write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "rpc_lat", "rpc_bw")
+MODES = (
+    "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_rate", "rpc_lat", "rpc_bw",
+)  # fmt: skip
 
-DEFAULT_SIZES = {"lat": [64], "bw": [65536, 1 << 20]}
-
-
-def _format(result: Result, reference: Result | None) -> str:
-    head = f"{result.tool:<9} {result.mode:<10} {result.size:>9} B  depth {result.depth:<3}"
-    if result.latency is not None:
-        lat = result.latency
-        text = (f"{head} p50 {lat.p50:9.1f} us  p99 {lat.p99:9.1f} us  "
-                f"p99.9 {lat.p999:9.1f} us  mean {lat.mean:9.1f} us")  # fmt: skip
-        if reference is not None and reference.latency is not None and result is not reference:
-            text += f"  ({lat.p50 / reference.latency.p50:.1f}x perftest)"
-        return text
-    text = (f"{head} {result.mb_per_s:9.1f} MB/s  {result.gbit_per_s:6.2f} Gbit/s  "
-            f"{result.ops_per_s:9.0f} ops/s")  # fmt: skip
-    if reference is not None and result is not reference:
-        text += f"  ({result.mb_per_s / reference.mb_per_s:.0%} of perftest)"
-    return text
+DEFAULT_SIZES = {"lat": [64], "bw": [65536, 1 << 20], "rate": [64]}
 
 
 def sizes_for(mode: str, given: list[int] | None) -> list[int]:
     if given:
         return given
-    return DEFAULT_SIZES["lat" if mode.endswith("_lat") else "bw"]
+    return DEFAULT_SIZES[mode.rsplit("_", 1)[1] if mode != "rpc_bw" else "bw"]
 
 
-async def _run(args: argparse.Namespace, emit: Callable[[Result, Result | None], None]) -> None:
+async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -> None:
     from aiordma.bench import perftest
-    from aiordma.bench.runner import Peer, measure
+    from aiordma.bench.report import Progress
+    from aiordma.bench.runner import Peer, Plan, measure, measure_tcp
 
     sizes = {mode: sizes_for(mode, args.sizes) for mode in args.modes}
-    peer = Peer(args.addr, max(max(s) for s in sizes.values()))
+    tools = set(args.compare)
+    steps = sum(
+        len(sizes[mode])
+        * (1 + len(tools - ({"perftest"} if mode not in perftest.TOOLS else set())))
+        for mode in args.modes
+    )
+    progress = Progress(steps)
+    plan = Plan(args.iterations, args.warmup, args.depth, args.duration)
+    peer = Peer(args.addr, max(max(s) for s in sizes.values()), args.loop)
     try:
         for mode in args.modes:
             for size in sizes[mode]:
-                reference = None
-                if "perftest" in args.compare:
+                progress.start(f"aiordma {mode} {size} B")
+                group = [await measure(peer, mode, size, plan, progress.update)]
+                if "perftest" in tools and mode in perftest.TOOLS:
+                    progress.start(f"{perftest.TOOLS[mode]} {size} B")
                     reference = await asyncio.to_thread(
-                        perftest.run,
-                        mode,
-                        args.device,
-                        args.addr,
-                        size,
-                        args.iterations,
-                        args.depth,
-                    )
-                ours = await measure(peer, mode, size, iterations=args.iterations,
-                                     warmup=args.warmup, depth=args.depth)  # fmt: skip
-                emit(ours, reference)
-                if reference is not None:
-                    emit(reference, reference)
+                        perftest.run, mode, args.device, args.addr, size,
+                        group[0].iterations, 1 if mode.endswith("_lat") else args.depth,
+                    )  # fmt: skip
+                    if reference is not None:
+                        group.append(reference)
+                if "tcp" in tools:
+                    progress.start(f"tcp {mode} {size} B")
+                    group.append(await measure_tcp(peer, mode, size, plan, progress.update))
+                progress.clear()
+                emit(group)
     finally:
         peer.close()
 
@@ -83,24 +80,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="message sizes in bytes, comma-separated (default: 64 for latency "
                         "modes, 64 KiB and 1 MiB for bandwidth modes)")  # fmt: skip
     parser.add_argument("--iterations", type=int, default=1000)
+    parser.add_argument("--duration", type=float, metavar="SECONDS",
+                        help="measure for this long instead of --iterations (perftest then "
+                        "runs as many iterations as aiordma did)")  # fmt: skip
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--depth", type=int, default=8, help="operations in flight (bandwidth)")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
-    parser.add_argument("--compare", action="append", default=[], choices=["perftest"],
-                        help="also run the C reference on the same device")  # fmt: skip
+    parser.add_argument("--compare", action="append", default=[], choices=["perftest", "tcp"],
+                        help="also run perftest (the C reference, same device) or the same "
+                        "pattern over asyncio TCP streams (same address); repeatable")  # fmt: skip
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON ('-': stdout)")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="draw latency and throughput against size "
+                        "(needs aiordma[bench])")  # fmt: skip
     parser.add_argument("--device", default=os.environ.get("AIORDMA_DEVICE", "rxe0"))
     parser.add_argument("--addr", default=os.environ.get("AIORDMA_ADDR", "192.0.2.1"))
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiordma.bench.report import row
+
     results: list[Result] = []
+    table = sys.stderr if args.json == "-" else sys.stdout
 
-    def emit(result: Result, reference: Result | None) -> None:
-        results.append(result)
-        print(_format(result, reference), file=sys.stderr if args.json == "-" else sys.stdout,
-              flush=True)  # fmt: skip
+    def emit(group: list[Result]) -> None:
+        results.extend(group)
+        print(row(group[0], group[1:]), file=table, flush=True)
+        for reference in group[1:]:
+            print(row(reference), file=table, flush=True)
 
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("aiordma bench: --plot needs matplotlib (pip install 'aiordma[bench]')",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     runner: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     if args.loop == "uvloop":
         import uvloop
@@ -114,4 +129,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             with open(args.json, "w") as out:
                 out.write(text + "\n")
+    if args.plot:
+        from aiordma.bench.plot import plot
+
+        plot(results, args.plot, f"aiordma bench on {args.device} ({args.loop})")
     return 0

@@ -1,24 +1,30 @@
 """The passive side of ``aiordma bench``, run as its own process.
 
-    python -m aiordma.bench.peer ADDR MAX_SIZE
+    python -m aiordma.bench.peer ADDR MAX_SIZE [asyncio|uvloop]
 
 Each connection says in its private data what it needs: ``mem`` (a buffer
 the client writes and reads, handed over as a RemoteBuffer), ``echo``
-(every message sent back) or nothing (an RPC service with ``echo``,
-``sink`` and ``source``). Prints ``listening PORT``; runs until killed.
+(every message sent back), ``sink`` (every message received and dropped,
+receives re-posted as lists) or nothing (an RPC service with ``echo``,
+``sink`` and ``source``). The TCP baseline (:mod:`aiordma.bench.tcp`) is
+served on a second port. Prints ``listening RDMA_PORT TCP_PORT``; runs
+until killed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import sys
 from typing import Any
 
 import aiordma
 from aiordma import Access, rpc
+from aiordma.bench import tcp
 from aiordma.messaging import prepare_channel
 
 ECHO_DEPTH = 64
+SINK_DEPTH = 128
 
 
 def service() -> rpc.Service:
@@ -59,6 +65,9 @@ async def serve(addr: str, max_size: int) -> None:
             inbox = conn.alloc(max_size * ECHO_DEPTH)
             slots = [inbox[i * max_size : (i + 1) * max_size] for i in range(ECHO_DEPTH)]
             return slots, await conn.post_recv_batch(slots)
+        if kind == b"sink":  # every receive lands in the same buffer: only the count matters
+            inbox = conn.alloc(max_size)
+            return inbox, collections.deque(await conn.post_recv_batch([inbox] * SINK_DEPTH))
         return None
 
     async def handle(conn: aiordma.Connection) -> None:
@@ -73,13 +82,30 @@ async def serve(addr: str, max_size: int) -> None:
                 (pending[i],) = await conn.post_recv_batch([slots[i]])
                 await conn.post_send(slots[i][: wc.byte_len])
                 i = (i + 1) % ECHO_DEPTH
+        elif kind == b"sink":
+            inbox, posted = conn.prepared
+            while True:
+                await posted.popleft()
+                arrived = 1
+                while posted and posted[0].done():
+                    posted.popleft().result()
+                    arrived += 1
+                posted.extend(await conn.post_recv_batch([inbox] * arrived))
         else:
             await conn.wait_closed()
 
     server = await aiordma.start_server(handle, addr, 0, accept=accept, prepare=prepare)
-    print(f"listening {server.addresses[0][1]}", flush=True)
+    baseline = await tcp.start_server(addr)
+    tcp_port = baseline.sockets[0].getsockname()[1]
+    print(f"listening {server.addresses[0][1]} {tcp_port}", flush=True)
     await server.serve_forever()
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(sys.argv[1], int(sys.argv[2])))
+    addr, max_size, *loop = sys.argv[1:]
+    if loop == ["uvloop"]:
+        import uvloop
+
+        uvloop.run(serve(addr, int(max_size)))
+    else:
+        asyncio.run(serve(addr, int(max_size)))

@@ -8,21 +8,45 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiordma
 from aiordma import RemoteBuffer, rpc
+from aiordma.bench import tcp
 from aiordma.bench.stats import Latency, Result
-from aiordma.queue_pair import Read, Write
+from aiordma.queue_pair import Read, Send, Write
+
+Progress = Callable[[int], None]
+"""Told how many measured operations have completed so far."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long one measurement runs: ``iterations`` operations, or ``duration`` seconds."""
+
+    iterations: int
+    warmup: int
+    depth: int
+    duration: float | None = None
+
+    def more(self, done: int, start: float) -> bool:
+        if self.duration is not None:
+            return time.perf_counter() - start < self.duration
+        return done < self.iterations
 
 
 class Peer:
-    """The peer process, started on ``addr`` for messages up to ``max_size``."""
+    """The peer process, on ``addr`` for messages up to ``max_size``, running ``loop``.
 
-    def __init__(self, addr: str, max_size: int) -> None:
+    It serves the RDMA side on :attr:`port` and the TCP baseline on
+    :attr:`tcp_port`.
+    """
+
+    def __init__(self, addr: str, max_size: int, loop: str = "asyncio") -> None:
         self.addr = addr
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "aiordma.bench.peer", addr, str(max_size)],
+            [sys.executable, "-m", "aiordma.bench.peer", addr, str(max_size), loop],
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self._proc.stdout is not None
@@ -30,53 +54,93 @@ class Peer:
         if line[:1] != ["listening"]:
             self.close()
             raise RuntimeError("the benchmark peer did not start")
-        self.port = int(line[1])
+        self.port, self.tcp_port = int(line[1]), int(line[2])
 
     def close(self) -> None:
         self._proc.kill()
         self._proc.wait()
 
 
-async def _latencies(iterations: int, warmup: int, op: Callable[[], Awaitable[Any]]) -> list[float]:
-    for _ in range(warmup):
+def _report(progress: Progress | None, done: int) -> None:
+    if progress is not None and done % 64 == 0:
+        progress(done)
+
+
+async def _latencies(
+    plan: Plan, op: Callable[[], Awaitable[Any]], progress: Progress | None
+) -> list[float]:
+    for _ in range(plan.warmup):
         await op()
-    samples = []
+    samples: list[float] = []
     clock = time.perf_counter
-    for _ in range(iterations):
+    begin = clock()
+    while plan.more(len(samples), begin):
         start = clock()
         await op()
         samples.append(clock() - start)
+        _report(progress, len(samples))
     return samples
 
 
-async def _window(iterations: int, depth: int, post: Callable[[], Awaitable[Any]]) -> float:
-    """Keep ``depth`` operations in flight for ``iterations`` operations; seconds taken."""
+async def _window(
+    plan: Plan, post: Callable[[], Awaitable[Any]], progress: Progress | None, *, warm: bool = False
+) -> tuple[int, float]:
+    """Keep ``plan.depth`` operations in flight; (operations, seconds taken)."""
     pending: collections.deque[asyncio.Future[Any]] = collections.deque()
+    done = 0
     start = time.perf_counter()
-    for _ in range(iterations):
-        if len(pending) >= depth:
+    while plan.more(done, start) if not warm else done < plan.warmup:
+        if len(pending) >= plan.depth:
             await pending.popleft()
         pending.append(await post())
+        done += 1
+        _report(progress, done)
     for fut in pending:
         await fut
-    return time.perf_counter() - start
+    return done, time.perf_counter() - start
+
+
+async def _rate(
+    conn: aiordma.Connection, op: Send, plan: Plan, progress: Progress | None, count: int | None
+) -> tuple[int, float]:
+    """Sends, ``plan.depth`` in flight, posted as lists whenever half the window is free."""
+    pending: collections.deque[asyncio.Future[Any]] = collections.deque()
+    done = 0
+    start = time.perf_counter()
+    refill = max(1, plan.depth // 2)
+    while plan.more(done, start) if count is None else done < count:
+        room = plan.depth - len(pending)
+        if room < refill:
+            await pending.popleft()
+            while pending and pending[0].done():
+                pending.popleft().result()
+            continue
+        if count is not None:
+            room = min(room, count - done)
+        elif plan.duration is None:
+            room = min(room, plan.iterations - done)
+        pending.extend(await conn.post_batch([op] * room))
+        done += room
+        _report(progress, done - done % 64)
+    for fut in pending:
+        await fut
+    return done, time.perf_counter() - start
 
 
 async def measure(
-    peer: Peer, mode: str, size: int, *, iterations: int, warmup: int, depth: int
+    peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None = None
 ) -> Result:
-    """Run ``mode`` at ``size`` bytes against ``peer``."""
+    """Run ``mode`` at ``size`` bytes over RDMA against ``peer``."""
     if mode.startswith("rpc"):
-        return await _measure_rpc(peer, mode, size, iterations, warmup, depth)
-    kind = b"echo" if mode == "send_lat" else b"mem"
+        return await _measure_rpc(peer, mode, size, plan, progress)
+    kind = {"send_lat": b"echo", "send_rate": b"sink"}.get(mode, b"mem")
     async with await aiordma.connect(peer.addr, peer.port, private_data=kind) as conn:
-        remote = RemoteBuffer.from_bytes(conn.peer_private_data[: RemoteBuffer.SIZE])[:size]
         local = conn.alloc(size)
-        if mode == "write_lat":
-            samples = await _latencies(iterations, warmup, lambda: conn.rdma_write(local, remote))
-        elif mode == "read_lat":
-            samples = await _latencies(iterations, warmup, lambda: conn.rdma_read(local, remote))
-        elif mode == "send_lat":
+        if mode == "send_rate":
+            await _rate(conn, Send(local), plan, None, plan.warmup)
+            done, seconds = await _rate(conn, Send(local), plan, progress, None)
+            return Result("aiordma", mode, size, plan.depth, done, seconds)
+        if mode == "send_lat":
             inbox = conn.alloc(size)
 
             async def ping() -> None:
@@ -84,7 +148,13 @@ async def measure(
                 await conn.post_send(local)
                 await reply
 
-            samples = await _latencies(iterations, warmup, ping)
+            samples = await _latencies(plan, ping, progress)
+            return Result("aiordma", mode, size, 1, len(samples), sum(samples), Latency.of(samples))
+        remote = RemoteBuffer.from_bytes(conn.peer_private_data[: RemoteBuffer.SIZE])[:size]
+        if mode == "write_lat":
+            samples = await _latencies(plan, lambda: conn.rdma_write(local, remote), progress)
+        elif mode == "read_lat":
+            samples = await _latencies(plan, lambda: conn.rdma_read(local, remote), progress)
         else:
             op = Write(local, remote) if mode == "write_bw" else Read(local, remote)
 
@@ -92,30 +162,44 @@ async def measure(
                 (fut,) = await conn.post_batch([op])
                 return fut
 
-            await _window(warmup, depth, post)
-            seconds = await _window(iterations, depth, post)
-            return Result("aiordma", mode, size, depth, iterations, seconds)
-        return Result("aiordma", mode, size, 1, iterations, sum(samples), Latency.of(samples))
+            await _window(plan, post, None, warm=True)
+            done, seconds = await _window(plan, post, progress)
+            return Result("aiordma", mode, size, plan.depth, done, seconds)
+        return Result("aiordma", mode, size, 1, len(samples), sum(samples), Latency.of(samples))
 
 
 async def _measure_rpc(
-    peer: Peer, mode: str, size: int, iterations: int, warmup: int, depth: int
+    peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None
 ) -> Result:
     async with await rpc.connect(peer.addr, peer.port) as client:
         if mode == "rpc_lat":
             payload = bytes(size)
-            samples = await _latencies(iterations, warmup, lambda: client.call("echo", payload))
-            return Result("aiordma", mode, size, 1, iterations, sum(samples), Latency.of(samples))
+            samples = await _latencies(plan, lambda: client.call("echo", payload), progress)
+            return Result("aiordma", mode, size, 1, len(samples), sum(samples), Latency.of(samples))
         into = client.conn.alloc(size)
         request = str(size).encode()
-        window = asyncio.Semaphore(depth)
 
-        async def fetch() -> None:
-            async with window:
-                await client.call("source", request, into=into)
+        async def post() -> asyncio.Future[Any]:
+            return asyncio.ensure_future(client.call("source", request, into=into))
 
-        for _ in range(warmup):
-            await fetch()
-        start = time.perf_counter()
-        await asyncio.gather(*(fetch() for _ in range(iterations)))
-        return Result("aiordma", mode, size, depth, iterations, time.perf_counter() - start)
+        await _window(plan, post, None, warm=True)
+        done, seconds = await _window(plan, post, progress)
+        return Result("aiordma", mode, size, plan.depth, done, seconds)
+
+
+async def measure_tcp(
+    peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None = None
+) -> Result:
+    """The same pattern as ``mode`` over asyncio TCP streams (see :mod:`aiordma.bench.tcp`)."""
+    method, payload = tcp.request_for(mode, size)
+    async with await tcp.Client.connect(peer.addr, peer.tcp_port) as client:
+        if mode.endswith("_lat"):
+            samples = await _latencies(plan, lambda: client.call(method, payload), progress)
+            return Result("tcp", mode, size, 1, len(samples), sum(samples), Latency.of(samples))
+
+        async def post() -> asyncio.Future[Any]:
+            return asyncio.ensure_future(client.call(method, payload))
+
+        await _window(plan, post, None, warm=True)
+        done, seconds = await _window(plan, post, progress)
+        return Result("tcp", mode, size, plan.depth, done, seconds)

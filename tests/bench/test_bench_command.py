@@ -1,0 +1,52 @@
+"""``aiordma bench`` end to end on the lab device: every tool, JSON out."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import Lab
+
+
+def _bench(lab: Lab, tmp_path: Path, *args: str) -> list[dict[str, object]]:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiordma", "bench", *args, "--json", str(out),
+         "--device", lab.device, "--addr", lab.addr, "--loop", "uvloop"],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows: list[dict[str, object]] = json.loads(out.read_text())
+    return rows
+
+
+def test_modes_with_perftest_and_tcp_side_by_side(lab: Lab, tmp_path: Path) -> None:
+    rows = _bench(lab, tmp_path, "write_lat", "send_rate", "rpc_lat", "read_bw", "--sizes", "64",
+                  "--iterations", "40", "--warmup", "5", "--depth", "4",
+                  "--compare", "perftest", "--compare", "tcp")  # fmt: skip
+    by = {(r["mode"], r["tool"]): r for r in rows}
+    perftest = shutil.which("ib_write_lat") is not None
+    for mode in ("write_lat", "send_rate", "rpc_lat", "read_bw"):
+        ours = by[(mode, "aiordma")]
+        assert ours["iterations"] == 40
+        assert ours["size"] == 64
+        assert by[(mode, "tcp")]["iterations"] == 40
+        if perftest and mode != "rpc_lat":
+            assert by[(mode, "perftest")]["iterations"] == 40
+    assert ("rpc_lat", "perftest") not in by
+    for mode in ("write_lat", "rpc_lat"):
+        latency = by[(mode, "aiordma")]["latency"]
+        assert isinstance(latency, dict)
+        assert 0 < latency["p50"] <= latency["p99"] <= latency["p999"]
+    assert by[("send_rate", "aiordma")]["depth"] == 4
+    assert float(by[("read_bw", "aiordma")]["ops_per_s"]) > 0  # type: ignore[arg-type]
+
+
+def test_duration_mode_runs_for_the_time_given(lab: Lab, tmp_path: Path) -> None:
+    (row,) = _bench(lab, tmp_path, "write_bw", "--sizes", "4096", "--duration", "1",
+                    "--warmup", "2")  # fmt: skip
+    assert float(row["seconds"]) >= 1.0  # type: ignore[arg-type]
+    assert int(row["iterations"]) > 0  # type: ignore[call-overload]

@@ -1,0 +1,144 @@
+"""The bench's table, ratios, plot and TCP baseline protocol (no RDMA device)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aiordma.bench import sizes_for, tcp
+from aiordma.bench.report import Progress, ratio, row
+from aiordma.bench.runner import Plan
+from aiordma.bench.stats import Latency, Result
+
+
+def _lat(tool: str, p50: float, size: int = 64) -> Result:
+    return Result(tool, "write_lat", size, 1, 100, 0.1, Latency(p50, p50 * 2, p50 * 3, p50))
+
+
+def test_ratios_are_multiples_for_latency_and_shares_for_throughput() -> None:
+    assert ratio(_lat("aiordma", 300), _lat("perftest", 100)) == "3.0x perftest"
+    ours = Result("aiordma", "write_bw", 65536, 8, 100, 2.0)
+    theirs = Result("perftest", "write_bw", 65536, 8, 100, 1.6)
+    assert ratio(ours, theirs) == "80% of perftest"
+    rate = Result("aiordma", "send_rate", 64, 64, 1000, 1.0)
+    assert ratio(rate, Result("tcp", "send_rate", 64, 64, 4000, 1.0)) == "25% of tcp"
+
+
+def test_rows_name_the_tool_and_append_every_reference() -> None:
+    line = row(_lat("aiordma", 300), [_lat("perftest", 100), _lat("tcp", 600)])
+    assert line.startswith("aiordma   write_lat")
+    assert "p50     300.0 us" in line
+    assert line.endswith("(3.0x perftest, 0.5x tcp)")
+    assert "(" not in row(_lat("perftest", 100))
+    bw = row(Result("tcp", "read_bw", 1 << 20, 8, 10, 1.0))
+    assert "10.5 MB/s" in bw
+    assert "10 ops/s" in bw
+
+
+def test_default_sizes_per_kind_of_mode() -> None:
+    assert sizes_for("write_lat", None) == [64]
+    assert sizes_for("rpc_bw", None) == [65536, 1 << 20]
+    assert sizes_for("send_rate", None) == [64]
+    assert sizes_for("read_bw", [4096]) == [4096]
+
+
+def test_plan_counts_iterations_or_time() -> None:
+    by_count = Plan(iterations=3, warmup=0, depth=1)
+    assert by_count.more(2, 0.0)
+    assert not by_count.more(3, 0.0)
+    by_time = Plan(iterations=1, warmup=0, depth=1, duration=3600.0)
+    assert by_time.more(10**9, time.perf_counter())
+    assert not Plan(1, 0, 1, duration=0.0).more(0, time.perf_counter())
+
+
+def test_progress_prints_one_line_per_step_off_a_terminal() -> None:
+    out = io.StringIO()
+    progress = Progress(2, out)
+    progress.start("aiordma write_lat 64 B")
+    progress.update(64)
+    progress.start("tcp write_lat 64 B")
+    progress.clear()
+    assert out.getvalue().splitlines() == [
+        "[1/2] aiordma write_lat 64 B ...",
+        "[2/2] tcp write_lat 64 B ...",
+    ]
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from aiordma.bench.plot import plot
+
+    results = [
+        _lat("aiordma", 700, 64),
+        _lat("aiordma", 900, 4096),
+        _lat("perftest", 25, 64),
+        Result("aiordma", "write_bw", 65536, 8, 100, 0.2),
+        Result("tcp", "write_bw", 65536, 8, 100, 0.1),
+    ]
+    out = tmp_path / "bench.png"
+    plot(results, str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 10_000
+
+
+def test_plot_needs_matplotlib_only_when_asked(tmp_path: Path) -> None:
+    code = "import sys; sys.modules['matplotlib'] = None; import aiordma.bench.plot"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_mode_has_a_tcp_pattern() -> None:
+    from aiordma.bench import MODES
+
+    assert set(tcp.PATTERN) == set(MODES)
+    assert tcp.request_for("read_bw", 4096) == ("source", b"4096")
+    assert tcp.request_for("write_lat", 8) == ("sink", bytes(8))
+    assert tcp.request_for("rpc_lat", 3) == ("echo", bytes(3))
+
+
+@pytest.mark.asyncio
+async def test_tcp_baseline_answers_concurrent_calls() -> None:
+    server = await tcp.start_server("127.0.0.1")
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with await tcp.Client.connect("127.0.0.1", port) as client:
+            echoed, sunk, sourced = await asyncio.gather(
+                client.call("echo", b"abc"),
+                client.call("sink", bytes(1000)),
+                client.call("source", b"70000"),
+            )
+            assert (echoed, sunk, sourced) == (b"abc", b"", bytes(70000))
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_tcp_calls_fail_when_the_server_goes_away() -> None:
+    accepted: asyncio.Future[asyncio.StreamWriter] = asyncio.get_running_loop().create_future()
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set_result(writer)
+        await reader.read(1)
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, await tcp.Client.connect("127.0.0.1", port) as client:
+        call = asyncio.ensure_future(client.call("echo", b"x"))
+        writer = await asyncio.wait_for(accepted, 10)
+        writer.close()
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+            await asyncio.wait_for(call, 10)
+        with pytest.raises(ConnectionError):
+            await client.call("echo", b"y")
+
+
+def test_json_rows_round_trip() -> None:
+    data = json.loads(json.dumps(_lat("aiordma", 5).to_json()))
+    assert data["latency"]["p50"] == 5
