@@ -339,7 +339,7 @@ class Connection:
             return
         try:
             async with asyncio.timeout(LINGER):
-                await qp.wait_send_room(qp.options.send_depth)
+                await qp.flush_sends()
         except (TimeoutError, RdmaError, ResourceClosedError):
             pass
 

@@ -164,6 +164,8 @@ class MessageChannel:
         self._recv_lock = asyncio.Lock()
         self._room_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._signal_every = max(1, buffers // 2)
+        self._silent_run = 0
 
     def __repr__(self) -> str:
         state = (
@@ -472,10 +474,13 @@ class MessageChannel:
                     with _bytes_view(body) as source:
                         view[end : end + header.length] = source
                     end += header.length
-            (sent,) = self.conn.qp.post_batch_nowait([Send(self._send_mr[start : start + end])])
+            signal = self._silent_run + 1 >= self._signal_every
+            packet = Send(self._send_mr[start : start + end], signaled=signal)
+            (sent,) = self.conn.qp.post_batch_nowait([packet])
         except BaseException:
             self._free_slots.append(slot)
             raise
+        self._silent_run = 0 if signal else self._silent_run + 1
         self._data.piggyback()
         if cost is _Cost.DATA:
             self._data.take()

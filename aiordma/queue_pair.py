@@ -1,15 +1,19 @@
 """Reliable-connected queue pairs whose work requests are coroutines.
 
-Every posted work request is signalled and registered with the device's
-completion queue under a fresh ``wr_id``; its completion resolves an
-``asyncio.Future``. The work request's local memory stays referenced (and its
-memory regions counted as busy) until that completion arrives, whatever
-happens to the awaiting task: cancelling an await abandons only the wait.
-"""
+Every posted work request is registered with the device's completion queue
+under a fresh ``wr_id``; its completion resolves an ``asyncio.Future``.
+Sends and writes may be posted unsignalled (``signaled=False``): the send
+queue completes in order, so their futures resolve when a later signalled
+request completes, and a failure still reports itself. The work request's
+local memory stays referenced (and its memory regions counted as busy) until
+that completion arrives, whatever happens to the awaiting task: cancelling
+an await abandons only the wait."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import dataclasses
 import functools
 import ipaddress
@@ -27,7 +31,7 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
 from aiordma._slots import SlotPool
-from aiordma.completion import WorkCompletion, completion_error, to_work_completion
+from aiordma.completion import Opcode, WorkCompletion, completion_error, to_work_completion
 from aiordma.exceptions import (
     DeviceError,
     QueuePairError,
@@ -68,6 +72,13 @@ _OPNAMES: Final = {
     _WR_ATOMIC_CMP_AND_SWP: "atomic_cmp_swap",
     _WR_ATOMIC_FETCH_AND_ADD: "atomic_fetch_add",
 }
+
+SIGNAL_FRACTION = 4
+"""However many unsignalled requests are posted, at least every
+``send_depth // SIGNAL_FRACTION``-th is signalled, so their send-queue slots
+come back."""
+RECV_WR_CACHE = 512
+"""Single-buffer receive work requests kept for reuse, per queue pair."""
 
 FLUSH_TIMEOUT = 5.0
 """How long :meth:`QueuePair.wait_closed` waits for flushed completions."""
@@ -137,21 +148,33 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """A send (optionally with 32-bit immediate data) for :meth:`QueuePair.post_batch`."""
+    """A send (optionally with 32-bit immediate data) for :meth:`QueuePair.post_batch`.
+
+    ``signaled=False`` asks for no completion entry of its own (selective
+    signalling): its future resolves when a later signalled request on the
+    same queue pair completes, which saves the adapter a completion and the
+    event loop a wake-up. It still fails at once if it fails. See
+    :meth:`QueuePair.flush_sends`.
+    """
 
     local: Local
     imm: int | None = None
     inline: bool | None = None
+    signaled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """An RDMA write (optionally with immediate data) for :meth:`QueuePair.post_batch`."""
+    """An RDMA write (optionally with immediate data) for :meth:`QueuePair.post_batch`.
+
+    ``signaled`` works as for :class:`Send`.
+    """
 
     local: Local
     remote: RemoteBuffer
     imm: int | None = None
     inline: bool | None = None
+    signaled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +191,7 @@ SendOp = Send | Write | Read
 class _Work:
     """One posted work request: the future to resolve and the memory to keep alive."""
 
-    __slots__ = ("future", "opcode", "qp", "recv", "scratch", "segments")
+    __slots__ = ("future", "opcode", "qp", "recv", "scratch", "segments", "seq", "silent")
 
     def __init__(
         self,
@@ -178,6 +201,8 @@ class _Work:
         segments: tuple[Segment, ...],
         recv: bool,
         scratch: int | None = None,
+        seq: int = 0,
+        silent: bool = False,
     ) -> None:
         self.qp = qp
         self.future = future
@@ -185,6 +210,10 @@ class _Work:
         self.segments = segments
         self.recv = recv
         self.scratch = scratch
+        self.seq = seq
+        """Position on the send queue (send-side work only)."""
+        self.silent = silent
+        """Posted unsignalled: no completion entry unless it fails."""
 
     def complete(self, wc: WC) -> None:
         self.qp._complete(self, wc)
@@ -200,6 +229,7 @@ class _Built:
     rkey: int = 0
     compare_add: int = 0
     swap: int = 0
+    signaled: bool = True
 
 
 class _SingleSend:
@@ -316,6 +346,12 @@ class QueuePair:
         self._scratch: MemoryRegion | None = None
         self._scratch_free: list[int] = []
         self._single = _SingleSend.create()
+        self._recv_wrs: dict[tuple[int, int, int], RecvWR] = {}
+        self._send_seq = 0
+        self._silent: collections.deque[tuple[int, _Work]] = collections.deque()
+        self._silent_run = 0
+        self._signal_every = max(1, opts.send_depth // SIGNAL_FRACTION)
+        self._last_send: _Work | None = None
 
     def __repr__(self) -> str:
         return f"<QueuePair qp_num={self.qp_num} {self.state_name}>"
@@ -442,7 +478,8 @@ class QueuePair:
         if isinstance(op, Send):
             _check_imm(op.imm)
             opcode = _WR_SEND if op.imm is None else _WR_SEND_WITH_IMM
-            return _Built(opcode, segments, self._inline_flag(opcode, segments, op.inline), op.imm)
+            flags = self._inline_flag(opcode, segments, op.inline)
+            return _Built(opcode, segments, flags, op.imm, signaled=op.signaled)
         size = _total(segments)
         if size > op.remote.length:
             raise ValueError(
@@ -452,7 +489,8 @@ class QueuePair:
             _check_imm(op.imm)
             opcode = _WR_RDMA_WRITE if op.imm is None else _WR_RDMA_WRITE_WITH_IMM
             flags = self._inline_flag(opcode, segments, op.inline)
-            return _Built(opcode, segments, flags, op.imm, op.remote.addr, op.remote.rkey)
+            return _Built(opcode, segments, flags, op.imm, op.remote.addr, op.remote.rkey,
+                          signaled=op.signaled)  # fmt: skip
         if isinstance(op, Read):
             self._check_writable(segments, "rdma_read")
             return _Built(_WR_RDMA_READ, segments, 0, None, op.remote.addr, op.remote.rkey)
@@ -513,10 +551,13 @@ class QueuePair:
                 scratch = self._scratch_free.pop()
                 assert self._scratch is not None
                 segments = (self._scratch[scratch : scratch + 8],)
-            work = _Work(self, fut, b.opcode, segments, False, scratch)
+            self._send_seq += 1
+            silent = not b.signaled and self._silent_run + 1 < self._signal_every
+            self._silent_run = self._silent_run + 1 if silent else 0
+            work = _Work(self, fut, b.opcode, segments, False, scratch, self._send_seq, silent)
             wr_id = cq.register(work)
             imm = 0 if b.imm is None else socket.htonl(b.imm)
-            flags = _SEND_SIGNALED | b.flags
+            flags = b.flags if silent else _SEND_SIGNALED | b.flags
             if len(chunk) == 1 and len(segments) == 1 and self._single is not None:
                 wr = self._single.prepare(wr_id, b.opcode, flags, segments[0], imm)
             else:
@@ -535,8 +576,11 @@ class QueuePair:
             qp.post_send(wrs[0])
         except PyverbsRDMAError as exc:
             self._unpost(works, self._sq)
+            self._silent_run = 0
             raise DeviceError(exc.error_code, f"ibv_post_send failed: {exc}") from exc
         cq.kick()
+        self._last_send = works[-1][1]
+        self._silent.extend(item for item in works if item[1].silent)
         return self._track(works)
 
     def _track(self, works: Sequence[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
@@ -667,8 +711,11 @@ class QueuePair:
             fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
             work = _Work(self, fut, -1, segments, True)
             wr_id = self._cq.register(work)
-            sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
-            wr = RecvWR(wr_id=wr_id, num_sge=len(sges), sg=sges)
+            if len(chunk) == 1 and len(segments) == 1:
+                wr = self._single_recv(wr_id, segments[0])
+            else:
+                sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
+                wr = RecvWR(wr_id=wr_id, num_sge=len(sges), sg=sges)
             if wrs:
                 wrs[-1].next_wr = wr
             works.append((wr_id, work))
@@ -680,13 +727,29 @@ class QueuePair:
             raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
         return self._track(works)
 
+    def _single_recv(self, wr_id: int, seg: Segment) -> RecvWR:
+        """A receive WR for one buffer, reused whenever that buffer is posted alone.
+
+        pyverbs copies the scatter list into the WR when it is built (and
+        never frees it), so a buffer posted again and again, as message
+        channels do, is served by one object; such WRs are never chained.
+        """
+        key = (seg.addr, seg.length, seg.lkey)
+        wr = self._recv_wrs.get(key)
+        if wr is None:
+            wr = RecvWR(wr_id=wr_id, num_sge=1, sg=[SGE(*key)])
+            if len(self._recv_wrs) < RECV_WR_CACHE:
+                self._recv_wrs[key] = wr
+        else:
+            wr.wr_id = wr_id
+        return wr
+
     # -- completions -------------------------------------------------------
 
     def _complete(self, work: _Work, wc: WC) -> None:
-        self._works.pop(wc.wr_id, None)
-        for seg in work.segments:
-            seg.mr._release()
-        (self._rq if work.recv else self._sq).release(1)
+        if not work.recv:
+            self._settle_silent(work.seq)
+        self._finish(wc.wr_id, work)
         fut = work.future
         if wc.status == _WC_SUCCESS:
             if not fut.done():
@@ -711,6 +774,65 @@ class QueuePair:
         if not self._works and self._drained is not None:
             self._drained.set()
 
+    def _finish(self, wr_id: int, work: _Work) -> None:
+        self._works.pop(wr_id, None)
+        for seg in work.segments:
+            seg.mr._release()
+        (self._rq if work.recv else self._sq).release(1)
+
+    def _settle_silent(self, seq: int) -> None:
+        """A send-queue completion arrived for request ``seq``: the send queue
+        completes in order, so every unsignalled request before it succeeded."""
+        silent = self._silent
+        while silent and silent[0][1].seq <= seq:
+            wr_id, work = silent.popleft()
+            if work.seq == seq:
+                break  # its own (failed) completion: handled by the caller
+            self._cq.forget(wr_id)
+            self._finish(wr_id, work)
+            if not work.future.done():
+                opcode = Opcode.SEND if work.opcode in (_WR_SEND, _WR_SEND_WITH_IMM) else (
+                    Opcode.RDMA_WRITE)  # fmt: skip
+                length = _total(work.segments)
+                work.future.set_result(WorkCompletion(wr_id, opcode, length, None, self.qp_num))
+
+    def _silent_tail(self) -> bool:
+        """Whether the newest send-side request is unsignalled (and pending)."""
+        last = self._last_send
+        return last is not None and bool(self._silent) and self._silent[-1][1] is last
+
+    def _report_silent_tail(self) -> None:
+        """Post a signalled zero-length RDMA write behind an unsignalled tail, so
+        the tail is accounted for even if nothing else is ever posted."""
+        if not self._silent_tail() or self._failure is not None or not self._sq.try_acquire(1):
+            return
+        self._ensure_scratch()
+        assert self._scratch is not None
+        with contextlib.suppress(DeviceError, QueuePairError, ResourceClosedError):
+            self._post_send_now([_Built(_WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)])
+
+    async def flush_sends(self) -> None:
+        """Wait until every send-side request posted so far has completed.
+
+        If the newest is unsignalled, a zero-length signalled RDMA write
+        (which touches no remote memory) is posted behind it so its
+        completion is reported. Raises if one of them failed, or if the queue
+        pair has failed or is closed.
+        """
+        self._check_usable()
+        last = self._last_send
+        if last is None or last.future.done():
+            return
+        if self._silent_tail():
+            await self._sq.acquire(1)
+            if self._silent_tail():
+                self._ensure_scratch()
+                assert self._scratch is not None
+                self._post_send_now([_Built(_WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)])
+            else:
+                self._sq.release(1)
+        await asyncio.shield(last.future)
+
     def _fail(self, exc: BaseException) -> None:
         """The QP is in the error state: refuse new work; pending work will flush."""
         if self._failure is None:
@@ -734,6 +856,7 @@ class QueuePair:
         """:meth:`close`, failing pending and later work with ``error()``."""
         if self._closing or self._qp is None:
             return
+        self._report_silent_tail()
         self._closing = True
         self._close_error = error
         err = error()
@@ -783,6 +906,8 @@ class QueuePair:
                 work.future.set_exception(err)
                 work.future.exception()  # a consequence of closing: not worth a log line
         self._works.clear()
+        self._silent.clear()
+        self._last_send = None
         try:
             qp.close()
         finally:

@@ -138,6 +138,72 @@ async def test_many_completions_at_once(device: aiordma.Device) -> None:
 
 
 @pytest.mark.asyncio
+async def test_unsignalled_writes_complete_with_the_next_signalled_one(
+    device: aiordma.Device, pair: Pair
+) -> None:
+    a, _ = pair
+    target = device.alloc(4096, Access.REMOTE_WRITE)
+    src = device.alloc(4096)
+    src.view()[:] = bytes(range(256)) * 16
+    remote = target.remote()
+    ops = [Write(src[i * 512 : (i + 1) * 512], remote[i * 512 :], signaled=False) for i in range(7)]
+    silent = await a.post_batch(ops)
+    (last,) = await a.post_batch([Write(src[3584:], remote[3584:])])
+    await asyncio.wait_for(last, 10)
+    assert all(f.done() for f in silent)  # settled by the signalled completion, in order
+    wcs = [f.result() for f in silent]
+    assert [w.opcode for w in wcs] == [Opcode.RDMA_WRITE] * 7
+    assert [w.byte_len for w in wcs] == [512] * 7
+    assert bytes(target.view()) == bytes(src.view())
+    assert src.inflight == 0
+    assert a.sends_in_flight == 0
+
+
+@pytest.mark.asyncio
+async def test_unsignalled_posts_never_starve_the_send_queue(device: aiordma.Device) -> None:
+    opts = aiordma.QueuePairOptions(send_depth=8, recv_depth=8)
+    a, _ = await aiordma.connect_loopback_pair(device, opts)
+    target = device.alloc(40 * 8, Access.REMOTE_WRITE)
+    src = device.register(bytearray(b"".join(b"%08d" % i for i in range(40))))
+    futures = []
+    for i in range(40):  # five times the queue's depth, none asked to be signalled
+        futures += await asyncio.wait_for(
+            a.post_batch([Write(src[i * 8 : i * 8 + 8], target.remote(i * 8, 8), signaled=False)]),
+            10,
+        )
+    await asyncio.wait_for(a.flush_sends(), 10)
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert bytes(target.view()) == bytes(src.view())
+    await a.flush_sends()  # nothing pending: returns at once
+
+
+@pytest.mark.asyncio
+async def test_flush_sends_reports_an_unsignalled_tail(device: aiordma.Device, pair: Pair) -> None:
+    a, b = pair
+    inbox = device.alloc(64)
+    (recv,) = await b.post_recv_batch([inbox])
+    (sent,) = await a.post_batch([Send(device.register(bytearray(b"tail")), signaled=False)])
+    await asyncio.wait_for(a.flush_sends(), 10)
+    assert sent.done()
+    assert sent.result().opcode == Opcode.SEND
+    assert (await asyncio.wait_for(recv, 10)).byte_len == 4
+    assert bytes(inbox.view()[:4]) == b"tail"
+
+
+@pytest.mark.asyncio
+async def test_unsignalled_failure_raises_promptly(device: aiordma.Device, pair: Pair) -> None:
+    a, _ = pair
+    target = device.alloc(64, Access.REMOTE_WRITE)
+    src = device.alloc(64)
+    forged = aiordma.RemoteBuffer(target.addr, 64, target.rkey ^ 0x5500)
+    (fut,) = await a.post_batch([Write(src, forged, signaled=False)])
+    with pytest.raises(aiordma.RemoteAccessError):
+        await asyncio.wait_for(fut, 10)  # a failure always has a completion of its own
+    with pytest.raises(aiordma.QueuePairError):
+        await a.flush_sends()
+
+
+@pytest.mark.asyncio
 async def test_bad_rkey_raises_remote_access_error(device: aiordma.Device, pair: Pair) -> None:
     a, _ = pair
     target = device.alloc(64, Access.REMOTE_WRITE)

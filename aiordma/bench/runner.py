@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import subprocess
 import sys
 import time
@@ -108,6 +109,7 @@ async def _rate(
     done = 0
     start = time.perf_counter()
     refill = max(1, plan.depth // 2)
+    silent = dataclasses.replace(op, signaled=False)
     while plan.more(done, start) if count is None else done < count:
         room = plan.depth - len(pending)
         if room < refill:
@@ -119,7 +121,8 @@ async def _rate(
             room = min(room, count - done)
         elif plan.duration is None:
             room = min(room, plan.iterations - done)
-        pending.extend(await conn.post_batch([op] * room))
+        batch = [silent] * (room - 1) + [op]  # one completion per list (selective signalling)
+        pending.extend(await conn.post_batch(batch))
         done += room
         _report(progress, done - done % 64)
     for fut in pending:
