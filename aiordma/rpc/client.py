@@ -17,6 +17,7 @@ from aiordma.messaging import (
     BufferTooSmallError,
     Into,
     MessageChannel,
+    _bytes_view,
     _length,
     channel_factory,
 )
@@ -56,6 +57,7 @@ class Client:
         self._error: BaseException | None = None
         self._reader = asyncio.get_running_loop().create_task(self._read_replies())
         self._background: set[asyncio.Task[None]] = set()
+        self._channel.deliver_to(self._on_reply)
 
     def __repr__(self) -> str:
         return f"<rpc.Client {self.conn!r} pending={len(self._pending)}>"
@@ -109,13 +111,35 @@ class Client:
             return None
         return call.into
 
+    def _on_reply(self, head: bytes, body: memoryview) -> bool:
+        """A small reply, straight from the receive buffer (see MessageChannel.deliver_to)."""
+        frame = self._reply_frame(head)
+        call = self._pending.pop(frame.call_id, None)
+        if call is None or call.future.done():
+            return True  # the caller gave up: a late reply
+        if call.into is None or frame.kind != FrameKind.REPLY:
+            self._complete(call, frame.kind, bytes(body))
+        elif _length(call.into) < len(body):
+            call.future.set_exception(BufferTooSmallError(len(body), _length(call.into)))
+        else:
+            with _bytes_view(call.into) as target:
+                target[: len(body)] = body
+            self._complete(call, frame.kind, len(body))
+        return True
+
+    @staticmethod
+    def _reply_frame(head: bytes) -> Frame:
+        frame = Frame.unpack(head)
+        if frame.kind not in (FrameKind.REPLY, FrameKind.ERROR):
+            raise ProtocolError(f"a server sent a {frame.kind.name} frame")
+        return frame
+
     async def _read_replies(self) -> None:
+        """Replies the delivery hook leaves queued: large ones, read by RDMA."""
         try:
             while True:
                 head, body = await self._channel._receive(self._choose)
-                frame = Frame.unpack(head)
-                if frame.kind not in (FrameKind.REPLY, FrameKind.ERROR):
-                    raise ProtocolError(f"a server sent a {frame.kind.name} frame")
+                frame = self._reply_frame(head)
                 call = self._pending.pop(frame.call_id, None)
                 if call is None or call.future.done():
                     continue  # the caller gave up: a late reply

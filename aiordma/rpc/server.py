@@ -69,43 +69,32 @@ class Service:
         return sorted(self._handlers)
 
     async def handle(self, conn: Connection) -> None:
-        """Serve calls arriving on ``conn`` until it closes (a connection callback)."""
+        """Serve calls arriving on ``conn`` until it closes (a connection callback).
+
+        Small requests start their handler straight from the completion
+        that delivered them; large ones, and requests beyond
+        ``max_concurrency``, wait in the channel's queue for this task.
+        """
         channel = conn.prepared
         if not isinstance(channel, MessageChannel):
             raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
-        running: dict[int, asyncio.Task[None]] = {}
-        slots = asyncio.Semaphore(self.max_concurrency)
+        calls = _Calls(self, channel)
+        channel.deliver_to(calls.on_message)
         try:
             while True:
-                await slots.acquire()
-                try:
-                    head, body = await channel._receive(None)
-                    frame = Frame.unpack(head)
-                except BaseException:
-                    slots.release()
-                    raise
-                if frame.kind == FrameKind.REQUEST:
-                    assert not isinstance(body, int)
-                    task = asyncio.get_running_loop().create_task(self._run(channel, frame, body))
-                    running[frame.call_id] = task
-                    task.add_done_callback(
-                        functools.partial(_finished, running, slots, frame.call_id)
-                    )
-                    continue
-                slots.release()
-                if frame.kind == FrameKind.CANCEL:
-                    if (victim := running.get(frame.call_id)) is not None:
-                        victim.cancel()
-                else:
-                    raise ProtocolError(f"a client sent a {frame.kind.name} frame")
+                await channel._arrived()
+                await calls.room()
+                head, body = await channel._receive(None)
+                assert not isinstance(body, int)
+                calls.dispatch(Frame.unpack(head), body)
         except ProtocolError as exc:
             log.warning("closing %r: %s", conn, exc)
+            conn.close()
         except (ResourceClosedError, ConnectionError):
             pass
         finally:
-            for task in running.values():
-                task.cancel()
-            await asyncio.gather(*running.values(), return_exceptions=True)
+            channel.deliver_to(None)
+            await calls.cancel_all()
 
     async def _run(self, channel: MessageChannel, frame: Frame, body: bytes | bytearray) -> None:
         handler = self._handlers.get(frame.method)
@@ -132,11 +121,52 @@ class _Unknown(Exception):
     pass
 
 
-def _finished(
-    running: dict[int, asyncio.Task[None]], slots: asyncio.Semaphore, call_id: int, _: object
-) -> None:
-    running.pop(call_id, None)
-    slots.release()
+class _Calls:
+    """The calls running on one connection, at most ``max_concurrency`` at once."""
+
+    def __init__(self, service: Service, channel: MessageChannel) -> None:
+        self._service = service
+        self._channel = channel
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._freed: asyncio.Future[None] | None = None
+
+    def on_message(self, head: bytes, body: memoryview) -> bool:
+        frame = Frame.unpack(head)
+        if frame.kind == FrameKind.REQUEST and self._full():
+            return False  # stays queued: its credit comes back only when a call ends
+        self.dispatch(frame, bytes(body))
+        return True
+
+    def dispatch(self, frame: Frame, body: bytes | bytearray) -> None:
+        if frame.kind == FrameKind.REQUEST:
+            loop = asyncio.get_running_loop()
+            task = loop.create_task(self._service._run(self._channel, frame, body))
+            self._running[frame.call_id] = task
+            task.add_done_callback(functools.partial(self._finished, frame.call_id))
+        elif frame.kind == FrameKind.CANCEL:
+            if (victim := self._running.get(frame.call_id)) is not None:
+                victim.cancel()
+        else:
+            raise ProtocolError(f"a client sent a {frame.kind.name} frame")
+
+    def _full(self) -> bool:
+        return len(self._running) >= self._service.max_concurrency
+
+    async def room(self) -> None:
+        """Wait until another call may start."""
+        while self._full():
+            self._freed = asyncio.get_running_loop().create_future()
+            await self._freed
+
+    def _finished(self, call_id: int, _: object) -> None:
+        self._running.pop(call_id, None)
+        if self._freed is not None and not self._freed.done():
+            self._freed.set_result(None)
+
+    async def cancel_all(self) -> None:
+        for task in self._running.values():
+            task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
 
 
 async def start_server(
