@@ -232,34 +232,50 @@ class _Built:
     signaled: bool = True
 
 
-class _SingleSend:
-    """One reusable work request with one SGE, for the common single-operation post.
+class _SendChain:
+    """Reusable send work requests, linked once, each with one SGE.
 
     Building pyverbs ``SendWR``/``SGE`` objects costs more than posting them,
-    and pyverbs 44 never frees their C buffers (their ``__dealloc`` is
-    misnamed). ``ibv_post_send`` copies the request, so one object per queue
-    pair serves every single post: the WR's scatter list points at the SGE,
-    whose fields are rewritten each time.
+    and pyverbs (44 to at least 64) never frees their C buffers (their
+    ``__dealloc`` is misnamed). ``ibv_post_send`` copies what it is given, so
+    a queue pair keeps a list of them, each linked to the next and the last
+    to nothing: posting ``k`` requests fills the last ``k`` and posts from
+    the first of those. Each WR's scatter list points at its own SGE, whose
+    fields are rewritten per post. The list grows, at its front, on demand.
     """
 
-    __slots__ = ("sge", "wr")
+    __slots__ = ("sges", "wrs")
 
-    def __init__(self, sge: SGE, wr: SendWR) -> None:
-        self.sge = sge
-        self.wr = wr
+    def __init__(self) -> None:
+        self.sges: list[SGE] = []
+        self.wrs: list[SendWR] = []
 
-    @classmethod
-    def create(cls) -> _SingleSend | None:
-        sge = SGE(0, 0, 0)
-        wr = SendWR(num_sge=1, sg=[sge])
+    @staticmethod
+    def supported() -> bool:
+        wr = SendWR(num_sge=1, sg=[SGE(0, 0, 0)])
         try:
-            wr.sg_list = sge
+            wr.sg_list = SGE(0, 0, 0)
         except AttributeError:  # a pyverbs without the setter: build WRs per post
-            return None
-        return cls(sge, wr)
+            return False
+        return True
 
-    def prepare(self, wr_id: int, opcode: int, flags: int, seg: Segment, imm: int) -> SendWR:
-        sge, wr = self.sge, self.wr
+    def take(self, count: int) -> list[SendWR]:
+        """The last ``count`` requests of the chain (the first is the one to post)."""
+        while len(self.wrs) < count:
+            sge = SGE(0, 0, 0)
+            wr = SendWR(num_sge=1, sg=[sge])
+            wr.sg_list = sge
+            if self.wrs:
+                wr.next_wr = self.wrs[0]
+            self.sges.insert(0, sge)
+            self.wrs.insert(0, wr)
+        return self.wrs[len(self.wrs) - count :]
+
+    def fill(
+        self, index: int, wr_id: int, opcode: int, flags: int, seg: Segment, imm: int
+    ) -> SendWR:
+        """Rewrite the ``index``-th of the last ``count`` taken (counted from the end)."""
+        sge, wr = self.sges[index], self.wrs[index]
         sge.addr = seg.addr
         sge.length = seg.length
         sge.lkey = seg.lkey
@@ -269,6 +285,9 @@ class _SingleSend:
         wr.num_sge = 1
         wr.imm_data = imm
         return wr
+
+
+_CHAIN_SUPPORTED = _SendChain.supported()
 
 
 def _closed_error() -> BaseException:
@@ -345,7 +364,7 @@ class QueuePair:
         self._close_error: Callable[[], BaseException] = _closed_error
         self._scratch: MemoryRegion | None = None
         self._scratch_free: list[int] = []
-        self._single = _SingleSend.create()
+        self._chain = _SendChain() if _CHAIN_SUPPORTED else None
         self._recv_wrs: dict[tuple[int, int, int], RecvWR] = {}
         self._send_seq = 0
         self._silent: collections.deque[tuple[int, _Work]] = collections.deque()
@@ -543,6 +562,13 @@ class QueuePair:
         cq = self._cq
         works: list[tuple[int, _Work]] = []
         wrs: list[SendWR] = []
+        chain = self._chain
+        base = 0
+        if chain is not None and all(len(b.segments) <= 1 for b in chunk):
+            first = chain.take(len(chunk))[0]
+            base = len(chain.wrs) - len(chunk)
+        else:
+            chain = None
         for b in chunk:
             fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
             scratch = None
@@ -558,22 +584,22 @@ class QueuePair:
             wr_id = cq.register(work)
             imm = 0 if b.imm is None else socket.htonl(b.imm)
             flags = b.flags if silent else _SEND_SIGNALED | b.flags
-            if len(chunk) == 1 and len(segments) == 1 and self._single is not None:
-                wr = self._single.prepare(wr_id, b.opcode, flags, segments[0], imm)
+            if chain is not None:
+                wr = chain.fill(base + len(wrs), wr_id, b.opcode, flags, segments[0], imm)
             else:
                 sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
                 wr = SendWR(wr_id=wr_id, opcode=b.opcode, num_sge=len(sges), sg=sges,
                             send_flags=flags, imm_data=imm)  # fmt: skip
+                if wrs:
+                    wrs[-1].next_wr = wr
             if b.opcode in (_WR_ATOMIC_FETCH_AND_ADD, _WR_ATOMIC_CMP_AND_SWP):
                 wr.set_wr_atomic(b.rkey, b.remote_addr, b.compare_add, b.swap)
             elif b.opcode not in (_WR_SEND, _WR_SEND_WITH_IMM):
                 wr.set_wr_rdma(b.rkey, b.remote_addr)
-            if wrs:
-                wrs[-1].next_wr = wr
             works.append((wr_id, work))
             wrs.append(wr)
         try:
-            qp.post_send(wrs[0])
+            qp.post_send(first if chain is not None else wrs[0])
         except PyverbsRDMAError as exc:
             self._unpost(works, self._sq)
             self._silent_run = 0

@@ -24,7 +24,9 @@ from aiordma.bench import tcp
 from aiordma.messaging import prepare_channel
 
 ECHO_DEPTH = 64
-SINK_DEPTH = 128
+SINK_DEPTH = 1024
+"""Receives a ``sink`` connection keeps posted: slack for bursts, so a sender
+outrunning this process meets receiver-not-ready retries as late as possible."""
 
 
 def service() -> rpc.Service:
@@ -94,7 +96,10 @@ async def serve(addr: str, max_size: int) -> None:
         else:
             await conn.wait_closed()
 
-    server = await aiordma.start_server(handle, addr, 0, accept=accept, prepare=prepare)
+    options = aiordma.QueuePairOptions(recv_depth=SINK_DEPTH)
+    server = await aiordma.start_server(
+        handle, addr, 0, accept=accept, prepare=prepare, options=options
+    )
     baseline = await tcp.start_server(addr)
     tcp_port = baseline.sockets[0].getsockname()[1]
     print(f"listening {server.addresses[0][1]} {tcp_port}", flush=True)
