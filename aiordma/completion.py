@@ -174,20 +174,24 @@ class CompletionQueue:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this CQ's channel is registered with."""
         return self._loop
 
     @property
     def cq(self) -> CQ:
+        """The pyverbs ``CQ`` (raises :class:`~aiordma.ResourceClosedError` once closed)."""
         if self._cq is None:
             raise ResourceClosedError("completion queue is closed")
         return self._cq
 
     @property
     def capacity(self) -> int:
+        """Entries the CQ holds now (it grows as queue pairs reserve room)."""
         return int(self.cq.cqe)
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` has run."""
         return self._cq is None
 
     def check_loop(self) -> None:
@@ -219,6 +223,7 @@ class CompletionQueue:
         self._reserved = need
 
     def unreserve(self, entries: int) -> None:
+        """Give back room reserved with :meth:`reserve` (a queue pair was destroyed)."""
         self._reserved -= entries
 
     def register(self, handler: CompletionHandler) -> int:

@@ -288,6 +288,7 @@ class Connection:
     # -- lifecycle ---------------------------------------------------------
 
     def is_closing(self) -> bool:
+        """True once the connection is closing or closed, as for asyncio transports."""
         return self._closing
 
     @property

@@ -144,6 +144,7 @@ class Device:
 
     @property
     def closed(self) -> bool:
+        """True once the device is closed."""
         return self._context is None
 
     @property

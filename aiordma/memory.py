@@ -115,6 +115,7 @@ class MemoryRegion:
 
     @property
     def closed(self) -> bool:
+        """True once the region is deregistered."""
         return self._mr is None
 
     @property
@@ -222,10 +223,12 @@ class Segment:
 
     @property
     def addr(self) -> int:
+        """The segment's virtual address (the SGE's ``addr``)."""
         return self.mr.addr + self.offset
 
     @property
     def lkey(self) -> int:
+        """The local key of the segment's region (the SGE's ``lkey``)."""
         return self.mr.lkey
 
     def __len__(self) -> int:
@@ -273,8 +276,8 @@ class RemoteBuffer:
     """Where a peer's registered memory is: virtual address, length and rkey.
 
     Obtained from :meth:`MemoryRegion.remote` on the owning side, sent to the
-    peer as :meth:`to_bytes` (``RemoteBuffer.SIZE`` bytes, little-endian),
-    rebuilt there with :meth:`from_bytes`. Slicing narrows it.
+    peer as :meth:`RemoteBuffer.to_bytes` (``RemoteBuffer.SIZE`` bytes, little-endian),
+    rebuilt there with :meth:`RemoteBuffer.from_bytes`. Slicing narrows it.
     """
 
     addr: int
@@ -297,10 +300,12 @@ class RemoteBuffer:
         return RemoteBuffer(self.addr + start, stop - start, self.rkey)
 
     def to_bytes(self) -> bytes:
+        """Pack into ``RemoteBuffer.SIZE`` bytes (little-endian), to send to the peer."""
         return _REMOTE_FORMAT.pack(self.addr, self.length, self.rkey)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> RemoteBuffer:
+        """Unpack what :meth:`to_bytes` made; raises ValueError on a wrong length."""
         if len(data) != cls.SIZE:
             raise ValueError(f"a packed RemoteBuffer is {cls.SIZE} bytes, got {len(data)}")
         return cls(*_REMOTE_FORMAT.unpack(data))

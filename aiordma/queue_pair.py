@@ -137,10 +137,12 @@ class Endpoint:
     SIZE: ClassVar[int] = _ENDPOINT_FORMAT.size
 
     def to_bytes(self) -> bytes:
+        """Pack into ``Endpoint.SIZE`` bytes, to send to the peer."""
         return _ENDPOINT_FORMAT.pack(self.qp_num, self.psn, self.gid, self.lid)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> Endpoint:
+        """Unpack what :meth:`to_bytes` made; raises ValueError on a wrong length."""
         if len(data) != cls.SIZE:
             raise ValueError(f"a packed Endpoint is {cls.SIZE} bytes, got {len(data)}")
         return cls(*_ENDPOINT_FORMAT.unpack(data))
@@ -186,6 +188,7 @@ class Read:
 
 
 SendOp = Send | Write | Read
+"""What :meth:`QueuePair.post_batch` accepts: a :class:`Send`, :class:`Write` or :class:`Read`."""
 
 
 class _Work:
@@ -393,6 +396,7 @@ class QueuePair:
 
     @property
     def state_name(self) -> str:
+        """The QP's state as the device reports it (``RESET``, ``RTS``, ``ERR``...)."""
         if self._qp is None:
             return "DESTROYED"
         if self._closing:
@@ -402,6 +406,7 @@ class QueuePair:
         return "CONNECTED" if self._connected else "INIT"
 
     def is_closing(self) -> bool:
+        """True once :meth:`close` was called (or the QP failed and is closing)."""
         return self._closing or self._qp is None
 
     @property

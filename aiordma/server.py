@@ -41,6 +41,8 @@ from aiordma.queue_pair import QueuePair, QueuePairOptions
 log = logging.getLogger(__name__)
 
 ClientConnected = Callable[[Connection], Awaitable[object] | None]
+"""The per-connection callback of :func:`start_server`: a coroutine function
+(run as a task; the connection closes when it returns) or a plain function."""
 
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 """Seconds an accepted request may take to become established."""
@@ -50,7 +52,7 @@ class RejectConnection(Exception):
     """Raise from a server's ``accept`` callback to turn a request down.
 
     ``private_data`` (at most 148 bytes) reaches the client in
-    :attr:`aiordma.ConnectionRejectedError.private_data`.
+    ``ConnectionRejectedError.private_data``.
     """
 
     def __init__(self, private_data: bytes = b"") -> None:
@@ -135,6 +137,7 @@ class Server:
         return frozenset(self._connections)
 
     def is_serving(self) -> bool:
+        """True while the server is listening, as for :class:`asyncio.Server`."""
         return bool(self._listeners)
 
     # -- requests ----------------------------------------------------------

@@ -190,6 +190,7 @@ class Client:
         self.conn.close()
 
     async def wait_closed(self) -> None:
+        """Wait until the connection is closed and the reply reader has stopped."""
         await self.conn.wait_closed()
         if not self._reader.done():
             self._reader.cancel()

@@ -28,6 +28,7 @@ class RawCodec:
     """
 
     def encode(self, obj: Any) -> Body:
+        """``obj`` itself: bytes-like objects and registered memory pass through untouched."""
         if obj is None:
             return b""
         if isinstance(obj, bytes | bytearray | memoryview | MemoryRegion | Segment):
@@ -37,6 +38,7 @@ class RawCodec:
         )
 
     def decode(self, data: bytes | bytearray) -> Any:
+        """``data`` as it arrived: ``bytes``, or the ``bytearray`` a large message landed in."""
         return data
 
 
@@ -44,7 +46,9 @@ class JsonCodec:
     """JSON-serialisable objects, UTF-8 encoded."""
 
     def encode(self, obj: Any) -> Body:
+        """``obj`` as compact UTF-8 JSON."""
         return json.dumps(obj, separators=(",", ":")).encode()
 
     def decode(self, data: bytes | bytearray) -> Any:
+        """The JSON value in ``data``."""
         return json.loads(data)

@@ -22,6 +22,8 @@ from aiordma.wire import ProtocolError
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Any], Awaitable[Any]]
+"""An RPC method: ``async def handler(payload) -> result``, payload and result
+as the service's codec decodes and encodes them."""
 H = TypeVar("H", bound=Handler)
 
 DEFAULT_MAX_CONCURRENCY = 256
@@ -66,6 +68,7 @@ class Service:
 
     @property
     def methods(self) -> list[str]:
+        """The names served, sorted."""
         return sorted(self._handlers)
 
     async def handle(self, conn: Connection) -> None:
