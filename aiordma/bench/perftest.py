@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -43,11 +44,19 @@ def to_result(mode: str, row: list[str], depth: int) -> Result:
         latency = Latency(2 * typical, 2 * p99, 2 * p999, 2 * avg)
         return Result("perftest", mode, size, 1, iterations, iterations * avg * 2e-6, latency,
                       {"one_way_typical_us": typical})  # fmt: skip
-    # bytes, iterations, BW peak [MB/s], BW average [MB/s], MsgRate [Mpps]
-    average = float(row[3])
-    seconds = size * iterations / (average * 1e6) if average else float("inf")
+    # bytes, iterations, BW peak [MB/s], BW average [MB/s], MsgRate [Mpps].
+    # Bandwidth has two decimals and the rate six: a short run of small
+    # messages prints 0.00 MB/s, a run of large ones 0.000044 Mpps. The time
+    # comes from whichever figure carries more significant digits.
+    average, mpps = float(row[3]), float(row[4])
+    if mpps * 1e4 > average and mpps > 0:
+        seconds = iterations / (mpps * 1e6)
+    elif average > 0:
+        seconds = size * iterations / (average * 1e6)
+    else:
+        seconds = math.inf
     return Result("perftest", mode, size, depth, iterations, seconds, None,
-                  {"msg_rate_mpps": float(row[4])})  # fmt: skip
+                  {"msg_rate_mpps": mpps})  # fmt: skip
 
 
 def run(mode: str, device: str, addr: str, size: int, iterations: int, depth: int) -> Result | None:

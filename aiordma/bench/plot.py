@@ -15,9 +15,10 @@ _MARKER = {"aiordma": "o", "perftest": "s", "tcp": "^"}
 
 
 def _series(results: Sequence[Result], latency: bool) -> dict[tuple[str, str], list[Result]]:
+    """Points per (mode, tool), by size; a measurement of nothing has no place on a log scale."""
     series: dict[tuple[str, str], list[Result]] = defaultdict(list)
     for r in results:
-        if (r.latency is not None) == latency:
+        if (r.latency is not None) == latency and r.mb_per_s > 0:
             series[(r.mode, r.tool)].append(r)
     for points in series.values():
         points.sort(key=lambda r: r.size)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -11,12 +12,20 @@ from aiordma.bench.stats import Result
 
 
 def ratio(result: Result, reference: Result) -> str:
-    """``result`` against ``reference``: latency as a multiple, throughput as a share."""
+    """``result`` against ``reference``: latency as a multiple, throughput as a share.
+
+    A reference that reported zero (perftest prints two decimals, so a short
+    run can show 0.00 MB/s) gives no ratio rather than a division by zero.
+    """
     if result.latency is not None and reference.latency is not None:
-        return f"{result.latency.p50 / reference.latency.p50:.1f}x {reference.tool}"
-    if result.mode == "send_rate":
-        return f"{result.ops_per_s / reference.ops_per_s:.0%} of {reference.tool}"
-    return f"{result.mb_per_s / reference.mb_per_s:.0%} of {reference.tool}"
+        ours, theirs, form = result.latency.p50, reference.latency.p50, "{:.1f}x {}"
+    elif result.mode == "send_rate":
+        ours, theirs, form = result.ops_per_s, reference.ops_per_s, "{:.0%} of {}"
+    else:
+        ours, theirs, form = result.mb_per_s, reference.mb_per_s, "{:.0%} of {}"
+    if not theirs > 0 or not math.isfinite(theirs):
+        return f"no ratio: {reference.tool} reported {theirs:g}"
+    return form.format(ours / theirs, reference.tool)
 
 
 def row(result: Result, references: Sequence[Result] = ()) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -60,6 +61,9 @@ class Result:
         return self.iterations / self.seconds
 
     def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; a figure that is not finite (a tool that measured nothing) is null."""
         row = asdict(self)
         row.update(mb_per_s=self.mb_per_s, gbit_per_s=self.gbit_per_s, ops_per_s=self.ops_per_s)
-        return row
+        return {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()
+        }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import math
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from aiordma.bench import sizes_for, tcp
+from aiordma.bench.perftest import to_result
 from aiordma.bench.report import Progress, ratio, row
 from aiordma.bench.runner import Plan
 from aiordma.bench.stats import Latency, Result
@@ -73,7 +75,7 @@ def test_progress_prints_one_line_per_step_off_a_terminal() -> None:
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from aiordma.bench.plot import plot
+    from aiordma.bench.plot import _series, plot
 
     results = [
         _lat("aiordma", 700, 64),
@@ -81,7 +83,9 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
         _lat("perftest", 25, 64),
         Result("aiordma", "write_bw", 65536, 8, 100, 0.2),
         Result("tcp", "write_bw", 65536, 8, 100, 0.1),
+        Result("perftest", "write_bw", 65536, 8, 100, math.inf),  # measured nothing
     ]
+    assert ("write_bw", "perftest") not in _series(results, latency=False)
     out = tmp_path / "bench.png"
     plot(results, str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -142,3 +146,16 @@ async def test_tcp_calls_fail_when_the_server_goes_away() -> None:
 def test_json_rows_round_trip() -> None:
     data = json.loads(json.dumps(_lat("aiordma", 5).to_json()))
     assert data["latency"]["p50"] == 5
+
+
+def test_a_reference_that_measured_nothing_gives_no_ratio() -> None:
+    ours = Result("aiordma", "read_bw", 64, 4, 40, 0.01)
+    nothing = to_result("read_bw", ["64", "40", "0.00", "0.00", "0.000000"], 4)
+    assert ratio(ours, nothing) == "no ratio: perftest reported 0"
+    assert row(ours, [nothing]).endswith("(no ratio: perftest reported 0)")
+    assert json.loads(json.dumps(nothing.to_json(), allow_nan=False))["seconds"] is None
+    rate = Result("aiordma", "send_rate", 64, 4, 40, 0.01)
+    assert (
+        ratio(rate, Result("tcp", "send_rate", 64, 4, 40, math.inf)) == "no ratio: tcp reported 0"
+    )
+    assert ratio(_lat("aiordma", 300), _lat("perftest", 0)) == "no ratio: perftest reported 0"

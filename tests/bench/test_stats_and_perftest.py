@@ -60,3 +60,12 @@ def test_perftest_bandwidth_rows() -> None:
     result = perftest.to_result("write_bw", row, 8)
     assert result.mb_per_s == pytest.approx(45.68)
     assert perftest.parse_row("no table here") is None
+
+
+def test_perftest_time_comes_from_its_six_decimal_message_rate() -> None:
+    # 0.00 MB/s average but 0.000500 Mpps: 40 messages took 80 ms.
+    result = perftest.to_result("read_bw", ["64", "40", "0.01", "0.00", "0.000500"], 4)
+    assert result.seconds == pytest.approx(0.08)
+    assert result.mb_per_s == pytest.approx(0.032)
+    old_style = perftest.to_result("write_bw", ["65536", "100", "50.0", "40.0", "0.0"], 8)
+    assert old_style.seconds == pytest.approx(65536 * 100 / 40e6)
