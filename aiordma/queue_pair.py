@@ -277,7 +277,7 @@ class _SendChain:
     def fill(
         self, index: int, wr_id: int, opcode: int, flags: int, seg: Segment, imm: int
     ) -> SendWR:
-        """Rewrite the ``index``-th of the last ``count`` taken (counted from the end)."""
+        """Rewrite request ``index`` of the chain for one post and return it."""
         sge, wr = self.sges[index], self.wrs[index]
         sge.addr = seg.addr
         sge.length = seg.length
@@ -837,10 +837,16 @@ class QueuePair:
         the tail is accounted for even if nothing else is ever posted."""
         if not self._silent_tail() or self._failure is not None or not self._sq.try_acquire(1):
             return
+        with contextlib.suppress(DeviceError, QueuePairError, ResourceClosedError):
+            self._post_marker()
+
+    def _post_marker(self) -> None:
+        """Post a signalled zero-length RDMA write (its send-queue slot already
+        acquired): it touches no remote memory, and its completion settles
+        every unsignalled request before it."""
         self._ensure_scratch()
         assert self._scratch is not None
-        with contextlib.suppress(DeviceError, QueuePairError, ResourceClosedError):
-            self._post_send_now([_Built(_WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)])
+        self._post_send_now([_Built(_WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)])
 
     async def flush_sends(self) -> None:
         """Wait until every send-side request posted so far has completed.
@@ -857,9 +863,7 @@ class QueuePair:
         if self._silent_tail():
             await self._sq.acquire(1)
             if self._silent_tail():
-                self._ensure_scratch()
-                assert self._scratch is not None
-                self._post_send_now([_Built(_WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)])
+                self._post_marker()
             else:
                 self._sq.release(1)
         await asyncio.shield(last.future)

@@ -103,7 +103,12 @@ class Client:
 
     def _choose(self, head: bytes, length: int) -> Into | None:
         frame = Frame.unpack(head)
-        call = self._pending.get(frame.call_id)
+        return self._into(frame, self._pending.get(frame.call_id), length)
+
+    @staticmethod
+    def _into(frame: Frame, call: _Call | None, length: int) -> Into | None:
+        """Where a reply of ``length`` bytes lands: the caller's ``into=``, or None
+        for a new object (with ``call.error`` set if ``into`` is too small)."""
         if call is None or call.into is None or frame.kind != FrameKind.REPLY:
             return None
         if _length(call.into) < length:
@@ -117,12 +122,11 @@ class Client:
         call = self._pending.pop(frame.call_id, None)
         if call is None or call.future.done():
             return True  # the caller gave up: a late reply
-        if call.into is None or frame.kind != FrameKind.REPLY:
+        into = self._into(frame, call, len(body))
+        if into is None:
             self._complete(call, frame.kind, bytes(body))
-        elif _length(call.into) < len(body):
-            call.future.set_exception(BufferTooSmallError(len(body), _length(call.into)))
         else:
-            with _bytes_view(call.into) as target:
+            with _bytes_view(into) as target:
                 target[: len(body)] = body
             self._complete(call, frame.kind, len(body))
         return True

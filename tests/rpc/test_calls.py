@@ -108,6 +108,18 @@ async def test_bulk_payloads_travel_both_ways(lab: Lab, rpc_port: int) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("size", [100, 1 << 20], ids=["eager", "rendezvous"])
+async def test_reply_larger_than_into_fails_only_that_call(
+    lab: Lab, rpc_port: int, size: int
+) -> None:
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        region = client.conn.alloc(size // 2)
+        with pytest.raises(aiordma.BufferTooSmallError):
+            await asyncio.wait_for(client.call("blob", b"%d" % size, into=region), TIMEOUT)
+        assert await asyncio.wait_for(client.call("blob", b"%d" % size), TIMEOUT) == blob(size)
+
+
+@pytest.mark.asyncio
 async def test_codec_is_pluggable(lab: Lab) -> None:
     service = rpc.Service(codec=rpc.JsonCodec())
 
