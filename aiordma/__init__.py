@@ -15,6 +15,9 @@ from aiordma.exceptions import (
     ConnectionLostError,
     ConnectionRejectedError,
     DeviceError,
+    MemoryLimitError,
+    NoListenerError,
+    NotPreparedError,
     QueuePairError,
     RdmaError,
     RemoteAccessError,
@@ -25,10 +28,14 @@ from aiordma.exceptions import (
 from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
 from aiordma.messaging import (
     BufferTooSmallError,
+    ExposureTimeoutError,
     MessageChannel,
+    MessageRevokedError,
     MessageTooLargeError,
     channel_factory,
+    open_channel,
     prepare_channel,
+    start_channel_server,
 )
 from aiordma.queue_pair import (
     Endpoint,
@@ -55,10 +62,15 @@ __all__ = [
     "DeviceAttributes",
     "DeviceError",
     "Endpoint",
+    "ExposureTimeoutError",
     "Local",
+    "MemoryLimitError",
     "MemoryRegion",
     "MessageChannel",
+    "MessageRevokedError",
     "MessageTooLargeError",
+    "NoListenerError",
+    "NotPreparedError",
     "Opcode",
     "ProtocolError",
     "QueuePair",
@@ -80,7 +92,9 @@ __all__ = [
     "channel_factory",
     "connect",
     "connect_loopback_pair",
+    "open_channel",
     "prepare_channel",
+    "start_channel_server",
     "start_server",
 ]
 __version__ = "0.1.0.dev0"

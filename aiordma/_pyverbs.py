@@ -8,7 +8,13 @@ root logger is left as the application configured it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
+from collections.abc import Iterator
+
+from aiordma.exceptions import DeviceError
 
 INSTALL_HINT = (
     "aiordma needs pyverbs, rdma-core's Python bindings. Install the distribution "
@@ -31,3 +37,19 @@ finally:
         if _handler not in _handlers:
             _root.removeHandler(_handler)
     _root.setLevel(_level)
+
+
+@contextlib.contextmanager
+def verbs_errors(what: str) -> Iterator[None]:
+    """Translate pyverbs' exceptions raised by ``what`` into :class:`~aiordma.DeviceError`.
+
+    The one edge where pyverbs failures become aiordma's: ``errno`` is the
+    verbs call's error code (``EIO`` when pyverbs gave none).
+    """
+    from pyverbs.pyverbs_error import PyverbsError
+
+    try:
+        yield
+    except PyverbsError as exc:
+        code = getattr(exc, "error_code", 0) or errno.EIO
+        raise DeviceError(code, f"{what} failed: {os.strerror(code)}") from exc

@@ -50,7 +50,7 @@ def _kvm_choice(value: str) -> bool | None:
 
 def _cmd_lab(args: argparse.Namespace) -> int:
     from aiordma.lab.runner import run_in_lab
-    from aiordma.lab.vm import GuestConfig
+    from aiordma.lab.vm import GuestConfig, Terminated
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -68,6 +68,9 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     except subprocess.TimeoutExpired:
         print(f"aiordma lab: timed out after {args.timeout} s", file=sys.stderr)
         return 124
+    except Terminated as exc:
+        print(f"aiordma lab: {exc}; the guest was stopped", file=sys.stderr)
+        return 128 + exc.signum
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

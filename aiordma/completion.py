@@ -28,6 +28,7 @@ from pyverbs.cq import CQ, CompChannel
 from pyverbs.pyverbs_error import PyverbsRDMAError
 
 from aiordma._fdprobe import create_with_fd
+from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import (
     CompletionError,
     DeviceError,
@@ -80,6 +81,7 @@ class Opcode(enum.IntEnum):
 
 
 _WC_WITH_IMM = 1 << 1
+_WC_SUCCESS = 0
 _REMOTE_ACCESS_STATUSES = frozenset({"IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_INV_REQ_ERR"})
 
 
@@ -96,6 +98,11 @@ class WorkCompletion:
     qp_num: int
     atomic_value: int | None = None
     """For atomics: the 64-bit value the remote word held before the operation."""
+
+
+def _comp_channel(context: Context) -> CompChannel:
+    with verbs_errors("creating a completion channel"):
+        return CompChannel(context)
 
 
 def _status_name(status: int) -> str:
@@ -150,7 +157,7 @@ class CompletionQueue:
         self._armed = True
         self._max_cqe: int = context.query_device().max_cqe
         channel, fd = create_with_fd(
-            lambda: CompChannel(context),
+            lambda: _comp_channel(context),
             "anon_inode:[infinibandevent]",
             lambda ch: getattr(ch, "fd", None),
         )
@@ -158,7 +165,8 @@ class CompletionQueue:
         self._fd = fd
         try:
             os.set_blocking(fd, False)
-            self._cq: CQ | None = CQ(context, min(capacity, self._max_cqe), None, channel, 0)
+            with verbs_errors("creating a completion queue"):
+                self._cq: CQ | None = CQ(context, min(capacity, self._max_cqe), None, channel, 0)
             self._cq.req_notify()
             loop.add_reader(fd, self._on_readable)
         except BaseException:
@@ -219,12 +227,18 @@ class CompletionQueue:
                 f"completion queue would need {need} entries; the device allows {self._max_cqe}",
             )
         if need > self.capacity:
-            self.cq.resize(min(self._max_cqe, max(need, 2 * self.capacity)))
+            with verbs_errors("resizing a completion queue"):
+                self.cq.resize(min(self._max_cqe, max(need, 2 * self.capacity)))
         self._reserved = need
 
     def unreserve(self, entries: int) -> None:
         """Give back room reserved with :meth:`reserve` (a queue pair was destroyed)."""
         self._reserved -= entries
+
+    @property
+    def reserved(self) -> int:
+        """Entries reserved by the queue pairs that use this CQ (0: none uses it)."""
+        return self._reserved
 
     def register(self, handler: CompletionHandler) -> int:
         """A fresh ``wr_id`` whose completion will be given to ``handler``."""
@@ -297,7 +311,10 @@ class CompletionQueue:
             for wc in wcs:
                 handler = handlers.pop(wc.wr_id, None)
                 if handler is None:
-                    log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
+                    # Work given up when its queue pair was destroyed: flushed
+                    # completions still in the CQ are expected, and not news.
+                    if wc.status == _WC_SUCCESS:
+                        log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
                     continue
                 try:
                     handler.complete(wc)

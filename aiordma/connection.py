@@ -31,6 +31,8 @@ from aiordma.exceptions import (
     ConnectionLostError,
     ConnectionRejectedError,
     DeviceError,
+    NoListenerError,
+    NotPreparedError,
     RdmaError,
     ResourceClosedError,
 )
@@ -62,13 +64,29 @@ LINGER: Final = 2.0
 
 
 def check_private_data(data: bytes | bytearray | memoryview, limit: int, what: str) -> bytes:
-    """``data`` as bytes, or ValueError if it exceeds what rdma_cm can carry for ``what``."""
+    """``data`` as bytes: TypeError unless it is bytes-like, ValueError if it
+    exceeds what rdma_cm can carry for ``what``."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(
+            f"{what} private data must be bytes, bytearray or memoryview, not {type(data).__name__}"
+        )
     data = bytes(data)
     if len(data) > limit:
         raise ValueError(
             f"{what} private data is {len(data)} bytes; rdma_cm carries at most {limit}"
         )
     return data
+
+
+def check_port(port: int, *, listening: bool) -> int:
+    """``port`` if it is a valid TCP-style port: 0-65535 to listen (0: any
+    free port), 1-65535 to connect; TypeError or ValueError otherwise."""
+    if not isinstance(port, int) or isinstance(port, bool):
+        raise TypeError(f"port must be an int, not {type(port).__name__}")
+    low = 0 if listening else 1
+    if not low <= port <= 65535:
+        raise ValueError(f"port {port} is outside {low}-65535")
+    return port
 
 
 def _to_pyverbs(raw: _rdmacm.QpAttr, opts: QueuePairOptions) -> QPAttr:
@@ -147,9 +165,11 @@ def setup_error(event: Event, where: str) -> OSError:
                 f"{where} rejected the connection", event.private_data, status
             )
         if status == _REJ_INVALID_SERVICE_ID:
-            return ConnectionRejectedError(f"nothing listens on {where}", b"", status)
+            return NoListenerError(f"nothing listens on {where}", status)
         return ConnectionRejectedError(
-            f"{where} refused the connection (CM reject reason {status})", b"", status
+            f"{where} refused the connection (CM reject reason {status})",
+            event.private_data,
+            status,
         )
     code = -status if status < 0 else 0
     if kind == EventType.UNREACHABLE and code in (0, errno.ETIMEDOUT):
@@ -202,6 +222,9 @@ def abandon_setup(cm_id: CMId, qp: QueuePair | None, conn: Connection | None) ->
     cm_id.destroy()
 
 
+_NOT_PREPARED: Final[Any] = object()
+
+
 async def run_prepare(prepare: Prepare | None, conn: Connection) -> None:
     if prepare is not None:
         result = prepare(conn)
@@ -234,14 +257,15 @@ class Connection:
         self.peer_private_data: bytes = peer_private_data
         """Private data from the peer's connect (server side) or accept (client side),
         zero-padded by rdma_cm to the CM message's fixed size."""
-        self.prepared: Any = None
-        """What the ``prepare`` callback returned (awaited if it was awaitable)."""
+        self._prepared: Any = _NOT_PREPARED
         self._loop = cm_id.channel.loop
         self._closed: asyncio.Future[None] = self._loop.create_future()
         self._closing = False
         self._error: ConnectionLostError | None = None
         self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
         self._task: asyncio.Task[None] | None = None
+        self._established = False
+        self._on_established: list[Callable[[], None]] = []
         self.device._watch(self)
 
     def __repr__(self) -> str:
@@ -249,10 +273,41 @@ class Connection:
         peer = f"{self.peer_address[0]}:{self.peer_address[1]}"
         return f"<Connection {peer} qp_num={self.qp.qp_num} {state}>"
 
+    @property
+    def prepared(self) -> Any:
+        """What the ``prepare`` hook returned (awaited if it was awaitable).
+
+        Raises :class:`~aiordma.NotPreparedError` when the connection was made
+        without a ``prepare`` hook: a message channel, for instance, exists
+        only if ``prepare=prepare_channel`` was given on this side.
+        """
+        if self._prepared is _NOT_PREPARED:
+            raise NotPreparedError(
+                f"{self!r} was made without a prepare hook, so it has nothing prepared: "
+                "pass prepare= (for messages, prepare=aiordma.prepare_channel on both "
+                "sides, or use aiordma.open_channel / aiordma.start_channel_server)"
+            )
+        return self._prepared
+
+    @prepared.setter
+    def prepared(self, value: Any) -> None:
+        self._prepared = value
+
     def _activate(self) -> None:
         """The connection is established: from now on rdma_cm events are handled here."""
         assert self._cm_id is not None
         self._cm_id.set_handler(self._on_cm_event)
+        self._established = True
+        callbacks, self._on_established = self._on_established, []
+        for callback in callbacks:
+            callback()
+
+    def _when_established(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once both peers can send (now, if they already can)."""
+        if self._established:
+            callback()
+        else:
+            self._on_established.append(callback)
 
     def _on_cm_event(self, event: Event, _child: CMId | None) -> None:
         if event.type == EventType.DISCONNECTED:
@@ -458,11 +513,14 @@ async def connect(
     ``conn.prepared``. The connection uses ``device`` if given (it must be the
     one the route goes through), else :meth:`Device.shared`.
 
-    Raises :class:`ConnectionRejectedError` (a ``ConnectionRefusedError``)
-    when nothing listens or the server rejects, ``TimeoutError`` when no
-    answer comes within ``timeout`` seconds, and ``OSError`` when the address
-    or route cannot be resolved. Nothing is left behind on failure.
+    Raises :class:`~aiordma.NoListenerError` when nothing listens and
+    :class:`ConnectionRejectedError` when the server rejects (both are
+    ``ConnectionRefusedError``), ``TimeoutError`` when no answer comes within
+    ``timeout`` seconds, ``OSError`` when the address or route cannot be
+    resolved, and ``ValueError``/``TypeError`` for a port outside 1-65535 or
+    private data that is not bytes. Nothing is left behind on failure.
     """
+    check_port(port, listening=False)
     data = check_private_data(private_data, _rdmacm.MAX_CONNECT_DATA, "connect")
     where = f"{host}:{port}"
     try:

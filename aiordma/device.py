@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import mmap
+import resource
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aiordma._closing import CloseWaiters
+from aiordma._pyverbs import verbs_errors
 from aiordma.completion import CompletionQueue
 from aiordma.discovery import PortInfo, find_roce_endpoint, list_devices
-from aiordma.exceptions import DeviceError, ResourceClosedError
+from aiordma.exceptions import DeviceError, MemoryLimitError, ResourceClosedError
 from aiordma.memory import Access, MemoryRegion
 
 if TYPE_CHECKING:
@@ -90,8 +94,9 @@ class Device:
         except PyverbsError as exc:
             raise DeviceError(19, f"cannot open RDMA device {self.name!r}: {exc}") from exc
         try:
-            self._pd: PD | None = PD(self._context)
-            attr = self._context.query_device()
+            with verbs_errors(f"allocating a protection domain on {self.name}"):
+                self._pd: PD | None = PD(self._context)
+                attr = self._context.query_device()
         except BaseException:
             self._context.close()
             raise
@@ -113,6 +118,7 @@ class Device:
         self._qps: set[QueuePair] = set()
         self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
         self._watchers: set[_RemovalWatcher] = set()
+        self._close_waiters = CloseWaiters()
         self.removed = False
         """True once the device was removed from the system (its connections failed)."""
 
@@ -187,9 +193,31 @@ class Device:
         ``Access.NONE`` (usable as a source only) for read-only ones. Remote
         access is granted only when asked for.
         """
-        mr = MemoryRegion(self.pd, obj, access)
+        try:
+            mr = MemoryRegion(self.pd, obj, access)
+        except DeviceError as exc:
+            if exc.errno != errno.ENOMEM:
+                raise
+            raise self._memory_limit_error(memoryview(obj).nbytes) from exc
         self._mrs.add(mr)
         return mr
+
+    def _memory_limit_error(self, requested: int) -> MemoryLimitError:
+        registered = sum(mr.length for mr in list(self._mrs) if not mr.closed)
+        soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        limit = None if soft == resource.RLIM_INFINITY else soft
+        shown = "unlimited" if limit is None else f"{limit // 1024} KiB"
+        return MemoryLimitError(
+            f"cannot register {requested} bytes on {self.name}: out of lockable memory "
+            f"(ENOMEM). This process already has {registered} bytes registered there, and "
+            f"its locked-memory limit is {shown}: the usual cause is that limit ('ulimit -l'; "
+            "raise it with 'ulimit -l unlimited', systemd's LimitMEMLOCK= or "
+            "/etc/security/limits.conf, or grant CAP_IPC_LOCK). Each message channel pins "
+            "2 x (window + control_window) x buffer_size bytes (640 KiB by default).",
+            requested,
+            registered,
+            limit,
+        )
 
     def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion:
         """Allocate ``size`` page-aligned bytes and register them."""
@@ -235,6 +263,22 @@ class Device:
     def _forget_qp(self, qp: QueuePair) -> None:
         self._qps.discard(qp)
 
+    def _release_cq(self, cq: CompletionQueue) -> None:
+        """Close ``cq`` once no queue pair uses it, unless it is its loop's first
+        (kept for the next queue pair: a CQ costs a completion channel to make)."""
+        if cq.closed or cq.reserved > 0 or cq.loop.is_closed():
+            return
+        # Not now: this may run inside the CQ's own drain.
+        cq.loop.call_soon(self._close_if_unused, cq)
+
+    def _close_if_unused(self, cq: CompletionQueue) -> None:
+        if cq.closed or cq.reserved > 0 or cq.pending > 0:
+            return
+        cqs = self._cqs.get(cq.loop)
+        if cqs and cqs[0] is not cq and cq in cqs:
+            cqs.remove(cq)
+            cq.close()
+
     def _watch(self, watcher: _RemovalWatcher) -> None:
         self._watchers.add(watcher)
 
@@ -277,6 +321,12 @@ class Device:
                 pd.close()
         finally:
             ctx.close()
+            self._close_waiters.closed()
+
+    async def wait_closed(self) -> None:
+        """Wait until the device is closed (by :meth:`close`, :meth:`aclose` or removal)."""
+        if not self.closed:
+            await self._close_waiters.wait()
 
     async def aclose(self) -> None:
         """Close gracefully: let queue pairs flush their pending work, then :meth:`close`."""

@@ -21,12 +21,32 @@ class DeviceError(RdmaError, OSError):
     """A verbs call on a device failed; ``errno`` says why."""
 
 
+class MemoryLimitError(DeviceError, MemoryError):
+    """Memory could not be registered (pinned): the usual cause is the
+    locked-memory limit (``ulimit -l``) of a process without ``CAP_IPC_LOCK``.
+
+    ``requested`` is the size of the registration that failed, ``registered``
+    what the device already had registered by this process, and ``limit`` the
+    process's locked-memory limit in bytes (None: unlimited or unknown).
+    """
+
+    def __init__(self, message: str, requested: int, registered: int, limit: int | None) -> None:
+        super().__init__(12, message)  # ENOMEM
+        self.requested = requested
+        self.registered = registered
+        self.limit = limit
+
+
 class WrongLoopError(RdmaError, RuntimeError):
     """An object bound to one event loop was used from another."""
 
 
 class ResourceClosedError(RdmaError):
     """The device, queue pair or memory region has been closed."""
+
+
+class NotPreparedError(RdmaError, AttributeError):
+    """``Connection.prepared`` was read on a connection made without a ``prepare`` hook."""
 
 
 class ResourceBusyError(RdmaError):
@@ -49,14 +69,39 @@ class CompletionError(RdmaError):
         self.vendor_err = vendor_err
         self.opcode = opcode
         self.wr_id = wr_id
-        super().__init__(
-            f"{opcode} failed: {status_name} (status {status}, vendor error {vendor_err:#x})"
-        )
+        message = f"{opcode} failed: {status_name} (status {status}, vendor error {vendor_err:#x})"
+        hint = _HINTS.get(status_name)
+        super().__init__(f"{message}: {hint}" if hint else message)
 
     @property
     def flushed(self) -> bool:
         """True when the request never ran because its queue pair was in the error state."""
         return self.status_name == "IBV_WC_WR_FLUSH_ERR"
+
+
+_HINTS = {
+    "IBV_WC_RNR_RETRY_EXC_ERR": (
+        "the peer had no receive posted for this send, retry after retry: did both sides "
+        "set up a message channel (prepare=aiordma.prepare_channel on both, or "
+        "open_channel / start_channel_server), or post receives in their prepare hook?"
+    ),
+    "IBV_WC_REM_ACCESS_ERR": (
+        "the peer refused the access. Usual causes: its region was registered without "
+        "the remote access flag this needs (Access.REMOTE_READ, REMOTE_WRITE or "
+        "REMOTE_ATOMIC); the rkey is stale (the region was deregistered, or the exposure "
+        "revoked) or belongs to another device or protection domain; or the range "
+        "falls outside the region"
+    ),
+    "IBV_WC_RETRY_EXC_ERR": (
+        "the peer never acknowledged: it is gone (process, machine or link), or its "
+        "queue pair is no longer connected"
+    ),
+    "IBV_WC_LOC_PROT_ERR": (
+        "a local buffer's registration does not allow this: receives and RDMA read "
+        "targets need Access.LOCAL_WRITE, and the memory must be registered on this "
+        "queue pair's device"
+    ),
+}
 
 
 class RemoteAccessError(CompletionError):
@@ -70,14 +115,27 @@ class QueuePairError(RdmaError):
 class ConnectionRejectedError(RdmaError, ConnectionRefusedError):
     """The server turned the connection request down.
 
-    ``private_data`` is what the server sent with its rejection, zero-padded
-    by rdma_cm to the transport's fixed size (148 bytes over RoCE);
-    ``reason`` is the CM reject reason code.
+    Raised when the server's ``accept`` callback raised
+    :class:`~aiordma.RejectConnection` (``reason`` 28, "consumer defined"),
+    or when the peer's connection manager refused for another reason
+    (``reason`` is then the IB CM reject reason code). ``private_data`` is
+    what the server sent with its rejection, zero-padded by rdma_cm to the
+    transport's fixed size (148 bytes over RoCE). Nothing listening is
+    :class:`NoListenerError` instead.
     """
 
     def __init__(self, message: str, private_data: bytes = b"", reason: int = 0) -> None:
         super().__init__(111, message)  # ECONNREFUSED
         self.private_data = private_data
+        self.reason = reason
+
+
+class NoListenerError(RdmaError, ConnectionRefusedError):
+    """Nothing listens on the address and port connected to (CM reject reason 8,
+    "invalid service ID"); ``reason`` is that code."""
+
+    def __init__(self, message: str, reason: int = 8) -> None:
+        super().__init__(111, message)  # ECONNREFUSED
         self.reason = reason
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, overload
 
 from aiordma._buffer import BufferExport
+from aiordma._closing import CloseWaiters
+from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import ResourceBusyError, ResourceClosedError
 
 if TYPE_CHECKING:
@@ -80,7 +82,8 @@ class MemoryRegion:
                     f"cannot register read-only {type(obj).__name__} with "
                     f"{(access & _NEEDS_WRITABLE)!r}: the adapter would write into it"
                 )
-            self._mr: MR | None = MR(pd, export.length, int(access), address=export.address)
+            with verbs_errors(f"registering {export.length} bytes ({access!r})"):
+                self._mr: MR | None = MR(pd, export.length, int(access), address=export.address)
         except BaseException:
             export.release()
             raise
@@ -95,6 +98,7 @@ class MemoryRegion:
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self._owned: mmap.mmap | None = None
+        self._close_waiters = CloseWaiters()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"lkey={self.lkey:#x} rkey={self.rkey:#x}"
@@ -185,12 +189,19 @@ class MemoryRegion:
         try:
             mr.close()
         finally:
+            self._close_waiters.closed()
             self._export.release()
             owned, self._owned = self._owned, None
             if owned is not None:
                 # If views of it are still alive, it is unmapped when the last one goes.
                 with contextlib.suppress(BufferError):
                     owned.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the region is deregistered (by :meth:`close`, :meth:`aclose`,
+        or the connection or device it belongs to closing)."""
+        if not self.closed:
+            await self._close_waiters.wait()
 
     async def aclose(self) -> None:
         """Wait until no work request uses the region, then deregister it."""

@@ -7,13 +7,22 @@ queue. A receive buffer is re-posted, and its credit returned, only once the
 application has taken the message out of it: a slow receiver holds the
 sender back instead of queueing without bound.
 
-Larger messages go by rendezvous: the sender exposes the message's own
-memory for remote *reading* only, advertises it, and the receiver reads it
-with one RDMA read straight into the memory it chooses (its own registered
-buffer with :meth:`MessageChannel.recv_message_into`), then says it is done,
-and only then does the sender deregister it. Reading rather than writing
-lets the receiver pick the destination when it is ready, needs one control
-packet each way, and never exposes the receiver's memory for writing.
+Larger messages go by rendezvous: the sender exposes exactly the message's
+bytes, through a registration of their own, for remote *reading* only,
+advertises them, and the receiver reads them with one RDMA read straight
+into the memory it chooses (its own registered buffer with
+:meth:`MessageChannel.recv_message_into`), then says it is done, and only
+then does the sender deregister them. Reading rather than writing lets the
+receiver pick the destination when it is ready, needs one control packet
+each way, and never exposes the receiver's memory for writing.
+
+An exposure never outlives its message: it ends at DONE, when the send is
+cancelled, when it was not read within ``exposure_timeout`` (both sides then
+fail the transfer with :class:`MessageRevokedError`), or when the channel
+closes; and the bytes a channel holds exposed at once are bounded by
+``max_exposed``. Each side announces its ``max_message`` once the
+connection is established, so a sender learns the peer's limit before it
+sends anything too large for it.
 """
 
 from __future__ import annotations
@@ -22,22 +31,28 @@ import asyncio
 import collections
 import enum
 import functools
+import inspect
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from aiordma.connection import Connection
+from aiordma.connection import Connection, Prepare
+from aiordma.connection import connect as connect_rdma
 from aiordma.credits import CreditWindow, DataCredits
+from aiordma.device import Device
 from aiordma.exceptions import (
     ConnectionLostError,
     RdmaError,
     ResourceBusyError,
     ResourceClosedError,
+    WrongLoopError,
 )
 from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
-from aiordma.queue_pair import Send
+from aiordma.queue_pair import QueuePairOptions, Send
+from aiordma.server import Accept, Server
+from aiordma.server import start_server as start_rdma_server
 from aiordma.wire import HEADER_SIZE, Header, Kind, ProtocolError
 
 log = logging.getLogger(__name__)
@@ -46,6 +61,12 @@ DEFAULT_WINDOW = 32
 DEFAULT_CONTROL_WINDOW = 8
 DEFAULT_BUFFER = 8192
 DEFAULT_MAX_MESSAGE = 64 << 20
+DEFAULT_MAX_EXPOSED = 256 << 20
+"""Bytes of large messages a channel holds exposed at once, by default
+(raised to ``max_message`` when that is larger)."""
+DEFAULT_EXPOSURE_TIMEOUT = 60.0
+"""Seconds a large message stays readable for the peer, by default; unread
+by then, it is revoked and the send fails with :class:`ExposureTimeoutError`."""
 
 Body = bytes | bytearray | memoryview | MemoryRegion | Segment
 """What can be sent: any contiguous bytes-like object, or registered memory.
@@ -74,12 +95,34 @@ class MessageTooLargeError(ValueError):
 class BufferTooSmallError(ValueError):
     """The buffer given to receive into is shorter than the next message.
 
-    The message is not consumed; receive it again with a large enough buffer.
+    ``needed`` is the message's length, ``given`` the buffer's. The message
+    is not consumed; receive it again with a large enough buffer.
     """
 
     def __init__(self, needed: int, given: int) -> None:
         super().__init__(f"the next message has {needed} bytes; the buffer holds {given}")
         self.needed = needed
+        self.given = given
+
+
+class MessageRevokedError(RdmaError):
+    """A large message was withdrawn before the receiver read it.
+
+    The sender revokes a message's exposure when its send is cancelled or
+    when the receiver did not read it within the sender's
+    ``exposure_timeout``. The receiver's receive of that message raises
+    this (the message is consumed; the next receive gets the next one);
+    ``head`` is the message's head (for RPC, its frame).
+    """
+
+    def __init__(self, message: str, head: bytes = b"") -> None:
+        super().__init__(message)
+        self.head = head
+
+
+class ExposureTimeoutError(MessageRevokedError, TimeoutError):
+    """The sender's side of :class:`MessageRevokedError`: the peer did not read
+    a large message within ``exposure_timeout`` seconds, so it was revoked."""
 
 
 class _Cost(enum.Enum):
@@ -95,6 +138,54 @@ class _Arrival:
     size: int
     saved: bytes | None = None
     """Head and body of an eager message, copied out when the connection failed."""
+    revoked: bool = False
+    """The sender withdrew this rendezvous message (REVOKE)."""
+
+
+@dataclass(slots=True)
+class _Exposure:
+    """A large message's bytes, readable by the peer until DONE, revocation or close."""
+
+    mr: MemoryRegion
+    size: int
+    done: asyncio.Future[None]
+    timer: asyncio.TimerHandle | None = None
+    held: bool = True
+    """Counted in the channel's exposed bytes (until it ends)."""
+
+
+def check_into(into: object) -> Into:
+    """``into`` if a message can land in it; TypeError or ValueError saying why not."""
+    if isinstance(into, MemoryRegion | Segment):
+        region = into if isinstance(into, MemoryRegion) else into.mr
+        if region.closed:
+            raise ValueError("cannot receive into a closed memory region")
+        if not region.access & Access.LOCAL_WRITE:
+            raise ValueError(
+                "cannot receive into a region registered without Access.LOCAL_WRITE: "
+                "the adapter could not write into it"
+            )
+        return into
+    if isinstance(into, str) or not isinstance(into, bytearray | memoryview):
+        try:
+            view = memoryview(into)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(
+                f"cannot receive into {type(into).__name__}: give a bytearray, a writable "
+                "memoryview or a registered MemoryRegion/Segment"
+            ) from None
+        if view.readonly:
+            raise TypeError(f"cannot receive into read-only {type(into).__name__}")
+        raise TypeError(
+            f"cannot receive into {type(into).__name__}: give a bytearray, a writable "
+            "memoryview or a registered MemoryRegion/Segment"
+        )
+    view = memoryview(into)
+    if view.readonly:
+        raise TypeError("cannot receive into a read-only memoryview")
+    if not view.contiguous:
+        raise ValueError("cannot receive into a non-contiguous memoryview")
+    return into
 
 
 def _length(body: Body) -> int:
@@ -126,10 +217,17 @@ class MessageChannel:
     """Ordered, flow-controlled messages on one connection.
 
     Create it in the connection's ``prepare`` hook on both sides (see
-    :func:`prepare_channel`) so its receive buffers are posted before the
-    peer can send. The channel owns the connection's receive queue. Both
-    sides should use the same ``max_message``: a peer announcing a larger
-    message than ours allows is a protocol error.
+    :func:`prepare_channel`), or use :func:`open_channel` and
+    :func:`start_channel_server`, so its receive buffers are posted before
+    the peer can send. The channel owns the connection's receive queue.
+    Each side announces its ``max_message`` when the connection is
+    established; sending a message larger than the peer's raises
+    :class:`MessageTooLargeError` on the sending side.
+
+    Large messages are exposed through their own registration, for at most
+    ``exposure_timeout`` seconds (None: until read), and at most
+    ``max_exposed`` bytes at once (further large sends wait); see
+    :data:`DEFAULT_MAX_EXPOSED` and :data:`DEFAULT_EXPOSURE_TIMEOUT`.
     """
 
     def __init__(
@@ -140,7 +238,10 @@ class MessageChannel:
         control_window: int = DEFAULT_CONTROL_WINDOW,
         buffer_size: int = DEFAULT_BUFFER,
         max_message: int = DEFAULT_MAX_MESSAGE,
+        max_exposed: int | None = None,
+        exposure_timeout: float | None = DEFAULT_EXPOSURE_TIMEOUT,
     ) -> None:
+        max_exposed = _check_limits(max_message, max_exposed, exposure_timeout)
         if buffer_size <= HEADER_SIZE:
             raise ValueError(f"buffer_size must exceed the {HEADER_SIZE}-byte header")
         buffers = window + control_window
@@ -151,6 +252,13 @@ class MessageChannel:
             )
         self.conn = conn
         self.max_message = max_message
+        self.max_exposed = max_exposed
+        """Bytes of large messages this side may hold exposed to the peer at once."""
+        self.exposure_timeout = exposure_timeout
+        """Seconds a large message stays readable for the peer (None: no limit)."""
+        self.peer_max_message: int | None = None
+        """The peer's ``max_message``, once its announcement arrived."""
+        self._loop = conn._loop
         self.eager_limit = buffer_size - HEADER_SIZE
         """Messages (head included) up to this size travel in a single packet."""
         self._size = buffer_size
@@ -162,7 +270,10 @@ class MessageChannel:
         self._free_slots = list(range(buffers))
         self._ready: collections.deque[_Arrival] = collections.deque()
         self._waiters: list[asyncio.Future[None]] = []
-        self._exposed: dict[int, asyncio.Future[None]] = {}
+        self._exposed: dict[int, _Exposure] = {}
+        self._exposed_bytes = 0
+        self._revoked: set[int] = set()
+        self._hello = self._loop.create_future()
         self._ids = itertools.count(1)
         self._send_lock = asyncio.Lock()
         self._recv_lock = asyncio.Lock()
@@ -180,12 +291,41 @@ class MessageChannel:
         )
         return f"<MessageChannel {self.conn!r} {state}>"
 
+    @property
+    def exposed_bytes(self) -> int:
+        """Bytes of large messages currently exposed to the peer by this side."""
+        return self._exposed_bytes
+
     async def _start(self) -> None:
         futures = await self.conn.post_recv_batch(
             [self._recv_slot(i) for i in range(self._buffers)]
         )
         for index, fut in enumerate(futures):
             fut.add_done_callback(functools.partial(self._on_packet, index))
+        self.conn._when_established(self._say_hello)
+
+    def _say_hello(self) -> None:
+        """Announce our max_message (both peers' receives are posted by now)."""
+        if self._error is None:
+            self._spawn(self._send_control(Header(Kind.HELLO, 0, 0, self.max_message)))
+
+    async def _peer_limit(self) -> int:
+        """The peer's max_message (waiting for its announcement if need be)."""
+        while self.peer_max_message is None:
+            self._check()
+            await self._changed()
+        return self.peer_max_message
+
+    def _check_loop(self) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:
+            raise WrongLoopError(
+                "this message channel belongs to another event loop; use it from the "
+                "loop its connection was made on"
+            )
 
     def _recv_slot(self, index: int) -> Segment:
         return self._recv_mr[index * self._size : (index + 1) * self._size]
@@ -218,10 +358,11 @@ class MessageChannel:
                     if arrival.header.kind == Kind.EAGER:
                         start = arrival.slot * self._size
                         arrival.saved = bytes(whole[start + HEADER_SIZE : start + arrival.size])
-        for fut in self._exposed.values():
-            if not fut.done():
-                fut.set_exception(exc)
-                fut.exception()
+        for exposure in list(self._exposed.values()):
+            if not exposure.done.done():
+                exposure.done.set_exception(exc)
+                exposure.done.exception()
+            self._unexpose(exposure)
         self._exposed.clear()
         self._wake()
 
@@ -251,11 +392,25 @@ class MessageChannel:
             self._data.granted(header.credits)
             self._control.granted(header.control_credits)
             if header.kind == Kind.DONE:
-                done = self._exposed.pop(header.msg_id, None)
-                if done is None:
-                    raise ProtocolError(f"DONE for message {header.msg_id}, which is not exposed")
-                if not done.done():
-                    done.set_result(None)
+                exposure = self._exposed.pop(header.msg_id, None)
+                if exposure is None:
+                    if header.msg_id not in self._revoked:
+                        raise ProtocolError(
+                            f"DONE for message {header.msg_id}, which is not exposed"
+                        )
+                    self._revoked.discard(header.msg_id)  # read before it was revoked
+                else:
+                    self._unexpose(exposure)
+                    if not exposure.done.done():
+                        exposure.done.set_result(None)
+            elif header.kind == Kind.REVOKE:
+                for arrival in self._ready:
+                    if arrival.header.kind == Kind.RENDEZVOUS and (
+                        arrival.header.msg_id == header.msg_id
+                    ):
+                        arrival.revoked = True
+            elif header.kind == Kind.HELLO:
+                self.peer_max_message = header.length
         except (ProtocolError, ValueError) as err:
             self._protocol_error(err)
             return
@@ -325,8 +480,8 @@ class MessageChannel:
         self._ready.popleft()
         if self._repost(arrival.slot):
             self._data.reposted()
-        if arrival.header.kind == Kind.RENDEZVOUS:
-            self._spawn(self._send_done(arrival.header.msg_id))
+        if arrival.header.kind == Kind.RENDEZVOUS and not arrival.revoked:
+            self._spawn(self._send_control(Header(Kind.DONE, 0, arrival.header.msg_id)))
         self._pump()
 
     def _head(self, arrival: _Arrival) -> bytes:
@@ -338,15 +493,25 @@ class MessageChannel:
 
     async def _arrived(self) -> None:
         """Wait until a message is queued (without taking it)."""
+        self._check_loop()
         await self._next_arrival()
 
     async def _receive(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
         """The next message's head, and its body: as a new object, or the number
         of bytes put where ``choose(head, body_length)`` said (None: a new object)."""
+        self._check_loop()
         async with self._recv_lock:
             arrival = await self._next_arrival()
             header = arrival.header
             head = self._head(arrival)
+            if arrival.revoked:
+                self._consumed(arrival)
+                raise MessageRevokedError(
+                    f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
+                    "before it was read: its send was cancelled or it was not read within "
+                    "the sender's exposure_timeout",
+                    head,
+                )
             into = choose(head, header.length) if choose is not None else None
             if into is not None and _length(into) < header.length:
                 raise BufferTooSmallError(header.length, _length(into))
@@ -407,8 +572,10 @@ class MessageChannel:
         the read). Raises :class:`BufferTooSmallError`, leaving the message
         queued, when it does not fit. If cancelled during a large read the
         message stays queued, but ``buffer`` may still be written to until
-        that read completes.
+        that read completes. Raises ``TypeError``/``ValueError`` at once for a
+        buffer nothing can land in (``bytes``, a closed or read-only region).
         """
+        check_into(buffer)
         _, n = await self._receive(lambda _head, _n: buffer)
         assert isinstance(n, int)
         return n
@@ -431,13 +598,17 @@ class MessageChannel:
         once that is posted, and ``data`` may be reused at once. Larger ones
         are read by the peer from ``data`` itself, and this returns once the
         peer has them; ``data`` must not change meanwhile. Waits for credit
-        when the peer is slow to receive. Cancelling a large send after it
-        was announced does not withdraw it: its memory stays exposed until
-        the peer has read it.
+        when the peer is slow to receive, and for room under ``max_exposed``.
+        Cancelling a large send, or the peer not reading it within
+        ``exposure_timeout`` (:class:`ExposureTimeoutError`), revokes it:
+        its memory stops being readable and the peer's receive of it raises
+        :class:`MessageRevokedError`. Raises :class:`MessageTooLargeError`
+        for a message larger than this side's or the peer's ``max_message``.
         """
         await self._send(b"", data)
 
     async def _send(self, head: bytes, body: Body) -> None:
+        self._check_loop()
         size = _length(body)
         if size > self.max_message:
             raise MessageTooLargeError(
@@ -445,40 +616,92 @@ class MessageChannel:
             )
         if len(head) > self.eager_limit:
             raise ValueError(f"message head of {len(head)} bytes exceeds {self.eager_limit}")
+        peer_limit = self.peer_max_message
+        if peer_limit is None:
+            peer_limit = await self._peer_limit()
+        if size > peer_limit:
+            raise MessageTooLargeError(
+                f"message of {size} bytes exceeds the peer's max_message of {peer_limit} "
+                "(the receiving side sets it)"
+            )
         if len(head) + size <= self.eager_limit:
             async with self._send_lock:
                 await self._post_when_possible(
                     Header(Kind.EAGER, 0, 0, size), head, body, _Cost.DATA
                 )
             return
-        exposure, remote = self._expose(body)
         msg_id = next(self._ids)
-        done = asyncio.get_running_loop().create_future()
-        if exposure is not None:
-            done.add_done_callback(lambda _: _release_mr(exposure))
-        header = Header(Kind.RENDEZVOUS, 0, msg_id, size, remote)
-        self._exposed[msg_id] = done
+        exposure = await self._expose(msg_id, body, size)
+        header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposure.mr.remote())
         try:
             async with self._send_lock:
                 await self._post_when_possible(header, head, None, _Cost.DATA)
         except BaseException:
             self._exposed.pop(msg_id, None)
-            done.cancel()
+            self._unexpose(exposure)
+            exposure.done.cancel()
             raise
-        await asyncio.shield(done)
-
-    def _expose(self, body: Body) -> tuple[MemoryRegion | None, RemoteBuffer]:
-        """Make ``body`` readable by the peer (and nothing more)."""
-        if isinstance(body, MemoryRegion | Segment):
-            region = body if isinstance(body, MemoryRegion) else body.mr
-            if region.access & Access.REMOTE_READ:
-                return None, body.remote()
-            body = body.view()
+        if self.exposure_timeout is not None and not exposure.done.done():
+            # The deadline starts once the peer can know of the message.
+            exposure.timer = self._loop.call_later(
+                self.exposure_timeout, self._revoke, msg_id, None
+            )
         try:
-            mr = self.conn.device.register(body, Access.REMOTE_READ)
+            await asyncio.shield(exposure.done)
+        except asyncio.CancelledError:
+            if not exposure.done.done():
+                self._revoke(msg_id, asyncio.CancelledError())
+            raise
+
+    async def _expose(self, msg_id: int, body: Body, size: int) -> _Exposure:
+        """Register exactly ``body``'s bytes for remote reading, once they fit
+        under ``max_exposed``; the peer can read nothing else with the rkey."""
+        while self._exposed_bytes + size > self.max_exposed:
+            self._check()
+            await self._changed()
+        self._check()
+        source = body.view() if isinstance(body, MemoryRegion | Segment) else body
+        try:
+            mr = self.conn.register(source, Access.REMOTE_READ)
         except TypeError:  # not contiguous
-            mr = self.conn.device.register(bytes(memoryview(body)), Access.REMOTE_READ)
-        return mr, mr.remote()
+            mr = self.conn.register(bytes(memoryview(source)), Access.REMOTE_READ)
+        exposure = _Exposure(mr, size, self._loop.create_future())
+        self._exposed[msg_id] = exposure
+        self._exposed_bytes += size
+        return exposure
+
+    def _unexpose(self, exposure: _Exposure) -> None:
+        """End an exposure: the rkey stops working now (or once local work on it is done)."""
+        if exposure.timer is not None:
+            exposure.timer.cancel()
+            exposure.timer = None
+        if exposure.held:
+            exposure.held = False
+            self._exposed_bytes -= exposure.size
+            if not exposure.mr.closed:
+                _release_mr(exposure.mr)
+            self._wake()
+
+    def _revoke(self, msg_id: int, cause: BaseException | None) -> None:
+        """Withdraw an unread large message (its send was cancelled, or ``cause``
+        is None: it timed out) and tell the peer."""
+        exposure = self._exposed.pop(msg_id, None)
+        if exposure is None:
+            return
+        self._unexpose(exposure)
+        self._revoked.add(msg_id)
+        if not exposure.done.done():
+            if cause is None:
+                error = ExposureTimeoutError(
+                    f"the peer did not read message {msg_id} ({exposure.size} bytes) within "
+                    f"exposure_timeout ({self.exposure_timeout} s); it was revoked"
+                )
+                log.warning("%r: %s", self.conn, error)
+                exposure.done.set_exception(error)
+            else:
+                exposure.done.cancel()
+        if self._error is None:
+            self._spawn(self._send_control(Header(Kind.REVOKE, 0, msg_id)))
 
     def _affordable(self, cost: _Cost) -> bool:
         if not self._free_slots:
@@ -544,11 +767,11 @@ class MessageChannel:
             self._fail(fut.exception())  # type: ignore[arg-type]
         self._pump()
 
-    async def _send_done(self, msg_id: int) -> None:
+    async def _send_control(self, header: Header) -> None:
         try:
-            await self._post_when_possible(Header(Kind.DONE, 0, msg_id), b"", None, _Cost.CONTROL)
+            await self._post_when_possible(header, b"", None, _Cost.CONTROL)
         except (RdmaError, ResourceClosedError, ConnectionResetError) as exc:
-            log.debug("could not send DONE for %d: %r", msg_id, exc)
+            log.debug("could not send %s for %d: %r", header.kind.name, header.msg_id, exc)
 
     def _pump(self) -> None:
         """Return owed credits if an update is due, and wake waiters."""
@@ -576,9 +799,29 @@ class MessageChannel:
         self._pump()
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+        task = self._loop.create_task(coro)
         _background.add(task)
         task.add_done_callback(_background.discard)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def is_closing(self) -> bool:
+        """True once the channel's connection is closing or closed."""
+        return self.conn.is_closing()
+
+    def close(self) -> Awaitable[None]:
+        """Close the channel's connection (see :meth:`aiordma.Connection.close`)."""
+        return self.conn.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the channel's connection is closed."""
+        await self.conn.wait_closed()
+
+    async def __aenter__(self) -> MessageChannel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 async def prepare_channel(conn: Connection) -> MessageChannel:
@@ -590,6 +833,7 @@ async def prepare_channel(conn: Connection) -> MessageChannel:
 
 def channel_factory(**options: Any) -> Callable[[Connection], Any]:
     """A ``prepare`` hook like :func:`prepare_channel`, with :class:`MessageChannel` options."""
+    _check_options(options)
 
     async def prepare(conn: Connection) -> MessageChannel:
         channel = MessageChannel(conn, **options)
@@ -597,3 +841,124 @@ def channel_factory(**options: Any) -> Callable[[Connection], Any]:
         return channel
 
     return prepare
+
+
+_OPTIONS: Final = frozenset(
+    {"window", "control_window", "buffer_size", "max_message", "max_exposed", "exposure_timeout"}
+)
+
+
+def channel_then(
+    prepare: Prepare | None, options: dict[str, Any]
+) -> Callable[[Connection], Awaitable[MessageChannel]]:
+    """A ``prepare`` hook that sets up a :class:`MessageChannel` with ``options``,
+    then runs ``prepare`` (which sees the channel in ``conn.prepared``; its
+    result is discarded)."""
+    make_channel = channel_factory(**options)
+
+    async def prepare_both(conn: Connection) -> MessageChannel:
+        channel: MessageChannel = await make_channel(conn)
+        if prepare is not None:
+            conn.prepared = channel
+            result = prepare(conn)
+            if inspect.isawaitable(result):
+                await result
+        return channel
+
+    return prepare_both
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    """Refuse bad channel options when a server or client is set up, not per connection."""
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown MessageChannel option(s): {', '.join(unknown)}")
+    _check_limits(
+        options.get("max_message", DEFAULT_MAX_MESSAGE),
+        options.get("max_exposed"),
+        options.get("exposure_timeout", DEFAULT_EXPOSURE_TIMEOUT),
+    )
+
+
+def _check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:
+    """The effective ``max_exposed``; ValueError for limits that cannot work together."""
+    if max_message < 0:
+        raise ValueError("max_message must not be negative")
+    if exposure_timeout is not None and exposure_timeout <= 0:
+        raise ValueError("exposure_timeout must be positive (or None)")
+    if max_exposed is None:
+        return max(DEFAULT_MAX_EXPOSED, max_message)
+    if max_exposed < max_message:
+        raise ValueError(
+            f"max_exposed ({max_exposed}) must be at least max_message ({max_message}), "
+            "or a message of max_message bytes could never be sent"
+        )
+    return max_exposed
+
+
+async def open_channel(
+    host: str,
+    port: int,
+    *,
+    private_data: bytes = b"",
+    timeout: float | None = 10.0,  # noqa: ASYNC109  (as aiordma.connect)
+    device: Device | None = None,
+    options: QueuePairOptions | None = None,
+    **channel_options: Any,
+) -> MessageChannel:
+    """Connect and return the connection's :class:`MessageChannel`, like
+    :func:`asyncio.open_connection` returns a stream.
+
+    The peer must serve channels too (:func:`start_channel_server`, or
+    ``prepare=prepare_channel``). ``channel_options`` are
+    :class:`MessageChannel`'s keyword arguments; the connection is
+    ``channel.conn``, and closing the channel closes it.
+    """
+    _check_options(channel_options)
+    conn = await connect_rdma(
+        host,
+        port,
+        private_data=private_data,
+        timeout=timeout,
+        device=device,
+        options=options,
+        prepare=channel_factory(**channel_options),
+    )
+    channel: MessageChannel = conn.prepared
+    return channel
+
+
+async def start_channel_server(
+    client_connected_cb: Callable[[MessageChannel], Awaitable[object] | None],
+    host: str | None = None,
+    port: int = 0,
+    *,
+    accept: Accept | None = None,
+    backlog: int = 128,
+    device: Device | None = None,
+    options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
+    **channel_options: Any,
+) -> Server:
+    """Like :func:`aiordma.start_server`, handing each client's
+    :class:`MessageChannel` to ``client_connected_cb``.
+
+    ``channel_options`` are :class:`MessageChannel`'s keyword arguments.
+    ``prepare``, if given, runs after the channel is set up (its result is
+    discarded; ``conn.prepared`` stays the channel).
+    """
+    prepare_both = channel_then(prepare, channel_options)
+
+    def handle(conn: Connection) -> Awaitable[object] | None:
+        return client_connected_cb(conn.prepared)
+
+    return await start_rdma_server(
+        handle,
+        host,
+        port,
+        accept=accept,
+        backlog=backlog,
+        device=device,
+        options=options,
+        prepare=prepare_both,
+    )

@@ -23,13 +23,14 @@ import struct
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
+from aiordma._pyverbs import verbs_errors
 from aiordma._slots import SlotPool
 from aiordma.completion import Opcode, WorkCompletion, completion_error, to_work_completion
 from aiordma.exceptions import (
@@ -302,6 +303,11 @@ def _check_imm(imm: int | None) -> None:
         raise ValueError("immediate data must fit in 32 bits (0 <= imm < 2**32)")
 
 
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _total(segments: tuple[Segment, ...]) -> int:
     return sum(seg.length for seg in segments)
 
@@ -350,7 +356,8 @@ class QueuePair:
             attr = QPAttr(port_num=opts.port)
             # Memory regions carry the least-privilege grants; the QP allows all kinds.
             attr.qp_access_flags = int(Access.LOCAL_WRITE | Access.REMOTE | Access.REMOTE_ATOMIC)
-            self._qp: QP | None = QP(device.pd, init, attr)
+            with verbs_errors(f"creating a queue pair on {device.name}"):
+                self._qp: QP | None = QP(device.pd, init, attr)
         except BaseException:
             cq.unreserve(opts.send_depth + opts.recv_depth)
             raise
@@ -846,7 +853,8 @@ class QueuePair:
         every unsignalled request before it."""
         self._ensure_scratch()
         assert self._scratch is not None
-        self._post_send_now([_Built(_WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)])
+        (marker,) = self._post_send_now([_Built(_WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)])
+        marker.add_done_callback(_retrieve)  # nobody awaits it; a flush is no news
 
     async def flush_sends(self) -> None:
         """Wait until every send-side request posted so far has completed.
@@ -951,6 +959,7 @@ class QueuePair:
             if self._scratch is not None:
                 self._scratch.close()
             self.device._forget_qp(self)
+            self.device._release_cq(self._cq)
 
     async def __aenter__(self) -> QueuePair:
         return self

@@ -25,6 +25,7 @@ from aiordma.connection import (
     Connection,
     Prepare,
     abandon_setup,
+    check_port,
     check_private_data,
     conn_params,
     create_qp_for,
@@ -35,7 +36,8 @@ from aiordma.connection import (
 )
 from aiordma.connection_manager import CMEventChannel, CMId, release_removed_device
 from aiordma.device import Device
-from aiordma.exceptions import DeviceError, ResourceClosedError
+from aiordma.discovery import list_devices
+from aiordma.exceptions import DeviceError, RdmaError, ResourceClosedError
 from aiordma.queue_pair import QueuePair, QueuePairOptions
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,10 @@ ClientConnected = Callable[[Connection], Awaitable[object] | None]
 
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 """Seconds an accepted request may take to become established."""
+
+DEFAULT_SHUTDOWN_GRACE = 5.0
+"""Seconds a connection handler may keep running after ``close_clients()``
+closed its connection, before it is cancelled."""
 
 
 class RejectConnection(Exception):
@@ -92,6 +98,7 @@ class Server:
         options: QueuePairOptions | None,
         prepare: Prepare | None,
         handshake_timeout: float | None,
+        shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
     ) -> None:
         self._callback = client_connected_cb
         self._accept = accept
@@ -103,6 +110,9 @@ class Server:
         self._addresses: list[tuple[str, int]] = []
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._shutdown_grace = shutdown_grace
+        self._reaper: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
         self._stopped: asyncio.Future[None] = self._loop.create_future()
         self._error: BaseException | None = None
@@ -122,6 +132,13 @@ class Server:
         except OSError as exc:
             cm_id.destroy()
             raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        if not _is_wildcard(host) and cm_id.device_name is None:
+            cm_id.destroy()
+            raise OSError(
+                errno.EADDRNOTAVAIL,
+                f"cannot listen on {host}:{port}: {host} is on no RDMA device, so no client "
+                f"could ever connect; {_rdma_addresses()}",
+            )
         cm_id.set_handler(self._on_cm_event)
         self._listeners.append(cm_id)
         self._addresses.append(cm_id.local_address)
@@ -209,7 +226,9 @@ class Server:
             return
         self._connections.add(conn)
         conn._closed.add_done_callback(lambda _: self._connections.discard(conn))
-        self._spawn(self._run_callback(conn))
+        task = self._loop.create_task(self._run_callback(conn))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
 
     async def _run_callback(self, conn: Connection) -> None:
         try:
@@ -218,6 +237,8 @@ class Server:
                 await result
         except (ResourceClosedError, ConnectionError) as exc:
             log.debug("handler of %r ended: %r", conn, exc)
+        except RdmaError as exc:  # the peer's fault (a failed transfer, a protocol breach)
+            log.warning("connection from %s:%d ended: %s", *conn.peer_address, exc)
         except Exception:
             log.exception("connection handler failed for %r", conn)
         finally:
@@ -236,18 +257,46 @@ class Server:
             self._stopped.set_result(None)
 
     def close_clients(self) -> None:
-        """Start closing every connection this server accepted (and any still being accepted)."""
+        """Start closing every connection this server accepted (and any still being accepted).
+
+        Handlers see their connection's operations fail and normally return
+        at once; one still running ``shutdown_grace`` seconds (see
+        :func:`start_server`) after its connection closed is cancelled, so
+        :meth:`wait_closed` always finishes.
+        """
         self._clients_closing = True
         for conn in list(self._connections):
             conn.close()
+        if self._reaper is None:
+            self._reaper = self._loop.create_task(self._reap_handlers())
+            self._tasks.add(self._reaper)
+            self._reaper.add_done_callback(self._tasks.discard)
+
+    async def _reap_handlers(self) -> None:
+        """Cancel the handlers still running ``shutdown_grace`` seconds after their
+        connections closed (a handler awaiting a queue or an event, say)."""
+        while self._connections or self._handlers:
+            await asyncio.gather(
+                *(c.wait_closed() for c in list(self._connections)), return_exceptions=True
+            )
+            handlers = list(self._handlers)
+            if not handlers:
+                continue
+            _, late = await asyncio.wait(handlers, timeout=self._shutdown_grace)
+            for task in late:
+                log.info("cancelling a connection handler still running %.1f s after "
+                         "close_clients()", self._shutdown_grace)  # fmt: skip
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
     async def wait_closed(self) -> None:
-        """Wait until the server stopped listening and its connections are closed."""
+        """Wait until the server stopped listening, its connections are closed and
+        their handlers have returned."""
         await asyncio.shield(self._stopped)
-        while self._connections or self._tasks:
+        while self._connections or self._tasks or self._handlers:
             await asyncio.gather(
                 *(c.wait_closed() for c in list(self._connections)),
-                *(asyncio.shield(t) for t in list(self._tasks)),
+                *(asyncio.shield(t) for t in list(self._tasks | self._handlers)),
                 return_exceptions=True,
             )
 
@@ -292,6 +341,7 @@ async def start_server(
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
 ) -> Server:
     """Listen for rdma_cm connections, like :func:`asyncio.start_server`.
 
@@ -302,10 +352,19 @@ async def start_server(
     ``None`` to accept, raise :class:`RejectConnection` to reject. ``prepare``
     runs before the client can send (post receives there). ``host=None``
     listens on every address of both families; ``port=0`` picks a free port,
-    see :attr:`Server.addresses`.
+    see :attr:`Server.addresses`. After ``close_clients()``, a handler still
+    running ``shutdown_grace`` seconds after its connection closed is
+    cancelled (:data:`DEFAULT_SHUTDOWN_GRACE`).
+
+    Raises ``ValueError``/``TypeError`` for a port outside 0-65535, and
+    ``OSError`` (``EADDRNOTAVAIL``) when ``host`` is an address of no RDMA
+    device (such as ``127.0.0.1``), naming the addresses that are.
     """
+    check_port(port, listening=True)
     if backlog <= 0:
         raise ValueError("backlog must be positive")
+    if shutdown_grace < 0:
+        raise ValueError("shutdown_grace must not be negative")
     server = Server(
         client_connected_cb,
         accept=accept,
@@ -313,12 +372,33 @@ async def start_server(
         options=options,
         prepare=prepare,
         handshake_timeout=handshake_timeout,
+        shutdown_grace=shutdown_grace,
     )
     addr = "::" if host is None else (await resolve_address(host, port))[0]
     server._listen(addr, port, backlog)
     if device is not None:
         device._watch(server)
     return server
+
+
+def _is_wildcard(host: str) -> bool:
+    return host.split("%")[0] in ("0.0.0.0", "::")
+
+
+def _rdma_addresses() -> str:
+    """The IP addresses of this host's RDMA devices, for an error message."""
+    found = sorted(
+        {
+            f"{gid.ip} ({dev.name})"
+            for dev in list_devices()
+            for port in dev.ports
+            for gid in port.gids
+            if gid.ip is not None and not gid.ip.is_link_local
+        }
+    )
+    if not found:
+        return "this host has no RDMA device with an IP address ('aiordma devices' lists them)"
+    return "RDMA addresses here: " + ", ".join(found)
 
 
 __all__ = ["ConnectionRequest", "RejectConnection", "Server", "start_server"]

@@ -45,6 +45,12 @@ class Kind(enum.IntEnum):
     """Returns credits (sent when half a window of data credits is owed)."""
     CONTROL_CREDIT = 5
     """Returns control credits only (sent when half the control window is owed)."""
+    REVOKE = 6
+    """The sender withdrew rendezvous message ``msg_id`` (cancelled, or not read
+    in time): its memory is no longer readable."""
+    HELLO = 7
+    """Sent once when the connection is established: ``length`` is the largest
+    message the sender accepts (its ``max_message``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +96,7 @@ class Header:
             k = Kind(kind)
         except ValueError:
             raise ProtocolError(f"unknown packet kind {kind}") from None
-        if length > max_length:
+        if length > max_length and k != Kind.HELLO:
             raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_length}")
         carried = len(data) - HEADER_SIZE
         remote = None
@@ -105,6 +111,6 @@ class Header:
                 raise ProtocolError(
                     f"eager packet says {head} + {length} bytes but carries {carried}"
                 )
-        elif head or length or carried:
+        elif head or carried or (length and k != Kind.HELLO):
             raise ProtocolError(f"{k.name} packet with a payload")
         return cls(k, credits, msg_id, length, remote, head, control)

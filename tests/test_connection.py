@@ -79,8 +79,12 @@ async def test_nothing_listening_is_refused(lab: Lab) -> None:
     port = server.addresses[0][1]
     server.close()
     await server.wait_closed()
-    with pytest.raises(ConnectionRefusedError, match="nothing listens"):
+    with pytest.raises(aiordma.NoListenerError, match="nothing listens") as info:
         await aiordma.connect(lab.addr, port)
+    # Distinguishable from a rejection by the server's accept, yet a ConnectionRefusedError.
+    assert not isinstance(info.value, aiordma.ConnectionRejectedError)
+    assert isinstance(info.value, ConnectionRefusedError)
+    assert info.value.reason == 8
 
 
 @pytest.mark.asyncio

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import mmap
+import subprocess
+import sys
 
 import pytest
 
 import aiordma
 from aiordma import Access, RemoteBuffer
+from tests.conftest import Lab
 
 
 def test_remote_buffer_round_trips_and_narrows() -> None:
@@ -112,3 +116,54 @@ async def test_segments_and_bounds(device: aiordma.Device) -> None:
             mr.segment(90, 20)
     with pytest.raises(aiordma.ResourceClosedError):
         mr.view()
+
+
+_PINNED_BEYOND_THE_LIMIT = """
+import sys
+import aiordma
+device = aiordma.Device(sys.argv[1])
+keep = device.alloc(512 << 10)  # fits under the 1 MiB limit
+try:
+    device.alloc(4 << 20)
+except aiordma.MemoryLimitError as exc:
+    print(type(exc).__name__, isinstance(exc, aiordma.DeviceError), exc.errno,
+          exc.requested, exc.registered, exc.limit)
+    print(exc)
+"""
+
+
+def test_registration_beyond_the_memlock_limit_is_a_typed_error_that_says_why(lab: Lab) -> None:
+    # Without CAP_IPC_LOCK, pinned memory is bounded by RLIMIT_MEMLOCK, as for
+    # any non-root user; root's capability is dropped for this one process.
+    limit = 1 << 20
+    proc = subprocess.run(
+        ["prlimit", f"--memlock={limit}:{limit}", "setpriv", "--bounding-set=-ipc_lock",
+         "--inh-caps=-ipc_lock", sys.executable, "-c", _PINNED_BEYOND_THE_LIMIT, lab.device],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    first, message = proc.stdout.splitlines()[:2]
+    assert first.split() == [
+        "MemoryLimitError", "True", "12", str(4 << 20), str(512 << 10), str(limit)
+    ]  # fmt: skip
+    assert "ulimit -l" in message
+    assert "1024 KiB" in message
+
+
+@pytest.mark.asyncio
+async def test_regions_and_devices_have_wait_closed(lab: Lab) -> None:
+    device = aiordma.Device(lab.device)
+    region = device.alloc(4096)
+    waiting = [
+        asyncio.ensure_future(region.wait_closed()),
+        asyncio.ensure_future(device.wait_closed()),
+    ]
+    await asyncio.sleep(0)  # both are parked now
+    assert not any(w.done() for w in waiting)
+    region.close()
+    await asyncio.wait_for(waiting[0], 10)
+    assert not waiting[1].done()
+    await device.aclose()
+    await asyncio.wait_for(waiting[1], 10)
+    await asyncio.wait_for(region.wait_closed(), 10)  # already closed: returns at once
+    await asyncio.wait_for(device.wait_closed(), 10)

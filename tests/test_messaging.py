@@ -22,7 +22,7 @@ from aiordma.messaging import (
     prepare_channel,
 )
 from aiordma.wire import Header, Kind, ProtocolError
-from tests.conftest import Lab, start_peer_server
+from tests.conftest import Lab, rdma_counts, start_peer_server
 
 
 def _payload(i: int, size: int) -> bytes:
@@ -278,3 +278,244 @@ async def test_messages_that_arrived_before_the_peer_left_are_still_delivered(la
         assert [await channel.recv_message() for _ in range(3)] == [b"one", b"two", b"bye"]
         with pytest.raises(aiordma.ConnectionLostError):
             await channel.recv_message()
+
+
+# -- exposure: exactly the message's bytes, for as long as it needs ---------
+
+
+async def _prober_read(remote: aiordma.RemoteBuffer, lab: Lab) -> bytes:
+    """RDMA-read ``remote`` from a fresh queue pair in the protection domain of this
+    process's shared device (where the channels of this test register memory)."""
+    device = aiordma.Device.shared(lab.device)
+    a, b = await aiordma.connect_loopback_pair(device)
+    try:
+        target = device.alloc(max(1, remote.length))
+        try:
+            async with asyncio.timeout(30):
+                await a.rdma_read(target.segment(0, remote.length), remote)
+            return bytes(target.view()[: remote.length])
+        finally:
+            target.close()
+    finally:
+        for qp in (a, b):
+            qp.close()
+            await qp.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_a_slice_of_a_readable_pool_exposes_only_its_bytes_and_only_until_done(
+    lab: Lab,
+) -> None:
+    slot = 64 << 10
+    seen: dict[str, object] = {}
+
+    async def receive(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        real_read = channel._read
+
+        async def probing_read(target: object, remote: aiordma.RemoteBuffer) -> None:
+            seen["remote"] = remote
+            seen["inside"] = await _prober_read(remote, lab)
+            for name, outside in (
+                ("before", aiordma.RemoteBuffer(remote.addr - 1, 1, remote.rkey)),
+                ("after", aiordma.RemoteBuffer(remote.addr + remote.length, 1, remote.rkey)),
+            ):
+                try:
+                    seen[name] = await _prober_read(outside, lab)
+                except aiordma.RemoteAccessError as exc:
+                    seen[name] = exc
+            await real_read(target, remote)  # type: ignore[arg-type]
+
+        channel._read = probing_read  # type: ignore[method-assign]
+        seen["message"] = bytes(await channel.recv_message())
+        await channel.send_message(b"ok")
+
+    async with channel_to(lab, receive) as channel:
+        pool = channel.conn.alloc(4 * slot, Access.REMOTE_READ)
+        for i in range(4):
+            pool.view()[i * slot : (i + 1) * slot] = bytes([i + 1]) * slot
+        await asyncio.wait_for(channel.send_message(pool[slot : 2 * slot]), 60)
+        assert await asyncio.wait_for(channel.recv_message(), 60) == b"ok"
+        remote = seen["remote"]
+        assert isinstance(remote, aiordma.RemoteBuffer)
+        # The advertised rkey is not the pool's, and covers the message alone.
+        assert remote.rkey != pool.rkey
+        assert (remote.addr, remote.length) == (pool.addr + slot, slot)
+        assert seen["inside"] == bytes([2]) * slot
+        assert isinstance(seen["before"], aiordma.RemoteAccessError), seen["before"]
+        assert isinstance(seen["after"], aiordma.RemoteAccessError), seen["after"]
+        assert seen["message"] == bytes([2]) * slot
+        # DONE ended the exposure: the same rkey is refused now.
+        assert channel.exposed_bytes == 0
+        with pytest.raises(aiordma.RemoteAccessError):
+            await _prober_read(remote, lab)
+
+
+@pytest.mark.asyncio
+async def test_unread_large_messages_are_bounded_then_revoked_on_both_sides(lab: Lab) -> None:
+    size, bound = 64 << 10, 3 * (64 << 10)
+    peak: list[int] = []
+    gate = asyncio.Event()
+    outcome: list[object] = []
+
+    async def never_reads_until_told(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        await gate.wait()
+        for _ in range(5):
+            try:
+                outcome.append(await channel.recv_message())
+            except aiordma.MessageRevokedError as exc:
+                outcome.append(exc)
+        await channel.send_message(b"after")
+
+    prepare = channel_factory(max_exposed=bound, max_message=bound, exposure_timeout=1.0)
+    async with await aiordma.start_server(
+        never_reads_until_told, lab.addr, 0, prepare=prepare
+    ) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.connect(lab.addr, port, prepare=prepare) as conn:
+            channel: MessageChannel = conn.prepared
+            real_expose = channel._expose
+
+            async def watched(*args: object) -> object:
+                exposure = await real_expose(*args)  # type: ignore[arg-type]
+                peak.append(channel.exposed_bytes)
+                return exposure
+
+            channel._expose = watched  # type: ignore[assignment,method-assign]
+            before = rdma_counts(lab.device)["mr"]
+            sends = [channel.send_message(bytes([i]) * size) for i in range(5)]
+            results = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 60)
+            assert all(isinstance(r, aiordma.ExposureTimeoutError) for r in results), results
+            assert len(peak) == 5
+            assert max(peak) <= bound
+            assert channel.exposed_bytes == 0
+            assert rdma_counts(lab.device)["mr"] == before - 0  # nothing left registered
+            gate.set()
+            assert await asyncio.wait_for(channel.recv_message(), 60) == b"after"
+    assert len(outcome) == 5
+    assert all(isinstance(o, aiordma.MessageRevokedError) for o in outcome), outcome
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_large_send_revokes_it(lab: Lab) -> None:
+    gate, finished = asyncio.Event(), asyncio.Event()
+    got: list[object] = []
+
+    async def slow(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        await gate.wait()
+        try:
+            got.append(await channel.recv_message())
+        except aiordma.MessageRevokedError as exc:
+            got.append(exc)
+        got.append(bytes(await channel.recv_message()))
+        finished.set()
+
+    async with channel_to(lab, slow) as channel:
+        send = asyncio.ensure_future(channel.send_message(bytes(100_000)))
+        while channel.exposed_bytes == 0:  # the message is announced and exposed
+            await channel._changed()
+        send.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await send
+        assert channel.exposed_bytes == 0
+        await channel.send_message(b"next")
+        gate.set()
+        await asyncio.wait_for(finished.wait(), 60)
+    assert isinstance(got[0], aiordma.MessageRevokedError)
+    assert got[1] == b"next"
+
+
+@pytest.mark.asyncio
+async def test_a_message_larger_than_the_peers_limit_fails_on_the_sender(lab: Lab) -> None:
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        async for message in channel:
+            await channel.send_message(message)
+
+    server_prepare = channel_factory(max_message=100_000)
+    async with await aiordma.start_server(serve, lab.addr, 0, prepare=server_prepare) as server:
+        port = server.addresses[0][1]
+        channel = await aiordma.open_channel(lab.addr, port, max_message=1 << 20)
+        async with channel:
+            with pytest.raises(aiordma.MessageTooLargeError, match="peer's max_message of 100000"):
+                await asyncio.wait_for(channel.send_message(bytes(200_000)), 60)
+            assert channel.peer_max_message == 100_000
+            # Nothing was sent: the connection still works.
+            await channel.send_message(b"still fine")
+            assert await asyncio.wait_for(channel.recv_message(), 60) == b"still fine"
+
+
+# -- loops, hooks, shapes ----------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_receiving_from_another_event_loop_raises_instead_of_hanging(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+
+        def elsewhere() -> None:
+            async def attempt() -> None:
+                await asyncio.wait_for(channel.recv_message(), 5)
+
+            asyncio.run(attempt())
+
+        with pytest.raises(aiordma.WrongLoopError):
+            await asyncio.to_thread(elsewhere)
+        await channel.send_message(b"here")
+        assert await asyncio.wait_for(channel.recv_message(), 60) == b"here"
+
+
+@pytest.mark.asyncio
+async def test_open_channel_and_start_channel_server_hand_out_channels(lab: Lab) -> None:
+    async def shout(channel: MessageChannel) -> None:
+        async for message in channel:
+            await channel.send_message(bytes(message).upper())
+
+    async with await aiordma.start_channel_server(shout, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.open_channel(lab.addr, port) as channel:
+            assert isinstance(channel, MessageChannel)
+            await channel.send_message(b"hi")
+            assert await asyncio.wait_for(channel.recv_message(), 60) == b"HI"
+        assert channel.conn.closed
+
+
+@pytest.mark.asyncio
+async def test_a_forgotten_channel_on_one_side_is_named_on_both(lab: Lab) -> None:
+    failure: list[BaseException] = []
+
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        try:
+            await asyncio.wait_for(channel.recv_message(), 60)
+        except aiordma.CompletionError as exc:
+            failure.append(exc)
+
+    async with await aiordma.start_server(serve, lab.addr, 0, prepare=prepare_channel) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.connect(lab.addr, port) as conn:  # no prepare: no channel
+            with pytest.raises(aiordma.NotPreparedError, match="no prepare hook"):
+                conn.prepared  # noqa: B018
+            await asyncio.wait_for(conn.wait_closed(), 60)  # the server gives up on us
+    assert len(failure) == 1
+    assert "did both sides set up a message channel" in str(failure[0])
+
+
+@pytest.mark.asyncio
+async def test_receive_into_checks_the_buffer_before_waiting(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+        with pytest.raises(TypeError, match="read-only"):
+            await channel.recv_message_into(b"immutable")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="str"):
+            await channel.recv_message_into("text")  # type: ignore[arg-type]
+        closed = channel.conn.alloc(64)
+        closed.close()
+        with pytest.raises(ValueError, match="closed"):
+            await channel.recv_message_into(closed)
+        with pytest.raises(ValueError, match="LOCAL_WRITE"):
+            await channel.recv_message_into(channel.conn.register(bytearray(64), Access.NONE))
+        await channel.send_message(b"x" * 100)
+        with pytest.raises(BufferTooSmallError) as info:
+            await asyncio.wait_for(channel.recv_message_into(bytearray(10)), 60)
+        assert (info.value.needed, info.value.given) == (100, 10)

@@ -14,8 +14,14 @@ import pytest
 
 from aiordma import _rdmacm
 from aiordma._rdmacm import AhAttr, CmEvent, CmIdHead, ConnParam, Event, EventType, QpAttr
-from aiordma.connection import check_private_data, setup_error
-from aiordma.exceptions import ConnectionRejectedError, DeviceError
+from aiordma.connection import check_port, check_private_data, setup_error
+from aiordma.exceptions import (
+    CompletionError,
+    ConnectionRejectedError,
+    DeviceError,
+    NoListenerError,
+    RemoteAccessError,
+)
 
 
 def test_struct_layouts_match_the_c_headers() -> None:
@@ -65,11 +71,14 @@ def _event(kind: EventType, status: int, data: bytes = b"") -> Event:
 
 def test_setup_failures_map_to_the_exceptions_asyncio_users_expect() -> None:
     nobody = setup_error(_event(EventType.REJECTED, 8), "h:1")
+    assert isinstance(nobody, NoListenerError)
     assert isinstance(nobody, ConnectionRefusedError)
+    assert not isinstance(nobody, ConnectionRejectedError)
     assert "nothing listens on h:1" in str(nobody)
     rejected = setup_error(_event(EventType.REJECTED, 28, b"no\0\0"), "h:1")
     assert isinstance(rejected, ConnectionRejectedError)
     assert rejected.private_data == b"no\0\0"
+    assert rejected.reason == 28
     timeout = setup_error(_event(EventType.UNREACHABLE, -errno.ETIMEDOUT), "h:1")
     assert isinstance(timeout, TimeoutError)
     addr = setup_error(_event(EventType.ADDR_ERROR, -errno.ENETUNREACH), "h:1")
@@ -84,3 +93,29 @@ def test_setup_failures_map_to_the_exceptions_asyncio_users_expect() -> None:
 
 def test_event_names_come_from_librdmacm() -> None:
     assert _rdmacm.event_name(EventType.ESTABLISHED) == "RDMA_CM_EVENT_ESTABLISHED"
+
+
+def test_ports_and_private_data_are_checked_before_anything_is_sent() -> None:
+    assert check_port(0, listening=True) == 0
+    assert check_port(65535, listening=False) == 65535
+    for port in (-1, 65536, 70000):
+        with pytest.raises(ValueError, match=f"port {port} is outside"):
+            check_port(port, listening=True)
+    with pytest.raises(ValueError, match="outside 1-65535"):
+        check_port(0, listening=False)
+    with pytest.raises(TypeError, match="port must be an int"):
+        check_port(True, listening=False)
+    with pytest.raises(TypeError, match="not int"):
+        check_private_data(5, 56, "connect")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not list"):
+        check_private_data([1, 2, 3], 56, "connect")  # type: ignore[arg-type]
+
+
+def test_completion_errors_say_what_usually_causes_them() -> None:
+    rnr = CompletionError(13, "IBV_WC_RNR_RETRY_EXC_ERR", 0, "SEND", 1)
+    assert "did both sides set up a message channel" in str(rnr)
+    access = RemoteAccessError(10, "IBV_WC_REM_ACCESS_ERR", 0, "RDMA_READ", 2)
+    for cause in ("remote access flag", "another device or protection domain", "outside"):
+        assert cause in str(access)
+    plain = CompletionError(5, "IBV_WC_WR_FLUSH_ERR", 0, "RECV", 3)
+    assert str(plain) == "RECV failed: IBV_WC_WR_FLUSH_ERR (status 5, vendor error 0x0)"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import signal
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -11,7 +14,7 @@ import pytest_asyncio
 
 import aiordma
 from aiordma import Access
-from tests.conftest import Lab, read_line, run_peer, spawn_peer, stop_peer
+from tests.conftest import Lab, rdma_counts, read_line, run_peer, spawn_peer, stop_peer
 from tests.peer import echo, prepare_inbox
 
 SIZE = 4096
@@ -182,3 +185,116 @@ async def test_oversized_accept_data_rejects_the_request(lab: Lab) -> None:
             await aiordma.connect(lab.addr, server.addresses[0][1])
     with pytest.raises(ValueError, match="at most 148"):
         aiordma.RejectConnection(bytes(149))
+
+
+@pytest.mark.asyncio
+async def test_shutdown_cancels_handlers_that_await_something_else(lab: Lab) -> None:
+    started, outcome = asyncio.Event(), []
+
+    async def stuck(conn: aiordma.Connection) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # never looks at its connection
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+
+    server = await aiordma.start_server(stuck, lab.addr, 0, shutdown_grace=0.2)
+    port = server.addresses[0][1]
+    conn = await aiordma.connect(lab.addr, port)
+    await asyncio.wait_for(started.wait(), 60)
+    async with asyncio.timeout(60):
+        async with server:
+            pass
+    assert outcome == ["cancelled"]
+    assert not server.connections
+    await asyncio.wait_for(conn.wait_closed(), 60)
+
+
+@pytest.mark.asyncio
+async def test_ports_outside_the_valid_range_are_refused(lab: Lab) -> None:
+    for port in (65536, 65536 + 7471, 70000, -1):
+        with pytest.raises(ValueError, match="outside 1-65535"):
+            await aiordma.connect(lab.addr, port)
+        with pytest.raises(ValueError, match="outside 0-65535"):
+            await aiordma.start_server(lambda conn: None, lab.addr, port)
+    with pytest.raises(ValueError, match="outside 1-65535"):
+        await aiordma.connect(lab.addr, 0)
+    with pytest.raises(TypeError, match="int"):
+        await aiordma.connect(lab.addr, "7471")  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_listening_on_an_address_of_no_rdma_device_names_the_ones_that_are(
+    lab: Lab,
+) -> None:
+    with pytest.raises(OSError, match=r"127\.0\.0\.1 is on no RDMA device") as info:
+        await aiordma.start_server(lambda conn: None, "127.0.0.1", 0)
+    assert lab.addr in str(info.value)
+
+
+@pytest.mark.asyncio
+async def test_private_data_must_be_bytes(lab: Lab) -> None:
+    for bad in (5, [1, 2, 3], "text"):
+        with pytest.raises(TypeError, match="private data must be bytes"):
+            await aiordma.connect(lab.addr, 7471, private_data=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="private data must be bytes"):
+        aiordma.RejectConnection(7)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_a_peer_fault_is_one_warning_line_naming_the_peer(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    ended = asyncio.Event()
+
+    async def serve(conn: aiordma.Connection) -> None:
+        try:
+            await conn.prepared.recv_message()  # the peer has no channel: the HELLO fails
+        finally:
+            ended.set()
+
+    caplog.set_level(logging.DEBUG)
+    async with await aiordma.start_server(
+        serve, lab.addr, 0, prepare=aiordma.prepare_channel
+    ) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.connect(lab.addr, port):
+            await asyncio.wait_for(ended.wait(), 60)
+    gc.collect()  # an unretrieved future exception would be logged now
+    server_lines = [r for r in caplog.records if r.name == "aiordma.server"]
+    assert [r.levelno for r in server_lines] == [logging.WARNING], server_lines
+    assert server_lines[0].exc_info is None
+    assert lab.addr in server_lines[0].getMessage()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+@pytest.mark.asyncio
+async def test_closing_many_channel_connections_is_quiet_and_releases_their_cqs(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def idle(conn: aiordma.Connection) -> None:
+        await conn.wait_closed()
+
+    caplog.set_level(logging.DEBUG, logger="aiordma")
+    before = rdma_counts(lab.device)["cq"]
+    async with await aiordma.start_server(
+        idle, lab.addr, 0, prepare=aiordma.prepare_channel
+    ) as server:
+        port = server.addresses[0][1]
+        conns = [
+            await aiordma.connect(lab.addr, port, prepare=aiordma.prepare_channel)
+            for _ in range(40)
+        ]
+        busiest = rdma_counts(lab.device)["cq"]
+        started = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(*(c.close() for c in conns)), 120)
+        server.close_clients()
+        await asyncio.wait_for(server.wait_closed(), 120)
+        print(f"closing 40 channel connections took {time.monotonic() - started:.2f} s")
+    await asyncio.sleep(0)  # CQs are released on the next loop iteration
+    after = rdma_counts(lab.device)["cq"]
+    assert busiest >= before + 2, "the test needs connections enough to fill several CQs"
+    assert after <= before + 1  # the loop's first CQ is kept for the next connection
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not noisy, noisy[:5]

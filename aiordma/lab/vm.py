@@ -18,7 +18,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -126,8 +128,42 @@ def _relay(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
     return proc.wait()
 
 
+class Terminated(BaseException):
+    """This process got SIGTERM or SIGHUP while a guest ran (the guest was killed)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _teardown_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into :class:`Terminated` (as SIGINT is turned into
+    KeyboardInterrupt), so whoever stops us (``timeout``, a CI cancel, a closed
+    terminal) also stops the guest instead of orphaning it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _run_group(argv: list[str], env: dict[str, str], timeout: float | None) -> int:
-    """Run ``argv`` in its own process group; kill the whole group on timeout or interrupt."""
+    """Run ``argv`` in its own process group; kill the whole group on timeout,
+    interrupt (SIGINT) or termination (SIGTERM, SIGHUP: raises :class:`Terminated`)."""
+    with _teardown_on_signals():
+        return _run_group_now(argv, env, timeout)
+
+
+def _run_group_now(argv: list[str], env: dict[str, str], timeout: float | None) -> int:
     proc = subprocess.Popen(
         argv,
         env=env,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiordma.connection import Connection
+from aiordma.connection import Connection, Prepare
 from aiordma.connection import connect as connect_rdma
 from aiordma.device import Device
 from aiordma.exceptions import ResourceClosedError
@@ -17,9 +18,11 @@ from aiordma.messaging import (
     BufferTooSmallError,
     Into,
     MessageChannel,
+    MessageRevokedError,
     _bytes_view,
     _length,
-    channel_factory,
+    channel_then,
+    check_into,
 )
 from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
@@ -47,10 +50,11 @@ class Client:
     """
 
     def __init__(self, conn: Connection, *, codec: Codec | None = None) -> None:
-        if not isinstance(conn.prepared, MessageChannel):
+        channel = getattr(conn, "prepared", None)
+        if not isinstance(channel, MessageChannel):
             raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
         self.conn = conn
-        self._channel: MessageChannel = conn.prepared
+        self._channel: MessageChannel = channel
         self._codec: Codec = codec or RawCodec()
         self._ids = itertools.count(1)
         self._pending: dict[int, _Call] = {}
@@ -73,23 +77,37 @@ class Client:
         """Call ``method`` with ``payload`` and return its decoded result.
 
         With ``into``, the result's bytes land in that buffer (by RDMA read,
-        with no copy, when large) and the call returns their count. Raises
-        :class:`RemoteError` if the handler raised, :class:`UnknownMethodError`
-        if there is no such method, and ``TimeoutError`` after ``timeout``
-        seconds (a late reply is then discarded). Cancelling a call leaves
-        the other calls alone and asks the server to cancel its handler.
+        with no copy, when large) and the call returns their count; a
+        cancelled or timed-out call may still write into ``into`` until the
+        read under way, if any, completes. Raises :class:`RemoteError` if the
+        handler raised (or its result could not be sent, such as one larger
+        than ``max_message``), :class:`UnknownMethodError` if there is no
+        such method, ``TimeoutError`` naming the method after ``timeout``
+        seconds (a late reply is then discarded), and ``ValueError`` or
+        ``TypeError``, before sending anything, for an empty or too long
+        method name or an ``into`` nothing can land in. Cancelling a call
+        leaves the other calls alone and asks the server to cancel its handler.
         """
         if self._error is not None:
             raise self._error
+        if not isinstance(method, str) or not method:
+            raise ValueError(f"a method name must be a non-empty str, not {method!r}")
+        if into is not None:
+            check_into(into)
         call_id = next(self._ids)
         head = Frame(FrameKind.REQUEST, call_id, method).pack()
         body = self._codec.encode(payload)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = _Call(method, fut, into)
         try:
-            async with asyncio.timeout(timeout):
-                await self._channel._send(head, body)
-                return await fut
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._channel._send(head, body)
+                    return await fut
+            except TimeoutError as exc:
+                if exc.args:  # not asyncio.timeout's own
+                    raise
+                raise TimeoutError(f"call {method!r} got no reply within {timeout} s") from None
         except BaseException:
             if self._pending.pop(call_id, None) is not None and self._error is None:
                 self._spawn(self._send_cancel(call_id))
@@ -142,7 +160,14 @@ class Client:
         """Replies the delivery hook leaves queued: large ones, read by RDMA."""
         try:
             while True:
-                head, body = await self._channel._receive(self._choose)
+                try:
+                    head, body = await self._channel._receive(self._choose)
+                except MessageRevokedError as revoked:  # that reply alone is lost
+                    frame = self._reply_frame(revoked.head)
+                    call = self._pending.pop(frame.call_id, None)
+                    if call is not None and not call.future.done():
+                        call.future.set_exception(revoked)
+                    continue
                 frame = self._reply_frame(head)
                 call = self._pending.pop(frame.call_id, None)
                 if call is None or call.future.done():
@@ -188,10 +213,16 @@ class Client:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def close(self) -> None:
-        """Close the connection; outstanding calls fail with ResourceClosedError."""
+    def close(self) -> Awaitable[None]:
+        """Close the connection (idempotent); outstanding calls fail with ResourceClosedError.
+
+        As for :meth:`aiordma.Connection.close`, both ``client.close()``
+        followed by ``await client.wait_closed()`` and ``await client.close()``
+        work.
+        """
         self._fail(ResourceClosedError("RPC client closed"))
         self.conn.close()
+        return asyncio.ensure_future(self.wait_closed())
 
     async def wait_closed(self) -> None:
         """Wait until the connection is closed and the reply reader has stopped."""
@@ -204,8 +235,7 @@ class Client:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.close()
-        await self.wait_closed()
+        await self.close()
 
 
 async def connect(
@@ -214,17 +244,30 @@ async def connect(
     *,
     codec: Codec | None = None,
     max_message: int = DEFAULT_MAX_MESSAGE,
+    private_data: bytes = b"",
     timeout: float | None = 10.0,  # noqa: ASYNC109  (as aiordma.connect)
     device: Device | None = None,
     options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
+    **channel_options: Any,
 ) -> Client:
-    """Connect to an RPC server (see :func:`aiordma.rpc.start_server`)."""
+    """Connect to an RPC server (see :func:`aiordma.rpc.start_server`).
+
+    ``private_data`` (at most 56 bytes) reaches the server's ``accept``
+    callback; ``prepare`` runs on the connection after its message channel
+    is set up (its result is discarded). ``channel_options`` are further
+    :class:`~aiordma.MessageChannel` options (``max_exposed``,
+    ``exposure_timeout``...).
+    """
+    prepare_both = channel_then(prepare, {"max_message": max_message, **channel_options})
+
     conn = await connect_rdma(
         host,
         port,
+        private_data=private_data,
         timeout=timeout,
         device=device,
         options=options,
-        prepare=channel_factory(max_message=max_message),
+        prepare=prepare_both,
     )
     return Client(conn, codec=codec)

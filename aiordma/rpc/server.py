@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from aiordma.connection import Connection
+from aiordma.connection import Connection, Prepare
 from aiordma.device import Device
-from aiordma.exceptions import ResourceClosedError
-from aiordma.messaging import DEFAULT_MAX_MESSAGE, MessageChannel, channel_factory
+from aiordma.exceptions import RdmaError, ResourceClosedError
+from aiordma.messaging import (
+    DEFAULT_MAX_MESSAGE,
+    MessageChannel,
+    MessageRevokedError,
+    MessageTooLargeError,
+    channel_then,
+)
 from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.frames import Frame, FrameKind, error_body
@@ -78,7 +85,7 @@ class Service:
         that delivered them; large ones, and requests beyond
         ``max_concurrency``, wait in the channel's queue for this task.
         """
-        channel = conn.prepared
+        channel = getattr(conn, "prepared", None)
         if not isinstance(channel, MessageChannel):
             raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
         calls = _Calls(self, channel)
@@ -87,7 +94,11 @@ class Service:
             while True:
                 await channel._arrived()
                 await calls.room()
-                head, body = await channel._receive(None)
+                try:
+                    head, body = await channel._receive(None)
+                except MessageRevokedError as exc:  # the caller withdrew a large request
+                    log.debug("request withdrawn by %s:%d: %s", *conn.peer_address, exc)
+                    continue
                 assert not isinstance(body, int)
                 calls.dispatch(Frame.unpack(head), body)
         except ProtocolError as exc:
@@ -116,6 +127,15 @@ class Service:
             result = error_body(name, str(exc))
         try:
             await channel._send(head, result)
+        except (MessageTooLargeError, TypeError, ValueError) as exc:
+            # The reply itself cannot be sent: tell the caller why instead.
+            peer = "{}:{}".format(*channel.conn.peer_address)
+            log.warning("reply to %s from %s not sent: %s", frame.method, peer, exc)
+            with contextlib.suppress(RdmaError, ConnectionError):
+                await channel._send(
+                    Frame(FrameKind.ERROR, frame.call_id).pack(),
+                    error_body(type(exc).__qualname__, f"the reply could not be sent: {exc}"),
+                )
         except Exception as exc:
             log.debug("reply to call %d not sent: %r", frame.call_id, exc)
 
@@ -182,13 +202,20 @@ async def start_server(
     backlog: int = 128,
     device: Device | None = None,
     options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
+    **channel_options: Any,
 ) -> Server:
     """Serve ``service`` on ``host``/``port``, like :func:`aiordma.start_server`.
 
-    Close the returned :class:`~aiordma.Server` and its clients
-    (``close()``, ``close_clients()``) to stop: calls in flight are
-    cancelled and their callers fail at once.
+    ``prepare`` runs on each connection after its message channel is set up
+    (its result is discarded); ``channel_options`` are further
+    :class:`~aiordma.MessageChannel` options (``max_exposed``,
+    ``exposure_timeout``...). Close the returned :class:`~aiordma.Server`
+    and its clients (``close()``, ``close_clients()``) to stop: calls in
+    flight are cancelled and their callers fail at once.
     """
+    prepare_both = channel_then(prepare, {"max_message": max_message, **channel_options})
+
     return await start_rdma_server(
         service.handle,
         host,
@@ -197,5 +224,5 @@ async def start_server(
         backlog=backlog,
         device=device,
         options=options,
-        prepare=channel_factory(max_message=max_message),
+        prepare=prepare_both,
     )

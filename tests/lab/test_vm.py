@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +53,43 @@ def test_cli_parses_lab_options() -> None:
     )
     assert (args.cpus, args.memory, args.kvm) == (3, "2G", "no")
     assert args.cmd[-2:] == ["pytest", "-x"]
+
+
+_GUEST_STAND_IN = """
+import os, signal, sys
+from aiordma.lab.vm import Terminated, _run_group
+# Whatever ran the tests may have started them with SIGINT ignored (a
+# background job of a shell does); an interactive lab run has Python's default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+# A stand-in for vng/QEMU: a shell that starts a long-lived child and waits.
+try:
+    _run_group(["sh", "-c", "sleep 600 & echo $!; wait"], dict(os.environ), None)
+except Terminated as exc:
+    sys.exit(128 + exc.signum)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_the_lab_stops_the_whole_guest_process_group(signum: int) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _GUEST_STAND_IN], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "the stand-in guest did not start"
+        guest = int(proc.stdout.readline())
+        pidfd = os.pidfd_open(guest)
+        proc.send_signal(signum)
+        proc.wait(timeout=60)
+        # The guest process must be gone too, not reparented to init.
+        gone, _, _ = select.select([pidfd], [], [], 60)
+        os.close(pidfd)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert gone, f"the guest stand-in (pid {guest}) outlived the lab after {signum!r}"
+    # SIGINT ends Python by SIGINT itself (after KeyboardInterrupt), as usual.
+    expected = -signum if signum == signal.SIGINT else 128 + signum
+    assert proc.returncode == expected

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -196,3 +197,171 @@ def test_method_registration_errors() -> None:
     with pytest.raises(ValueError, match="1 to 255 bytes"):
         service.add("", get)
     assert service.methods == ["get"]
+
+
+@pytest.mark.asyncio
+async def test_a_reply_too_large_to_send_fails_the_call_promptly_and_is_logged(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = rpc.Service()
+
+    @service.method()
+    async def huge(payload: bytes) -> bytes:
+        return bytes(2 << 20)
+
+    @service.method()
+    async def small(payload: bytes) -> bytes:
+        return b"fine"
+
+    caplog.set_level(logging.WARNING, logger="aiordma.rpc.server")
+    async with await rpc.start_server(service, lab.addr, 0, max_message=1 << 20) as server:
+        port = server.addresses[0][1]
+        async with await rpc.connect(lab.addr, port) as client:
+            with pytest.raises(rpc.RemoteError) as info:
+                await asyncio.wait_for(client.call("huge"), TIMEOUT)
+            assert info.value.remote_type == "MessageTooLargeError"
+            assert "max_message" in info.value.remote_message
+            assert await asyncio.wait_for(client.call("small"), TIMEOUT) == b"fine"
+    assert any(r.levelno == logging.WARNING and "huge" in r.getMessage() for r in caplog.records), (
+        caplog.records
+    )
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [100, 1 << 20], ids=["eager", "rendezvous"])
+async def test_an_unusable_into_fails_that_call_alone_before_sending(
+    lab: Lab, rpc_port: int, size: int
+) -> None:
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        closed = client.conn.alloc(size)
+        closed.close()
+        for into, error in (
+            (bytes(size), TypeError),
+            ("text", TypeError),
+            (closed, ValueError),
+            (memoryview(bytes(size)), TypeError),
+        ):
+            with pytest.raises(error):
+                await asyncio.wait_for(
+                    client.call("blob", b"%d" % size, into=into),  # type: ignore[arg-type]
+                    TIMEOUT,
+                )
+        assert not client._pending
+        assert await asyncio.wait_for(client.call("blob", b"%d" % size), TIMEOUT) == blob(size)
+        target = bytearray(size)
+        assert await asyncio.wait_for(client.call("blob", b"%d" % size, into=target), TIMEOUT) == (
+            size
+        )
+        assert target == blob(size)
+
+
+@pytest.mark.asyncio
+async def test_an_empty_method_name_is_refused_locally(lab: Lab, rpc_port: int) -> None:
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        with pytest.raises(ValueError, match="non-empty"):
+            await client.call("")
+        with pytest.raises(ValueError, match="255"):
+            await client.call("x" * 256)
+        assert await asyncio.wait_for(client.call("echo", b"alive"), TIMEOUT) == b"alive"
+
+
+@pytest.mark.asyncio
+async def test_a_timeout_names_the_method_and_the_seconds(lab: Lab, rpc_port: int) -> None:
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        with pytest.raises(TimeoutError, match=r"call 'wait' got no reply within 0.2 s"):
+            await client.call("wait", timeout=0.2)
+
+
+@pytest.mark.asyncio
+async def test_client_close_is_awaitable_like_a_connection(lab: Lab, rpc_port: int) -> None:
+    client = await rpc.connect(lab.addr, rpc_port)
+    await asyncio.wait_for(client.close(), TIMEOUT)
+    assert client.conn.closed
+    with pytest.raises(aiordma.ResourceClosedError):
+        await client.call("echo", b"too late")
+    await asyncio.wait_for(client.close(), TIMEOUT)  # idempotent
+
+
+@pytest.mark.asyncio
+async def test_private_data_reaches_accept_and_prepare_runs_on_both_sides(lab: Lab) -> None:
+    service = rpc.Service()
+
+    @service.method()
+    async def echo(payload: bytes) -> bytes:
+        return payload
+
+    seen: list[bytes] = []
+    prepared: list[str] = []
+
+    def accept(request: aiordma.ConnectionRequest) -> bytes:
+        seen.append(request.private_data.rstrip(b"\0"))
+        return b""
+
+    async def server_prepare(conn: aiordma.Connection) -> None:
+        prepared.append(f"server {type(conn.prepared).__name__}")
+
+    def client_prepare(conn: aiordma.Connection) -> None:
+        prepared.append(f"client {type(conn.prepared).__name__}")
+
+    async with await rpc.start_server(
+        service, lab.addr, 0, accept=accept, prepare=server_prepare
+    ) as server:
+        port = server.addresses[0][1]
+        async with await rpc.connect(
+            lab.addr, port, private_data=b"tenant-7", prepare=client_prepare
+        ) as client:
+            assert await asyncio.wait_for(client.call("echo", b"x"), TIMEOUT) == b"x"
+    assert seen == [b"tenant-7"]
+    assert sorted(prepared) == ["client MessageChannel", "server MessageChannel"]
+
+
+@pytest.mark.asyncio
+async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
+    lab: Lab,
+) -> None:
+    size, bound = 64 << 10, 2 * (64 << 10)
+    service = rpc.Service()
+
+    @service.method()
+    async def big(payload: bytes) -> bytes:
+        return bytes(size)
+
+    channels: list[aiordma.MessageChannel] = []
+    server = await rpc.start_server(
+        service,
+        lab.addr,
+        0,
+        prepare=lambda conn: channels.append(conn.prepared),
+        max_exposed=bound,
+        max_message=bound,
+        exposure_timeout=1.0,
+    )
+    async with server:
+        port = server.addresses[0][1]
+        # A hostile client: raw channel, requests five large replies, reads none of them.
+        async with await aiordma.open_channel(lab.addr, port) as channel:
+            (server_channel,) = channels  # prepared before the connection was accepted
+            peaks: list[int] = []
+            real_expose = server_channel._expose
+
+            async def watched(*args: Any) -> Any:
+                exposure = await real_expose(*args)
+                peaks.append(server_channel.exposed_bytes)
+                return exposure
+
+            server_channel._expose = watched  # type: ignore[method-assign,assignment]
+            for call_id in range(1, 6):
+                await channel._send(Frame(FrameKind.REQUEST, call_id, "big").pack(), b"")
+            # Every reply is announced, then revoked once its deadline passed.
+            async with asyncio.timeout(TIMEOUT):
+                while len(channel._ready) < 5 or not all(a.revoked for a in channel._ready):
+                    await channel._changed()
+            revoked: list[int] = []
+            for _ in range(5):
+                with pytest.raises(aiordma.MessageRevokedError) as info:
+                    await channel._receive(None)
+                revoked.append(Frame.unpack(info.value.head).call_id)
+            assert sorted(revoked) == [1, 2, 3, 4, 5]
+            assert len(peaks) == 5
+            assert max(peaks) <= bound
+            assert server_channel.exposed_bytes == 0
