@@ -53,6 +53,7 @@ async def run(addr: str, count: int) -> None:
         counter.count = 0
         start = time.perf_counter()
         await asyncio.gather(*(c.close() for c in conns))
+        server.close()
         server.close_clients()
         await server.wait_closed()
         closed = time.perf_counter() - start

@@ -289,6 +289,7 @@ async def test_closing_many_channel_connections_is_quiet_and_releases_their_cqs(
         busiest = rdma_counts(lab.device)["cq"]
         started = time.monotonic()
         await asyncio.wait_for(asyncio.gather(*(c.close() for c in conns)), 120)
+        server.close()
         server.close_clients()
         await asyncio.wait_for(server.wait_closed(), 120)
         print(f"closing 40 channel connections took {time.monotonic() - started:.2f} s")
