@@ -283,7 +283,7 @@ class Connection:
         """
         if self._prepared is _NOT_PREPARED:
             raise NotPreparedError(
-                f"{self!r} was made without a prepare hook, so it has nothing prepared: "
+                f"no prepare hook was given for {self!r}, so nothing was prepared: "
                 "pass prepare= (for messages, prepare=aiordma.prepare_channel on both "
                 "sides, or use aiordma.open_channel / aiordma.start_channel_server)"
             )

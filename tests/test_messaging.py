@@ -399,12 +399,15 @@ async def test_unread_large_messages_are_bounded_then_revoked_on_both_sides(lab:
 
 @pytest.mark.asyncio
 async def test_cancelling_a_large_send_revokes_it(lab: Lab) -> None:
-    gate, finished = asyncio.Event(), asyncio.Event()
+    announced, finished = asyncio.Event(), asyncio.Event()
     got: list[object] = []
 
     async def slow(conn: aiordma.Connection) -> None:
         channel: MessageChannel = conn.prepared
-        await gate.wait()
+        await channel._arrived()  # the large message is announced, not yet read
+        announced.set()
+        while len(channel._ready) < 2:  # "next" came, so the REVOKE sent before it did
+            await channel._changed()
         try:
             got.append(await channel.recv_message())
         except aiordma.MessageRevokedError as exc:
@@ -414,14 +417,13 @@ async def test_cancelling_a_large_send_revokes_it(lab: Lab) -> None:
 
     async with channel_to(lab, slow) as channel:
         send = asyncio.ensure_future(channel.send_message(bytes(100_000)))
-        while channel.exposed_bytes == 0:  # the message is announced and exposed
-            await channel._changed()
+        await asyncio.wait_for(announced.wait(), 60)
+        assert channel.exposed_bytes == 100_000
         send.cancel()
         with pytest.raises(asyncio.CancelledError):
             await send
         assert channel.exposed_bytes == 0
         await channel.send_message(b"next")
-        gate.set()
         await asyncio.wait_for(finished.wait(), 60)
     assert isinstance(got[0], aiordma.MessageRevokedError)
     assert got[1] == b"next"
