@@ -226,8 +226,8 @@ class MessageChannel:
 
     Large messages are exposed through their own registration, for at most
     ``exposure_timeout`` seconds (None: until read), and at most
-    ``max_exposed`` bytes at once (further large sends wait); see
-    :data:`DEFAULT_MAX_EXPOSED` and :data:`DEFAULT_EXPOSURE_TIMEOUT`.
+    ``max_exposed`` bytes at once (further large sends wait). By default
+    that is 60 s, and 256 MiB or ``max_message`` if larger.
     """
 
     def __init__(

@@ -354,7 +354,7 @@ async def start_server(
     listens on every address of both families; ``port=0`` picks a free port,
     see :attr:`Server.addresses`. After ``close_clients()``, a handler still
     running ``shutdown_grace`` seconds after its connection closed is
-    cancelled (:data:`DEFAULT_SHUTDOWN_GRACE`).
+    cancelled (5 s by default).
 
     Raises ``ValueError``/``TypeError`` for a port outside 0-65535, and
     ``OSError`` (``EADDRNOTAVAIL``) when ``host`` is an address of no RDMA

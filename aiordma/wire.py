@@ -22,7 +22,8 @@ from aiordma.exceptions import RdmaError
 from aiordma.memory import RemoteBuffer
 
 MAGIC: Final = 0xA5
-VERSION: Final = 1
+VERSION: Final = 2
+"""2 added REVOKE and HELLO; a peer speaking another version is refused at its first packet."""
 
 _HEADER: Final = struct.Struct("<BBBxHHQQQIHxx")
 HEADER_SIZE: Final = _HEADER.size

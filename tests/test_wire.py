@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aiordma import RemoteBuffer
-from aiordma.wire import HEADER_SIZE, Header, Kind, ProtocolError
+from aiordma.wire import HEADER_SIZE, VERSION, Header, Kind, ProtocolError
 
 LIMIT = 64 << 20
 
@@ -35,7 +35,7 @@ def test_eager_head_and_body_lengths_add_up() -> None:
     [
         (b"\x00" * 10, "shorter than a header"),
         (b"\x00" * HEADER_SIZE, "not an aiordma message packet"),
-        (bytes([0xA5, 1, 99]) + bytes(HEADER_SIZE - 3), "unknown packet kind 99"),
+        (bytes([0xA5, VERSION, 99]) + bytes(HEADER_SIZE - 3), "unknown packet kind 99"),
         (Header(Kind.EAGER, 0, 1, 6).pack() + b"short", "says 0 \\+ 6 bytes but carries 5"),
         (Header(Kind.EAGER, 0, 1, 2, head_length=2).pack() + b"abc", "says 2 \\+ 2 bytes"),
         (Header(Kind.CREDIT, 0).pack() + b"x", "CREDIT packet with a payload"),
@@ -58,3 +58,14 @@ def test_credits_must_fit_the_field() -> None:
 def test_both_credit_counts_round_trip() -> None:
     header = Header(Kind.CONTROL_CREDIT, credits=3, control_credits=65535)
     assert Header.unpack(header.pack(), LIMIT) == header
+
+
+def test_hello_carries_a_limit_larger_than_ours_and_revoke_nothing() -> None:
+    hello = Header(Kind.HELLO, 0, 0, 1 << 40).pack()
+    assert Header.unpack(hello, 1 << 20).length == 1 << 40  # the peer's limit, not a message
+    revoke = Header.unpack(Header(Kind.REVOKE, 3, 17).pack(), 1 << 20)
+    assert (revoke.kind, revoke.credits, revoke.msg_id) == (Kind.REVOKE, 3, 17)
+    with pytest.raises(ProtocolError, match="REVOKE packet with a payload"):
+        Header.unpack(Header(Kind.REVOKE, 0, 17).pack() + b"x", 1 << 20)
+    with pytest.raises(ProtocolError, match="HELLO packet with a payload"):
+        Header.unpack(Header(Kind.HELLO, 0, 0, 5).pack() + b"x", 1 << 20)
