@@ -182,32 +182,32 @@ async def test_receiving_into_registered_memory(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_large_send_from_registered_memory_needs_no_registration(
+async def test_a_large_send_from_registered_memory_is_read_in_place_through_its_own_rkey(
     lab: Lab, checksum_server: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with await aiordma.connect(lab.addr, checksum_server, prepare=prepare_channel) as conn:
         channel: MessageChannel = conn.prepared
-        source = conn.alloc(100_000, Access.REMOTE_READ)
-        source.view()[:] = _payload(7, 100_000)
-        registered: list[object] = []
-        register = conn.device.register
+        source = conn.alloc(300_000, Access.REMOTE_READ)
+        source.view()[:] = _payload(7, 300_000)
+        registered: list[aiordma.MemoryRegion] = []
+        register = conn.register
 
-        def counting_register(obj: object, *args: aiordma.Access) -> aiordma.MemoryRegion:
-            registered.append(obj)
-            return register(obj, *args)
+        def recording_register(obj: object, *args: aiordma.Access) -> aiordma.MemoryRegion:
+            mr = register(obj, *args)
+            registered.append(mr)
+            return mr
 
-        monkeypatch.setattr(conn.device, "register", counting_register)
-        await asyncio.wait_for(channel.send_message(bytes(100_000)), 30)
-        assert len(registered) == 1  # an unregistered buffer is exposed for the send
-        sending = asyncio.create_task(channel.send_message(source))
-        assert (
-            await asyncio.wait_for(channel.recv_message(), 30)
-            == hashlib.sha256(bytes(100_000)).digest()
-        )
+        monkeypatch.setattr(conn, "register", recording_register)
+        sending = asyncio.create_task(channel.send_message(source[100_000:200_000]))
         digest = await asyncio.wait_for(channel.recv_message(), 30)
         await sending
-        assert digest == hashlib.sha256(_payload(7, 100_000)).digest()
-        assert len(registered) == 1
+        assert digest == hashlib.sha256(_payload(7, 300_000)[100_000:200_000]).digest()
+        # Exposed where it is (no copy), as exactly its bytes, and only until DONE.
+        (exposure,) = registered
+        assert (exposure.addr, exposure.length) == (source.addr + 100_000, 100_000)
+        assert exposure.access == Access.REMOTE_READ
+        assert exposure.rkey != source.rkey
+        assert exposure.closed
 
 
 @pytest.mark.asyncio
