@@ -100,6 +100,19 @@ class WorkCompletion:
     """For atomics: the 64-bit value the remote word held before the operation."""
 
 
+def check_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Raise WrongLoopError unless called from ``loop`` (what a resource is bound to)."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is not loop:
+        raise WrongLoopError(
+            "this object belongs to another event loop; create it (or open the "
+            "device) on the loop that uses it"
+        )
+
+
 def _comp_channel(context: Context) -> CompChannel:
     with verbs_errors("creating a completion channel"):
         return CompChannel(context)
@@ -204,15 +217,7 @@ class CompletionQueue:
 
     def check_loop(self) -> None:
         """Raise WrongLoopError unless called from this CQ's event loop."""
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not self._loop:
-            raise WrongLoopError(
-                "this object belongs to another event loop; create it (or open the "
-                "device) on the loop that uses it"
-            )
+        check_loop(self._loop)
 
     def has_room(self, entries: int) -> bool:
         """Whether :meth:`reserve` of ``entries`` would succeed."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import enum
 import functools
 import inspect
@@ -38,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from aiordma.completion import check_loop
 from aiordma.connection import Connection, Prepare
 from aiordma.connection import connect as connect_rdma
 from aiordma.credits import CreditWindow, DataCredits
@@ -47,7 +49,6 @@ from aiordma.exceptions import (
     RdmaError,
     ResourceBusyError,
     ResourceClosedError,
-    WrongLoopError,
 )
 from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
 from aiordma.queue_pair import QueuePairOptions, Send
@@ -166,19 +167,15 @@ def check_into(into: object) -> Into:
                 "the adapter could not write into it"
             )
         return into
-    if isinstance(into, str) or not isinstance(into, bytearray | memoryview):
-        try:
-            view = memoryview(into)  # type: ignore[arg-type]
-        except TypeError:
-            raise TypeError(
-                f"cannot receive into {type(into).__name__}: give a bytearray, a writable "
-                "memoryview or a registered MemoryRegion/Segment"
-            ) from None
-        if view.readonly:
-            raise TypeError(f"cannot receive into read-only {type(into).__name__}")
+    if not isinstance(into, bytearray | memoryview):
+        readonly = False
+        if not isinstance(into, str):
+            with contextlib.suppress(TypeError):
+                readonly = memoryview(into).readonly  # type: ignore[arg-type]
+        name = f"read-only {type(into).__name__}" if readonly else type(into).__name__
         raise TypeError(
-            f"cannot receive into {type(into).__name__}: give a bytearray, a writable "
-            "memoryview or a registered MemoryRegion/Segment"
+            f"cannot receive into {name}: give a bytearray, a writable memoryview "
+            "or a registered MemoryRegion/Segment"
         )
     view = memoryview(into)
     if view.readonly:
@@ -315,17 +312,6 @@ class MessageChannel:
             self._check()
             await self._changed()
         return self.peer_max_message
-
-    def _check_loop(self) -> None:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not self._loop:
-            raise WrongLoopError(
-                "this message channel belongs to another event loop; use it from the "
-                "loop its connection was made on"
-            )
 
     def _recv_slot(self, index: int) -> Segment:
         return self._recv_mr[index * self._size : (index + 1) * self._size]
@@ -493,13 +479,13 @@ class MessageChannel:
 
     async def _arrived(self) -> None:
         """Wait until a message is queued (without taking it)."""
-        self._check_loop()
+        check_loop(self._loop)
         await self._next_arrival()
 
     async def _receive(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
         """The next message's head, and its body: as a new object, or the number
         of bytes put where ``choose(head, body_length)`` said (None: a new object)."""
-        self._check_loop()
+        check_loop(self._loop)
         async with self._recv_lock:
             arrival = await self._next_arrival()
             header = arrival.header
@@ -608,7 +594,7 @@ class MessageChannel:
         await self._send(b"", data)
 
     async def _send(self, head: bytes, body: Body) -> None:
-        self._check_loop()
+        check_loop(self._loop)
         size = _length(body)
         if size > self.max_message:
             raise MessageTooLargeError(
@@ -854,7 +840,7 @@ def channel_then(
     """A ``prepare`` hook that sets up a :class:`MessageChannel` with ``options``,
     then runs ``prepare`` (which sees the channel in ``conn.prepared``; its
     result is discarded)."""
-    make_channel = channel_factory(**options)
+    make_channel = channel_factory(**options)  # checks the options now
 
     async def prepare_both(conn: Connection) -> MessageChannel:
         channel: MessageChannel = await make_channel(conn)
@@ -904,6 +890,7 @@ async def open_channel(
     timeout: float | None = 10.0,  # noqa: ASYNC109  (as aiordma.connect)
     device: Device | None = None,
     options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
     **channel_options: Any,
 ) -> MessageChannel:
     """Connect and return the connection's :class:`MessageChannel`, like
@@ -912,9 +899,9 @@ async def open_channel(
     The peer must serve channels too (:func:`start_channel_server`, or
     ``prepare=prepare_channel``). ``channel_options`` are
     :class:`MessageChannel`'s keyword arguments; the connection is
-    ``channel.conn``, and closing the channel closes it.
+    ``channel.conn``, and closing the channel closes it. ``prepare``, if
+    given, runs after the channel is set up (its result is discarded).
     """
-    _check_options(channel_options)
     conn = await connect_rdma(
         host,
         port,
@@ -922,7 +909,7 @@ async def open_channel(
         timeout=timeout,
         device=device,
         options=options,
-        prepare=channel_factory(**channel_options),
+        prepare=channel_then(prepare, channel_options),
     )
     channel: MessageChannel = conn.prepared
     return channel

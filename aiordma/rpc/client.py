@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiordma.connection import Connection, Prepare
-from aiordma.connection import connect as connect_rdma
 from aiordma.device import Device
 from aiordma.exceptions import ResourceClosedError
 from aiordma.messaging import (
@@ -21,8 +20,8 @@ from aiordma.messaging import (
     MessageRevokedError,
     _bytes_view,
     _length,
-    channel_then,
     check_into,
+    open_channel,
 )
 from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
@@ -259,15 +258,15 @@ async def connect(
     :class:`~aiordma.MessageChannel` options (``max_exposed``,
     ``exposure_timeout``...).
     """
-    prepare_both = channel_then(prepare, {"max_message": max_message, **channel_options})
-
-    conn = await connect_rdma(
+    channel = await open_channel(
         host,
         port,
         private_data=private_data,
         timeout=timeout,
         device=device,
         options=options,
-        prepare=prepare_both,
+        prepare=prepare,
+        max_message=max_message,
+        **channel_options,
     )
-    return Client(conn, codec=codec)
+    return Client(channel.conn, codec=codec)

@@ -17,13 +17,12 @@ from aiordma.messaging import (
     MessageChannel,
     MessageRevokedError,
     MessageTooLargeError,
-    channel_then,
+    start_channel_server,
 )
 from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.frames import Frame, FrameKind, error_body
 from aiordma.server import Accept, Server
-from aiordma.server import start_server as start_rdma_server
 from aiordma.wire import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -214,15 +213,15 @@ async def start_server(
     and its clients (``close()``, ``close_clients()``) to stop: calls in
     flight are cancelled and their callers fail at once.
     """
-    prepare_both = channel_then(prepare, {"max_message": max_message, **channel_options})
-
-    return await start_rdma_server(
-        service.handle,
+    return await start_channel_server(
+        lambda channel: service.handle(channel.conn),
         host,
         port,
         accept=accept,
         backlog=backlog,
         device=device,
         options=options,
-        prepare=prepare_both,
+        prepare=prepare,
+        max_message=max_message,
+        **channel_options,
     )
