@@ -27,6 +27,7 @@ from pyverbs import enums
 from pyverbs.cq import CQ, CompChannel
 from pyverbs.pyverbs_error import PyverbsRDMAError
 
+from aiordma import _ibv
 from aiordma._fdprobe import create_with_fd
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import (
@@ -80,8 +81,6 @@ class Opcode(enum.IntEnum):
     RECV_RDMA_WITH_IMM = 129
 
 
-_WC_WITH_IMM = 1 << 1
-_WC_SUCCESS = 0
 _REMOTE_ACCESS_STATUSES = frozenset({"IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_INV_REQ_ERR"})
 
 
@@ -137,7 +136,7 @@ def to_work_completion(wc: WC) -> WorkCompletion:
         opcode = Opcode(wc.opcode)
     except ValueError:
         opcode = Opcode.SEND
-    imm = socket.ntohl(wc.imm_data) if wc.wc_flags & _WC_WITH_IMM else None
+    imm = socket.ntohl(wc.imm_data) if wc.wc_flags & _ibv.WC_WITH_IMM else None
     return WorkCompletion(wc.wr_id, opcode, wc.byte_len, imm, wc.qp_num)
 
 
@@ -318,7 +317,7 @@ class CompletionQueue:
                 if handler is None:
                     # Work given up when its queue pair was destroyed: flushed
                     # completions still in the CQ are expected, and not news.
-                    if wc.status == _WC_SUCCESS:
+                    if wc.status == _ibv.WC_SUCCESS:
                         log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
                     continue
                 try:

@@ -10,34 +10,35 @@ the device's completion queue of the running loop like any other QP's.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import errno
 import inspect
 import logging
-import os
-import socket
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from pyverbs.addr import GID, AHAttr, GlobalRoute
-from pyverbs.qp import QPAttr
-
 from aiordma import _rdmacm
+from aiordma._cm_events import CMEventChannel, CMId, release_removed_device
 from aiordma._rdmacm import Event, EventType
-from aiordma.connection_manager import CMEventChannel, CMId, release_removed_device
+from aiordma._setup import (
+    check_port,
+    check_private_data,
+    conn_params,
+    create_qp_for,
+    expect,
+    move_to_rts,
+    resolve_address,
+)
 from aiordma.device import Device
 from aiordma.exceptions import (
     ConnectionLostError,
-    ConnectionRejectedError,
     DeviceError,
-    NoListenerError,
     NotPreparedError,
     RdmaError,
     ResourceClosedError,
 )
 from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer
-from aiordma.queue_pair import QueuePair, QueuePairOptions, SendOp, _gid_to_str
+from aiordma.queue_pair import QueuePair, QueuePairOptions, SendOp
 
 if TYPE_CHECKING:
     from aiordma.completion import WorkCompletion
@@ -48,174 +49,15 @@ Address = tuple[str, int]
 Prepare = Callable[["Connection"], Any]
 """Called with a connection before the peer can use it (e.g. to post receives)."""
 
-_QPS_INIT: Final = 1
-_QPS_RTR: Final = 2
-_QPS_RTS: Final = 3
-_QP_MIN_RNR_TIMER: Final = 1 << 15
-_QP_TIMEOUT: Final = 1 << 9
-
-# IB CM reject reasons rdma_cm reports as the REJECTED event's status.
-_REJ_INVALID_SERVICE_ID: Final = 8
-_REJ_CONSUMER_DEFINED: Final = 28
-
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 LINGER: Final = 2.0
 """Seconds ``close()`` waits for posted sends to complete before disconnecting."""
 
 
-def check_private_data(data: bytes | bytearray | memoryview, limit: int, what: str) -> bytes:
-    """``data`` as bytes: TypeError unless it is bytes-like, ValueError if it
-    exceeds what rdma_cm can carry for ``what``."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise TypeError(
-            f"{what} private data must be bytes, bytearray or memoryview, not {type(data).__name__}"
-        )
-    data = bytes(data)
-    if len(data) > limit:
-        raise ValueError(
-            f"{what} private data is {len(data)} bytes; rdma_cm carries at most {limit}"
-        )
-    return data
-
-
-def check_port(port: int, *, listening: bool) -> int:
-    """``port`` if it is a valid TCP-style port: 0-65535 to listen (0: any
-    free port), 1-65535 to connect; TypeError or ValueError otherwise."""
-    if not isinstance(port, int) or isinstance(port, bool):
-        raise TypeError(f"port must be an int, not {type(port).__name__}")
-    low = 0 if listening else 1
-    if not low <= port <= 65535:
-        raise ValueError(f"port {port} is outside {low}-65535")
-    return port
-
-
-def _to_pyverbs(raw: _rdmacm.QpAttr, opts: QueuePairOptions) -> QPAttr:
-    attr = QPAttr()
-    for name in ("qp_state", "path_mtu", "qkey", "rq_psn", "sq_psn", "dest_qp_num",
-                 "qp_access_flags", "pkey_index", "max_rd_atomic", "max_dest_rd_atomic",
-                 "port_num", "timeout", "retry_cnt", "rnr_retry"):  # fmt: skip
-        setattr(attr, name, getattr(raw, name))
-    attr.min_rnr_timer = opts.min_rnr_timer
-    ah = raw.ah_attr
-    route = None
-    if ah.is_global:
-        grh = ah.grh
-        route = GlobalRoute(
-            dgid=GID(_gid_to_str(bytes(grh.dgid.raw))),
-            flow_label=grh.flow_label,
-            sgid_index=grh.sgid_index,
-            hop_limit=grh.hop_limit,
-            traffic_class=grh.traffic_class,
-        )
-    attr.ah_attr = AHAttr(
-        dlid=ah.dlid,
-        sl=ah.sl,
-        src_path_bits=ah.src_path_bits,
-        static_rate=ah.static_rate,
-        is_global=ah.is_global,
-        port_num=ah.port_num,
-        gr=route,
-    )
-    return attr
-
-
-def create_qp_for(cm_id: CMId, device: Device, options: QueuePairOptions | None) -> QueuePair:
-    """A queue pair on ``cm_id``'s port, in INIT."""
-    name = cm_id.device_name
-    if name != device.name:
-        raise DeviceError(
-            errno.EXDEV, f"the route goes through RDMA device {name}, not {device.name}"
-        )
-    init, _ = _rdmacm.init_qp_attr(cm_id.id, _QPS_INIT)
-    opts = dataclasses.replace(options or QueuePairOptions(), port=init.port_num)
-    return device.create_qp(opts)
-
-
-def move_to_rts(qp: QueuePair, cm_id: CMId) -> None:
-    """Apply rdma_cm's RTR and RTS attributes for this connection to ``qp``."""
-    opts = qp.options
-    rtr, rtr_mask = _rdmacm.init_qp_attr(cm_id.id, _QPS_RTR)
-    qp._modify(_to_pyverbs(rtr, opts), rtr_mask | _QP_MIN_RNR_TIMER, "RTR")
-    rts, rts_mask = _rdmacm.init_qp_attr(cm_id.id, _QPS_RTS)
-    rts_attr = _to_pyverbs(rts, opts)
-    rts_attr.timeout = opts.timeout
-    qp._modify(rts_attr, rts_mask | _QP_TIMEOUT, "RTS")
-    qp._connected_by_cm()
-
-
-def conn_params(qp: QueuePair) -> dict[str, int]:
-    """The rdma_conn_param values for ``qp``: its QP number and RDMA read/atomic depths."""
-    attrs = qp.device.attributes
-    depth = max(1, min(qp.options.max_rd_atomic, attrs.max_qp_rd_atom))
-    return {
-        "qp_num": qp.qp_num,
-        "resources": depth,
-        "depth": min(depth, attrs.max_qp_init_rd_atom),
-        "retry": qp.options.retry_cnt,
-        "rnr_retry": qp.options.rnr_retry,
-    }
-
-
-def setup_error(event: Event, where: str) -> OSError:
-    """The exception an asyncio user expects for a failed connection-setup event."""
-    kind, status = event.type, event.status
-    if kind == EventType.REJECTED:
-        if status == _REJ_CONSUMER_DEFINED:
-            return ConnectionRejectedError(
-                f"{where} rejected the connection", event.private_data, status
-            )
-        if status == _REJ_INVALID_SERVICE_ID:
-            return NoListenerError(f"nothing listens on {where}", status)
-        return ConnectionRejectedError(
-            f"{where} refused the connection (CM reject reason {status})",
-            event.private_data,
-            status,
-        )
-    code = -status if status < 0 else 0
-    if kind == EventType.UNREACHABLE and code in (0, errno.ETIMEDOUT):
-        return TimeoutError(errno.ETIMEDOUT, f"{where} did not answer the connection request")
-    if kind == EventType.DEVICE_REMOVAL:
-        return DeviceError(errno.ENODEV, f"the RDMA device was removed while connecting to {where}")
-    code = code or _DEFAULT_ERRNO.get(int(kind), errno.EPROTO)
-    return OSError(code, f"{event.name} for {where}: {os.strerror(code)}")
-
-
-_DEFAULT_ERRNO: Final[dict[int, int]] = {
-    EventType.ADDR_ERROR: errno.EHOSTUNREACH,
-    EventType.ROUTE_ERROR: errno.ENETUNREACH,
-    EventType.UNREACHABLE: errno.EHOSTUNREACH,
-    EventType.CONNECT_ERROR: errno.ECONNABORTED,
-}
-
-
-async def expect(cm_id: CMId, wanted: EventType, where: str) -> Event:
-    """The next event of ``cm_id``, which must be ``wanted``; else the matching error."""
-    event, _ = await cm_id.next_event()
-    if event.type != wanted:
-        if event.type not in _SETUP_FAILURES:
-            log.warning("unexpected rdma_cm %s while waiting for %s", event.name, wanted.name)
-        raise setup_error(event, where)
-    return event
-
-
-_SETUP_FAILURES: Final = frozenset(
-    {
-        EventType.ADDR_ERROR,
-        EventType.ROUTE_ERROR,
-        EventType.CONNECT_ERROR,
-        EventType.UNREACHABLE,
-        EventType.REJECTED,
-        EventType.DEVICE_REMOVAL,
-        EventType.DISCONNECTED,
-    }
-)
-
-
 def abandon_setup(cm_id: CMId, qp: QueuePair | None, conn: Connection | None) -> None:
     """Release what a connection setup that failed had made so far."""
     if conn is not None:
-        conn._closing = True
-        conn._release()
+        conn._abandon()
         return
     if qp is not None:
         qp.destroy()
@@ -309,6 +151,10 @@ class Connection:
         else:
             self._on_established.append(callback)
 
+    def _when_closed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once everything is released (internal entry for servers)."""
+        self._closed.add_done_callback(lambda _: callback())
+
     def _on_cm_event(self, event: Event, _child: CMId | None) -> None:
         if event.type == EventType.DISCONNECTED:
             self._lost(f"{self.peer_address[0]}:{self.peer_address[1]} disconnected")
@@ -399,6 +245,12 @@ class Connection:
         except (TimeoutError, RdmaError, ResourceClosedError):
             pass
 
+    def _abandon(self) -> None:
+        """Internal entry for a set-up that failed after this object was made:
+        release everything now, without disconnecting."""
+        self._closing = True
+        self._release()
+
     def _release(self) -> None:
         if self._closed.done():
             return
@@ -480,19 +332,6 @@ class Connection:
     async def post_batch(self, ops: Sequence[SendOp]) -> list[asyncio.Future[WorkCompletion]]:
         """Post many sends/writes/reads at once; one future per operation."""
         return await self.qp.post_batch(ops)
-
-
-async def resolve_address(host: str, port: int) -> tuple[str, int]:
-    loop = asyncio.get_running_loop()
-    try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise OSError(exc.errno, f"cannot resolve {host!r}: {exc.strerror}") from exc
-    family, _, _, _, sockaddr = infos[0]
-    addr = str(sockaddr[0])
-    if family == socket.AF_INET6 and len(sockaddr) == 4 and sockaddr[3]:
-        addr = f"{addr}%{sockaddr[3]}"
-    return addr, int(sockaddr[1])
 
 
 async def connect(

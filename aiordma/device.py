@@ -12,20 +12,18 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aiordma import _ibv
 from aiordma._closing import CloseWaiters
 from aiordma._pyverbs import verbs_errors
 from aiordma.completion import CompletionQueue
 from aiordma.discovery import PortInfo, find_roce_endpoint, list_devices
 from aiordma.exceptions import DeviceError, MemoryLimitError, ResourceClosedError
 from aiordma.memory import Access, MemoryRegion
+from aiordma.queue_pair import QueuePair, QueuePairOptions
 
 if TYPE_CHECKING:
     from pyverbs.device import Context
     from pyverbs.pd import PD
-
-    from aiordma.queue_pair import QueuePair, QueuePairOptions
-
-_IBV_ATOMIC_NONE = 0
 
 
 class _RemovalWatcher(Protocol):
@@ -108,7 +106,7 @@ class Device:
             max_mr_size=attr.max_mr_size,
             max_qp_rd_atom=attr.max_qp_rd_atom,
             max_qp_init_rd_atom=attr.max_qp_init_rd_atom,
-            atomic=attr.atomic_caps != _IBV_ATOMIC_NONE,
+            atomic=attr.atomic_caps != _ibv.ATOMIC_NONE,
             phys_port_cnt=attr.phys_port_cnt,
             fw_version=str(attr.fw_version),
             vendor_id=attr.vendor_id,
@@ -253,8 +251,6 @@ class Device:
 
     def create_qp(self, options: QueuePairOptions | None = None) -> QueuePair:
         """A new reliable-connected queue pair on the running loop (in INIT state)."""
-        from aiordma.queue_pair import QueuePair, QueuePairOptions
-
         opts = options or QueuePairOptions()
         qp = QueuePair(self, self.completion_queue(opts.send_depth + opts.recv_depth), opts)
         self._qps.add(qp)

@@ -279,6 +279,26 @@ def as_segments(local: Local) -> tuple[Segment, ...]:
     return tuple(segs)
 
 
+def check_segments(segments: tuple[Segment, ...], limit: int) -> None:
+    """ValueError unless ``segments`` is a usable scatter/gather list of at
+    most ``limit`` entries; ResourceClosedError if a region is closed."""
+    if not segments:
+        raise ValueError("a work request needs at least one segment")
+    if len(segments) > limit:
+        raise ValueError(f"{len(segments)} segments exceed the queue pair's limit of {limit}")
+    for seg in segments:
+        seg.mr._check_open()
+
+
+def check_writable(segments: tuple[Segment, ...], what: str) -> None:
+    """ValueError unless the adapter may write into every segment (``what`` needs it)."""
+    for seg in segments:
+        if not seg.mr.access & Access.LOCAL_WRITE:
+            raise ValueError(
+                f"{what} writes into local memory: register it with Access.LOCAL_WRITE"
+            )
+
+
 _REMOTE_FORMAT: Final = struct.Struct("<QQI")
 
 

@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiordma import _rdmacm
+from aiordma._cm_events import CMEventChannel, CMId, release_removed_device
 from aiordma._rdmacm import Event, EventType
-from aiordma.connection import (
-    Connection,
-    Prepare,
-    abandon_setup,
+from aiordma._setup import (
     check_port,
     check_private_data,
     conn_params,
@@ -32,9 +30,8 @@ from aiordma.connection import (
     expect,
     move_to_rts,
     resolve_address,
-    run_prepare,
 )
-from aiordma.connection_manager import CMEventChannel, CMId, release_removed_device
+from aiordma.connection import Connection, Prepare, abandon_setup, run_prepare
 from aiordma.device import Device
 from aiordma.discovery import list_devices
 from aiordma.exceptions import DeviceError, RdmaError, ResourceClosedError
@@ -225,7 +222,7 @@ class Server:
             await conn.close()
             return
         self._connections.add(conn)
-        conn._closed.add_done_callback(lambda _: self._connections.discard(conn))
+        conn._when_closed(lambda: self._connections.discard(conn))
         task = self._loop.create_task(self._run_callback(conn))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)

@@ -19,7 +19,7 @@ import pytest_asyncio
 
 import aiordma
 from aiordma import _rdmacm
-from aiordma.connection_manager import release_removed_device
+from aiordma._cm_events import release_removed_device
 from aiordma.discovery import find_roce_endpoint
 from tests.conftest import Lab
 

@@ -14,7 +14,7 @@ import pytest
 
 from aiordma import _rdmacm
 from aiordma._rdmacm import AhAttr, CmEvent, CmIdHead, ConnParam, Event, EventType, QpAttr
-from aiordma.connection import check_port, check_private_data, setup_error
+from aiordma._setup import check_port, check_private_data, setup_error
 from aiordma.exceptions import (
     CompletionError,
     ConnectionRejectedError,
