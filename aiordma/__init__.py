@@ -10,14 +10,20 @@ from aiordma import _pyverbs  # noqa: F401  (fails early, with install instructi
 from aiordma.completion import CompletionQueue, Opcode, WorkCompletion
 from aiordma.connection import Connection, connect
 from aiordma.device import Device, DeviceAttributes
+from aiordma.endpoint import Endpoint
 from aiordma.exceptions import (
+    BufferTooSmallError,
     CompletionError,
     ConnectionLostError,
     ConnectionRejectedError,
     DeviceError,
+    ExposureTimeoutError,
     MemoryLimitError,
+    MessageRevokedError,
+    MessageTooLargeError,
     NoListenerError,
     NotPreparedError,
+    ProtocolError,
     QueuePairError,
     RdmaError,
     RemoteAccessError,
@@ -27,18 +33,13 @@ from aiordma.exceptions import (
 )
 from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
 from aiordma.messaging import (
-    BufferTooSmallError,
-    ExposureTimeoutError,
     MessageChannel,
-    MessageRevokedError,
-    MessageTooLargeError,
     channel_factory,
     open_channel,
     prepare_channel,
     start_channel_server,
 )
 from aiordma.queue_pair import (
-    Endpoint,
     QueuePair,
     QueuePairOptions,
     Read,
@@ -47,7 +48,6 @@ from aiordma.queue_pair import (
     connect_loopback_pair,
 )
 from aiordma.server import ConnectionRequest, RejectConnection, Server, start_server
-from aiordma.wire import ProtocolError
 
 __all__ = [
     "Access",

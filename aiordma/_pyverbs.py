@@ -40,16 +40,20 @@ finally:
 
 
 @contextlib.contextmanager
-def verbs_errors(what: str) -> Iterator[None]:
+def verbs_errors(what: str, default_errno: int = errno.EIO) -> Iterator[None]:
     """Translate pyverbs' exceptions raised by ``what`` into :class:`~aiordma.DeviceError`.
 
     The one edge where pyverbs failures become aiordma's: ``errno`` is the
-    verbs call's error code (``EIO`` when pyverbs gave none).
+    verbs call's error code (``default_errno`` when pyverbs gave none).
     """
     from pyverbs.pyverbs_error import PyverbsError
 
     try:
         yield
     except PyverbsError as exc:
-        code = getattr(exc, "error_code", 0) or errno.EIO
-        raise DeviceError(code, f"{what} failed: {os.strerror(code)}") from exc
+        code = getattr(exc, "error_code", 0)
+        if isinstance(code, int) and code > 0:
+            raise DeviceError(code, f"{what} failed: {os.strerror(code)}") from exc
+        # No errno from the call (pyverbs gives 0 or -1): its own text says why.
+        reason = str(exc).strip() or os.strerror(default_errno)
+        raise DeviceError(default_errno, f"{what} failed: {reason}") from exc

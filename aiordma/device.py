@@ -84,13 +84,10 @@ class Device:
     def __init__(self, name: str | None = None) -> None:
         from pyverbs.device import Context
         from pyverbs.pd import PD
-        from pyverbs.pyverbs_error import PyverbsError
 
         self.name: str = name or _default_device_name()
-        try:
+        with verbs_errors(f"opening RDMA device {self.name!r}", errno.ENODEV):
             self._context: Context | None = Context(name=self.name)
-        except PyverbsError as exc:
-            raise DeviceError(19, f"cannot open RDMA device {self.name!r}: {exc}") from exc
         try:
             with verbs_errors(f"allocating a protection domain on {self.name}"):
                 self._pd: PD | None = PD(self._context)

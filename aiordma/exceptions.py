@@ -145,3 +145,47 @@ class ConnectionLostError(RdmaError, ConnectionResetError):
 
     def __init__(self, message: str) -> None:
         super().__init__(104, message)  # ECONNRESET
+
+
+# -- messages ------------------------------------------------------------------
+
+
+class ProtocolError(RdmaError):
+    """The peer sent something the message protocol does not allow."""
+
+
+class MessageTooLargeError(RdmaError, ValueError):
+    """A message exceeds the channel's ``max_message``."""
+
+
+class BufferTooSmallError(RdmaError, ValueError):
+    """The buffer given to receive into is shorter than the next message.
+
+    ``needed`` is the message's length, ``given`` the buffer's. The message
+    is not consumed; receive it again with a large enough buffer.
+    """
+
+    def __init__(self, needed: int, given: int) -> None:
+        super().__init__(f"the next message has {needed} bytes; the buffer holds {given}")
+        self.needed = needed
+        self.given = given
+
+
+class MessageRevokedError(RdmaError):
+    """A large message was withdrawn before the receiver read it.
+
+    The sender revokes a message's exposure when its send is cancelled or
+    when the receiver did not read it within the sender's
+    ``exposure_timeout``. The receiver's receive of that message raises
+    this (the message is consumed; the next receive gets the next one);
+    ``head`` is the message's head (for RPC, its frame).
+    """
+
+    def __init__(self, message: str, head: bytes = b"") -> None:
+        super().__init__(message)
+        self.head = head
+
+
+class ExposureTimeoutError(MessageRevokedError, TimeoutError):
+    """The sender's side of :class:`MessageRevokedError`: the peer did not read
+    a large message within ``exposure_timeout`` seconds, so it was revoked."""

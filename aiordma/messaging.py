@@ -45,7 +45,12 @@ from aiordma.connection import connect as connect_rdma
 from aiordma.credits import CreditWindow, DataCredits
 from aiordma.device import Device
 from aiordma.exceptions import (
+    BufferTooSmallError,
     ConnectionLostError,
+    ExposureTimeoutError,
+    MessageRevokedError,
+    MessageTooLargeError,
+    ProtocolError,
     RdmaError,
     ResourceBusyError,
     ResourceClosedError,
@@ -54,7 +59,7 @@ from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
 from aiordma.queue_pair import QueuePairOptions, Send
 from aiordma.server import Accept, Server
 from aiordma.server import start_server as start_rdma_server
-from aiordma.wire import HEADER_SIZE, Header, Kind, ProtocolError
+from aiordma.wire import HEADER_SIZE, Header, Kind
 
 log = logging.getLogger(__name__)
 
@@ -87,43 +92,6 @@ Chooser = Callable[[bytes, int], "Into | None"]
 Deliver = Callable[[bytes, memoryview], bool]
 """Takes a small message as it arrives: its head and a view of its body,
 valid only during the call. Returns False to leave it queued instead."""
-
-
-class MessageTooLargeError(ValueError):
-    """A message exceeds the channel's ``max_message``."""
-
-
-class BufferTooSmallError(ValueError):
-    """The buffer given to receive into is shorter than the next message.
-
-    ``needed`` is the message's length, ``given`` the buffer's. The message
-    is not consumed; receive it again with a large enough buffer.
-    """
-
-    def __init__(self, needed: int, given: int) -> None:
-        super().__init__(f"the next message has {needed} bytes; the buffer holds {given}")
-        self.needed = needed
-        self.given = given
-
-
-class MessageRevokedError(RdmaError):
-    """A large message was withdrawn before the receiver read it.
-
-    The sender revokes a message's exposure when its send is cancelled or
-    when the receiver did not read it within the sender's
-    ``exposure_timeout``. The receiver's receive of that message raises
-    this (the message is consumed; the next receive gets the next one);
-    ``head`` is the message's head (for RPC, its frame).
-    """
-
-    def __init__(self, message: str, head: bytes = b"") -> None:
-        super().__init__(message)
-        self.head = head
-
-
-class ExposureTimeoutError(MessageRevokedError, TimeoutError):
-    """The sender's side of :class:`MessageRevokedError`: the peer did not read
-    a large message within ``exposure_timeout`` seconds, so it was revoked."""
 
 
 class _Cost(enum.Enum):

@@ -51,7 +51,7 @@ DEFAULT_SHUTDOWN_GRACE = 5.0
 closed its connection, before it is cancelled."""
 
 
-class RejectConnection(Exception):
+class RejectConnection(RdmaError):
     """Raise from a server's ``accept`` callback to turn a request down.
 
     ``private_data`` (at most 148 bytes) reaches the client in

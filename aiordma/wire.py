@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from aiordma.exceptions import RdmaError
+from aiordma.exceptions import ProtocolError
 from aiordma.memory import RemoteBuffer
 
 MAGIC: Final = 0xA5
@@ -27,10 +27,6 @@ VERSION: Final = 2
 
 _HEADER: Final = struct.Struct("<BBBxHHQQQIHxx")
 HEADER_SIZE: Final = _HEADER.size
-
-
-class ProtocolError(RdmaError):
-    """The peer sent something the message protocol does not allow."""
 
 
 class Kind(enum.IntEnum):

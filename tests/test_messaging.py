@@ -14,14 +14,9 @@ import pytest
 
 import aiordma
 from aiordma import Access
-from aiordma.messaging import (
-    BufferTooSmallError,
-    MessageChannel,
-    MessageTooLargeError,
-    channel_factory,
-    prepare_channel,
-)
-from aiordma.wire import Header, Kind, ProtocolError
+from aiordma.exceptions import BufferTooSmallError, MessageTooLargeError, ProtocolError
+from aiordma.messaging import MessageChannel, channel_factory, prepare_channel
+from aiordma.wire import Header, Kind
 from tests.conftest import Lab, rdma_counts, start_peer_server
 
 

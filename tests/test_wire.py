@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from aiordma import RemoteBuffer
-from aiordma.wire import HEADER_SIZE, VERSION, Header, Kind, ProtocolError
+from aiordma.exceptions import ProtocolError
+from aiordma.wire import HEADER_SIZE, VERSION, Header, Kind
 
 LIMIT = 64 << 20
 

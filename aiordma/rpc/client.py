@@ -11,13 +11,16 @@ from typing import Any
 
 from aiordma.connection import Connection, Prepare
 from aiordma.device import Device
-from aiordma.exceptions import ResourceClosedError
+from aiordma.exceptions import (
+    BufferTooSmallError,
+    MessageRevokedError,
+    ProtocolError,
+    ResourceClosedError,
+)
 from aiordma.messaging import (
     DEFAULT_MAX_MESSAGE,
-    BufferTooSmallError,
     Into,
     MessageChannel,
-    MessageRevokedError,
     _bytes_view,
     _length,
     check_into,
@@ -27,7 +30,6 @@ from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
 from aiordma.rpc.frames import Frame, FrameKind, parse_error_body
-from aiordma.wire import ProtocolError
 
 log = logging.getLogger(__name__)
 

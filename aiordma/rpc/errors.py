@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from aiordma.exceptions import RdmaError
 
-class RpcError(Exception):
+
+class RpcError(RdmaError):
     """Base of the errors the RPC layer raises itself."""
 
 

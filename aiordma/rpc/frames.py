@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from aiordma.wire import ProtocolError
+from aiordma.exceptions import ProtocolError
 
 _FRAME: Final = struct.Struct("<BBHQ")
 MAX_METHOD: Final = 255

@@ -11,19 +11,18 @@ from typing import Any, TypeVar
 
 from aiordma.connection import Connection, Prepare
 from aiordma.device import Device
-from aiordma.exceptions import RdmaError, ResourceClosedError
-from aiordma.messaging import (
-    DEFAULT_MAX_MESSAGE,
-    MessageChannel,
+from aiordma.exceptions import (
     MessageRevokedError,
     MessageTooLargeError,
-    start_channel_server,
+    ProtocolError,
+    RdmaError,
+    ResourceClosedError,
 )
+from aiordma.messaging import DEFAULT_MAX_MESSAGE, MessageChannel, start_channel_server
 from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.frames import Frame, FrameKind, error_body
 from aiordma.server import Accept, Server
-from aiordma.wire import ProtocolError
 
 log = logging.getLogger(__name__)
 

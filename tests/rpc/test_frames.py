@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from aiordma.exceptions import ProtocolError
 from aiordma.rpc.frames import Frame, FrameKind, error_body, parse_error_body
-from aiordma.wire import ProtocolError
 
 
 @pytest.mark.parametrize(
