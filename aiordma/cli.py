@@ -74,7 +74,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from aiordma.bench import run
+    from aiordma.bench.command import run
 
     return run(args)
 
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=_cmd_lab)
 
-    from aiordma.bench import add_arguments
+    from aiordma.bench.command import add_arguments
 
     p = sub.add_parser(
         "bench",

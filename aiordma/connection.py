@@ -13,6 +13,7 @@ import asyncio
 import errno
 import inspect
 import logging
+import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -267,6 +268,11 @@ class Connection:
         finally:
             self.device._unwatch(self)
             self._closed.set_result(None)
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        closed = getattr(self, "_closed", None)
+        if closed is not None and not closed.done():
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
 
     async def __aenter__(self) -> Connection:
         return self

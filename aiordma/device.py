@@ -8,6 +8,7 @@ import contextlib
 import errno
 import mmap
 import resource
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -112,7 +113,8 @@ class Device:
         self._cqs: dict[asyncio.AbstractEventLoop, list[CompletionQueue]] = {}
         self._qps: set[QueuePair] = set()
         self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
-        self._watchers: set[_RemovalWatcher] = set()
+        # Weak: a watcher that was collected needs no news of a removal.
+        self._watchers: weakref.WeakSet[_RemovalWatcher] = weakref.WeakSet()
         self._close_waiters = CloseWaiters()
         self.removed = False
         """True once the device was removed from the system (its connections failed)."""
@@ -315,6 +317,14 @@ class Device:
         finally:
             ctx.close()
             self._close_waiters.closed()
+
+    def is_closing(self) -> bool:
+        """True once the device is closed (or was removed)."""
+        return self._context is None
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        if getattr(self, "_context", None) is not None:
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
 
     async def wait_closed(self) -> None:
         """Wait until the device is closed (by :meth:`close`, :meth:`aclose` or removal)."""

@@ -197,6 +197,10 @@ class MemoryRegion:
                 with contextlib.suppress(BufferError):
                     owned.close()
 
+    def is_closing(self) -> bool:
+        """True once the region is deregistered."""
+        return self._mr is None
+
     async def wait_closed(self) -> None:
         """Wait until the region is deregistered (by :meth:`close`, :meth:`aclose`,
         or the connection or device it belongs to closing)."""

@@ -28,21 +28,18 @@ sends anything too large for it.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import enum
 import functools
 import inspect
-import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from aiordma.channel_state import Arrival, ChannelState, Cost
 from aiordma.completion import check_loop
 from aiordma.connection import Connection, Prepare
 from aiordma.connection import connect as connect_rdma
-from aiordma.credits import CreditWindow, DataCredits
 from aiordma.device import Device
 from aiordma.exceptions import (
     BufferTooSmallError,
@@ -56,7 +53,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
-from aiordma.queue_pair import QueuePairOptions, Send
+from aiordma.queue_pair import QueuePair, QueuePairOptions, Send
 from aiordma.server import Accept, Server
 from aiordma.server import start_server as start_rdma_server
 from aiordma.wire import HEADER_SIZE, Header, Kind
@@ -94,33 +91,40 @@ Deliver = Callable[[bytes, memoryview], bool]
 valid only during the call. Returns False to leave it queued instead."""
 
 
-class _Cost(enum.Enum):
-    DATA = "a data credit"
-    CONTROL = "a control credit, not the last"
-    CONTROL_UPDATE = "any control credit"
-
-
-@dataclass(slots=True)
-class _Arrival:
-    slot: int
-    header: Header
-    size: int
-    saved: bytes | None = None
-    """Head and body of an eager message, copied out when the connection failed."""
-    revoked: bool = False
-    """The sender withdrew this rendezvous message (REVOKE)."""
-
-
 @dataclass(slots=True)
 class _Exposure:
-    """A large message's bytes, readable by the peer until DONE, revocation or close."""
+    """The I/O side of a large message's exposure: its registration, the
+    future its sender awaits, and its deadline."""
 
     mr: MemoryRegion
     size: int
     done: asyncio.Future[None]
     timer: asyncio.TimerHandle | None = None
-    held: bool = True
-    """Counted in the channel's exposed bytes (until it ends)."""
+
+
+class Link(Protocol):
+    """What a :class:`MessageChannel` needs from the connection it runs on.
+
+    A connected queue pair, memory registration on its device (released
+    with the link), and closing. :class:`~aiordma.Connection` is one;
+    ``_when_established`` is the internal entry through which the link says
+    when both peers can send (see ``docs/design.md``).
+    """
+
+    @property
+    def qp(self) -> QueuePair: ...
+
+    def register(self, obj: Any, access: Access | None = None) -> MemoryRegion: ...
+
+    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion: ...
+
+    def close(self) -> Awaitable[None]: ...
+
+    async def wait_closed(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+    def _when_established(self, callback: Callable[[], None]) -> None: ...
 
 
 def check_into(into: object) -> Into:
@@ -153,16 +157,18 @@ def check_into(into: object) -> Into:
     return into
 
 
-def _length(body: Body) -> int:
-    if isinstance(body, MemoryRegion | Segment):
-        return body.length
-    return memoryview(body).nbytes
+def buffer_length(buffer: Body) -> int:
+    """Bytes in a message body or receive buffer (a region's or segment's length)."""
+    if isinstance(buffer, MemoryRegion | Segment):
+        return buffer.length
+    return memoryview(buffer).nbytes
 
 
-def _bytes_view(body: Body) -> memoryview:
-    if isinstance(body, MemoryRegion | Segment):
-        return body.view()
-    return memoryview(body).cast("B")
+def buffer_view(buffer: Body) -> memoryview:
+    """A flat byte view of a message body or receive buffer (release it when done)."""
+    if isinstance(buffer, MemoryRegion | Segment):
+        return buffer.view()
+    return memoryview(buffer).cast("B")
 
 
 def _release_mr(mr: MemoryRegion) -> None:
@@ -189,6 +195,12 @@ class MessageChannel:
     established; sending a message larger than the peer's raises
     :class:`MessageTooLargeError` on the sending side.
 
+    Every message may carry a small ``head`` besides its body (see
+    :meth:`send_message` and :meth:`recv_message_with_head`): protocols
+    built on the channel, such as :mod:`aiordma.rpc`, put their framing
+    there, so the body can still land, unsplit and uncopied, in the
+    receiver's own buffer.
+
     Large messages are exposed through their own registration, for at most
     ``exposure_timeout`` seconds (None: until read), and at most
     ``max_exposed`` bytes at once (further large sends wait). By default
@@ -197,7 +209,7 @@ class MessageChannel:
 
     def __init__(
         self,
-        conn: Connection,
+        conn: Link,
         *,
         window: int = DEFAULT_WINDOW,
         control_window: int = DEFAULT_CONTROL_WINDOW,
@@ -209,37 +221,28 @@ class MessageChannel:
         max_exposed = _check_limits(max_message, max_exposed, exposure_timeout)
         if buffer_size <= HEADER_SIZE:
             raise ValueError(f"buffer_size must exceed the {HEADER_SIZE}-byte header")
+        qp = conn.qp
         buffers = window + control_window
-        if buffers > min(conn.qp.options.recv_depth, conn.qp.options.send_depth):
+        if buffers > min(qp.options.recv_depth, qp.options.send_depth):
             raise ValueError(
                 f"window + control_window ({buffers}) exceeds the queue pair's send or "
-                f"receive depth ({conn.qp.options.send_depth}, {conn.qp.options.recv_depth})"
+                f"receive depth ({qp.options.send_depth}, {qp.options.recv_depth})"
             )
-        self.conn = conn
+        self.link: Link = conn
+        """The connection (or other :class:`~aiordma.messaging.Link`) the channel runs on."""
         self.max_message = max_message
-        self.max_exposed = max_exposed
-        """Bytes of large messages this side may hold exposed to the peer at once."""
         self.exposure_timeout = exposure_timeout
         """Seconds a large message stays readable for the peer (None: no limit)."""
-        self.peer_max_message: int | None = None
-        """The peer's ``max_message``, once its announcement arrived."""
-        self._loop = conn._loop
+        self._state = ChannelState(window, control_window, max_exposed)
+        self._qp = qp
+        self._loop = qp.loop
         self.eager_limit = buffer_size - HEADER_SIZE
         """Messages (head included) up to this size travel in a single packet."""
         self._size = buffer_size
-        self._data = DataCredits(window)
-        self._control = CreditWindow(control_window)
-        self._buffers = buffers
         self._recv_mr = conn.alloc(buffers * buffer_size)
         self._send_mr = conn.alloc(buffers * buffer_size)
-        self._free_slots = list(range(buffers))
-        self._ready: collections.deque[_Arrival] = collections.deque()
         self._waiters: list[asyncio.Future[None]] = []
-        self._exposed: dict[int, _Exposure] = {}
-        self._exposed_bytes = 0
-        self._revoked: set[int] = set()
-        self._hello = self._loop.create_future()
-        self._ids = itertools.count(1)
+        self._exposures: dict[int, _Exposure] = {}
         self._send_lock = asyncio.Lock()
         self._recv_lock = asyncio.Lock()
         self._room_task: asyncio.Task[None] | None = None
@@ -252,22 +255,40 @@ class MessageChannel:
         state = (
             f"failed: {self._error!r}"
             if self._error
-            else f"credits={self._data.available}+{self._control.available}"
+            else f"credits={self._state.data.available}+{self._state.control.available}"
         )
-        return f"<MessageChannel {self.conn!r} {state}>"
+        return f"<MessageChannel {self.link!r} {state}>"
+
+    @property
+    def conn(self) -> Connection:
+        """The :class:`~aiordma.Connection` the channel runs on (TypeError if
+        it runs on another kind of :class:`~aiordma.messaging.Link`)."""
+        if not isinstance(self.link, Connection):
+            raise TypeError(f"this channel runs on {self.link!r}, not on a Connection")
+        return self.link
+
+    @property
+    def max_exposed(self) -> int:
+        """Bytes of large messages this side may hold exposed to the peer at once."""
+        return self._state.max_exposed
+
+    @property
+    def peer_max_message(self) -> int | None:
+        """The peer's ``max_message``, once its announcement arrived."""
+        return self._state.peer_max_message
 
     @property
     def exposed_bytes(self) -> int:
         """Bytes of large messages currently exposed to the peer by this side."""
-        return self._exposed_bytes
+        return self._state.exposed_bytes
 
     async def _start(self) -> None:
-        futures = await self.conn.post_recv_batch(
-            [self._recv_slot(i) for i in range(self._buffers)]
+        futures = await self._qp.post_recv_batch(
+            [self._recv_slot(i) for i in range(self._state.buffers)]
         )
         for index, fut in enumerate(futures):
             fut.add_done_callback(functools.partial(self._on_packet, index))
-        self.conn._when_established(self._say_hello)
+        self.link._when_established(self._say_hello)
 
     def _say_hello(self) -> None:
         """Announce our max_message (both peers' receives are posted by now)."""
@@ -276,10 +297,10 @@ class MessageChannel:
 
     async def _peer_limit(self) -> int:
         """The peer's max_message (waiting for its announcement if need be)."""
-        while self.peer_max_message is None:
+        while self._state.peer_max_message is None:
             self._check()
             await self._changed()
-        return self.peer_max_message
+        return self._state.peer_max_message
 
     def _recv_slot(self, index: int) -> Segment:
         return self._recv_mr[index * self._size : (index + 1) * self._size]
@@ -308,23 +329,23 @@ class MessageChannel:
         self._error = exc
         if not self._recv_mr.closed:  # keep what already arrived readable, as TCP does
             with self._recv_mr.view() as whole:
-                for arrival in self._ready:
+                for arrival in self._state.ready:
                     if arrival.header.kind == Kind.EAGER:
                         start = arrival.slot * self._size
                         arrival.saved = bytes(whole[start + HEADER_SIZE : start + arrival.size])
-        for exposure in list(self._exposed.values()):
+        for msg_id in self._state.clear_exposures():
+            exposure = self._exposures.pop(msg_id)
             if not exposure.done.done():
                 exposure.done.set_exception(exc)
                 exposure.done.exception()
             self._unexpose(exposure)
-        self._exposed.clear()
         self._wake()
 
     def _protocol_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc))
-        log.warning("closing %r: peer broke the message protocol: %s", self.conn, error)
+        log.warning("closing %r: peer broke the message protocol: %s", self.link, error)
         self._fail(error)
-        self.conn.close()
+        self.link.close()
 
     # -- receiving ---------------------------------------------------------
 
@@ -339,47 +360,32 @@ class MessageChannel:
         if self._error is not None:
             return
         size = fut.result().byte_len
+        state = self._state
         try:
             start = index * self._size
             with self._recv_mr.view() as whole, whole[start : start + size] as packet:
                 header = Header.unpack(packet, self.max_message)
-            self._data.granted(header.credits)
-            self._control.granted(header.control_credits)
-            if header.kind == Kind.DONE:
-                exposure = self._exposed.pop(header.msg_id, None)
-                if exposure is None:
-                    if header.msg_id not in self._revoked:
-                        raise ProtocolError(
-                            f"DONE for message {header.msg_id}, which is not exposed"
-                        )
-                    self._revoked.discard(header.msg_id)  # read before it was revoked
-                else:
-                    self._unexpose(exposure)
-                    if not exposure.done.done():
-                        exposure.done.set_result(None)
-            elif header.kind == Kind.REVOKE:
-                for arrival in self._ready:
-                    if arrival.header.kind == Kind.RENDEZVOUS and (
-                        arrival.header.msg_id == header.msg_id
-                    ):
-                        arrival.revoked = True
-            elif header.kind == Kind.HELLO:
-                self.peer_max_message = header.length
+            ended = state.received(header)
         except (ProtocolError, ValueError) as err:
             self._protocol_error(err)
             return
-        if header.kind == Kind.EAGER and self._deliver is not None and not self._ready:
+        if ended is not None:
+            exposure = self._exposures.pop(ended)
+            self._unexpose(exposure)
+            if not exposure.done.done():
+                exposure.done.set_result(None)
+        if header.kind == Kind.EAGER and self._deliver is not None and not state.ready:
             if self._delivered(index, header):
                 if self._repost(index):
-                    self._data.reposted()
+                    state.reposted(header)
                 self._pump()
                 return
             if self._error is not None:
                 return
-        if header.kind in (Kind.EAGER, Kind.RENDEZVOUS):
-            self._ready.append(_Arrival(index, header, size))
+        if state.is_message(header):
+            state.queue(index, header, size)
         elif self._repost(index):
-            self._control.reposted(for_data=header.kind != Kind.CONTROL_CREDIT)
+            state.reposted(header)
         self._pump()
 
     def _delivered(self, index: int, header: Header) -> bool:
@@ -414,52 +420,69 @@ class MessageChannel:
         if self._error is not None:
             return False
         try:
-            (fut,) = self.conn.qp.post_recv_nowait([self._recv_slot(index)])
+            (fut,) = self._qp.post_recv_nowait([self._recv_slot(index)])
         except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
             return False
         fut.add_done_callback(functools.partial(self._on_packet, index))
         return True
 
-    async def _next_arrival(self) -> _Arrival:
+    async def _next_arrival(self) -> Arrival:
+        ready = self._state.ready
         while True:
-            if self._ready:
-                arrival = self._ready[0]
+            if ready:
+                arrival = ready[0]
                 if self._error is None or arrival.saved is not None:
                     return arrival
             self._check()
             await self._changed()
 
-    def _consumed(self, arrival: _Arrival) -> None:
-        self._ready.popleft()
+    def _consumed(self) -> None:
+        state = self._state
+        arrival, done_due = state.consumed()
         if self._repost(arrival.slot):
-            self._data.reposted()
-        if arrival.header.kind == Kind.RENDEZVOUS and not arrival.revoked:
+            state.reposted(arrival.header)
+        if done_due:
             self._spawn(self._send_control(Header(Kind.DONE, 0, arrival.header.msg_id)))
         self._pump()
 
-    def _head(self, arrival: _Arrival) -> bytes:
+    def _head(self, arrival: Arrival) -> bytes:
         if arrival.saved is not None:
             return arrival.saved[: arrival.header.head_length]
         start = arrival.slot * self._size + HEADER_SIZE
         with self._recv_mr.view() as whole:
             return bytes(whole[start : start + arrival.header.head_length])
 
-    async def _arrived(self) -> None:
-        """Wait until a message is queued (without taking it)."""
+    async def wait_message(self) -> None:
+        """Wait until a message has arrived, without taking it.
+
+        Raises as :meth:`recv_message` would once the channel has failed and
+        nothing that arrived before is left.
+        """
         check_loop(self._loop)
         await self._next_arrival()
 
-    async def _receive(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
-        """The next message's head, and its body: as a new object, or the number
-        of bytes put where ``choose(head, body_length)`` said (None: a new object)."""
+    async def recv_message_with_head(
+        self, choose: Chooser | None = None
+    ) -> tuple[bytes, bytes | bytearray | int]:
+        """The next message as ``(head, body)``.
+
+        ``body`` is a new object (``bytes`` for small messages, the
+        ``bytearray`` an RDMA read landed in for large ones), unless
+        ``choose(head, body_length)`` returns somewhere for it to land: then
+        the body is put there and ``body`` is its length. ``choose`` decides
+        per message, from its head (``None``: a new object). Raises
+        :class:`BufferTooSmallError`, leaving the message queued, when the
+        chosen buffer is too short, and :class:`MessageRevokedError` (with
+        the message's head) for a large message its sender withdrew.
+        """
         check_loop(self._loop)
         async with self._recv_lock:
             arrival = await self._next_arrival()
             header = arrival.header
             head = self._head(arrival)
             if arrival.revoked:
-                self._consumed(arrival)
+                self._consumed()
                 raise MessageRevokedError(
                     f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
                     "before it was read: its send was cancelled or it was not read within "
@@ -467,13 +490,13 @@ class MessageChannel:
                     head,
                 )
             into = choose(head, header.length) if choose is not None else None
-            if into is not None and _length(into) < header.length:
-                raise BufferTooSmallError(header.length, _length(into))
+            if into is not None and buffer_length(into) < header.length:
+                raise BufferTooSmallError(header.length, buffer_length(into))
             body: bytes | bytearray | int
             if arrival.saved is not None:
                 body = arrival.saved[header.head_length :]
                 if into is not None:
-                    _bytes_view(into)[: header.length] = body
+                    buffer_view(into)[: header.length] = body
                     body = header.length
             elif header.kind == Kind.EAGER:
                 start = arrival.slot * self._size + HEADER_SIZE + header.head_length
@@ -481,14 +504,14 @@ class MessageChannel:
                     if into is None:
                         body = bytes(data)
                     else:
-                        _bytes_view(into)[: header.length] = data
+                        buffer_view(into)[: header.length] = data
                         body = header.length
             else:
                 assert header.remote is not None
                 target: Into = bytearray(header.length) if into is None else into
                 await self._read(target, header.remote)
                 body = target if into is None else header.length  # type: ignore[assignment]
-            self._consumed(arrival)
+            self._consumed()
             return head, body
 
     async def _read(self, target: Into, remote: RemoteBuffer) -> None:
@@ -499,10 +522,10 @@ class MessageChannel:
         elif isinstance(target, Segment):
             segment = target[: remote.length]
         else:
-            own = self.conn.device.register(target, Access.LOCAL_WRITE)
+            own = self.link.register(target, Access.LOCAL_WRITE)
             segment = own.segment(0, remote.length)
         try:
-            await self.conn.rdma_read(segment, remote)
+            await self._qp.rdma_read(segment, remote)
         finally:
             if own is not None:
                 _release_mr(own)
@@ -512,9 +535,10 @@ class MessageChannel:
 
         Small messages come back as ``bytes``; larger ones as the
         ``bytearray`` the RDMA read landed in (no copy). Cancelling leaves
-        the message queued for the next receive.
+        the message queued for the next receive. A head the sender added
+        is dropped (see :meth:`recv_message_with_head`).
         """
-        _, body = await self._receive(None)
+        _, body = await self.recv_message_with_head()
         assert not isinstance(body, int)
         return body
 
@@ -530,7 +554,7 @@ class MessageChannel:
         buffer nothing can land in (``bytes``, a closed or read-only region).
         """
         check_into(buffer)
-        _, n = await self._receive(lambda _head, _n: buffer)
+        _, n = await self.recv_message_with_head(lambda _head, _n: buffer)
         assert isinstance(n, int)
         return n
 
@@ -545,8 +569,8 @@ class MessageChannel:
 
     # -- sending -----------------------------------------------------------
 
-    async def send_message(self, data: Body) -> None:
-        """Send ``data`` as one message.
+    async def send_message(self, data: Body, *, head: bytes = b"") -> None:
+        """Send ``data`` as one message, with an optional small ``head``.
 
         Small messages are copied into a registered send buffer: this returns
         once that is posted, and ``data`` may be reused at once. Larger ones
@@ -558,19 +582,23 @@ class MessageChannel:
         its memory stops being readable and the peer's receive of it raises
         :class:`MessageRevokedError`. Raises :class:`MessageTooLargeError`
         for a message larger than this side's or the peer's ``max_message``.
-        """
-        await self._send(b"", data)
 
-    async def _send(self, head: bytes, body: Body) -> None:
+        ``head`` travels in the message's first packet, whatever the body's
+        size, and at most ``eager_limit`` bytes; the receiver gets it from
+        :meth:`recv_message_with_head` (or its ``choose`` callback, before
+        deciding where the body goes).
+        """
         check_loop(self._loop)
-        size = _length(body)
+        size = buffer_length(data)
         if size > self.max_message:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds this channel's max_message of {self.max_message}"
             )
+        if not isinstance(head, bytes | bytearray):
+            raise TypeError(f"a message head must be bytes, not {type(head).__name__}")
         if len(head) > self.eager_limit:
             raise ValueError(f"message head of {len(head)} bytes exceeds {self.eager_limit}")
-        peer_limit = self.peer_max_message
+        peer_limit = self._state.peer_max_message
         if peer_limit is None:
             peer_limit = await self._peer_limit()
         if size > peer_limit:
@@ -581,18 +609,18 @@ class MessageChannel:
         if len(head) + size <= self.eager_limit:
             async with self._send_lock:
                 await self._post_when_possible(
-                    Header(Kind.EAGER, 0, 0, size), head, body, _Cost.DATA
+                    Header(Kind.EAGER, 0, 0, size), head, data, Cost.DATA
                 )
             return
-        msg_id = next(self._ids)
-        exposure = await self._expose(msg_id, body, size)
+        msg_id, exposure = await self._expose(data, size)
         header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposure.mr.remote())
         try:
             async with self._send_lock:
-                await self._post_when_possible(header, head, None, _Cost.DATA)
+                await self._post_when_possible(header, head, None, Cost.DATA)
         except BaseException:
-            self._exposed.pop(msg_id, None)
-            self._unexpose(exposure)
+            if self._state.withdraw(msg_id):
+                del self._exposures[msg_id]
+                self._unexpose(exposure)
             exposure.done.cancel()
             raise
         if self.exposure_timeout is not None and not exposure.done.done():
@@ -607,114 +635,95 @@ class MessageChannel:
                 self._revoke(msg_id, asyncio.CancelledError())
             raise
 
-    async def _expose(self, msg_id: int, body: Body, size: int) -> _Exposure:
+    async def _expose(self, body: Body, size: int) -> tuple[int, _Exposure]:
         """Register exactly ``body``'s bytes for remote reading, once they fit
         under ``max_exposed``; the peer can read nothing else with the rkey."""
-        while self._exposed_bytes + size > self.max_exposed:
+        while not self._state.room_for(size):
             self._check()
             await self._changed()
         self._check()
         source = body.view() if isinstance(body, MemoryRegion | Segment) else body
         try:
-            mr = self.conn.register(source, Access.REMOTE_READ)
+            mr = self.link.register(source, Access.REMOTE_READ)
         except TypeError:  # not contiguous
-            mr = self.conn.register(bytes(memoryview(source)), Access.REMOTE_READ)
+            mr = self.link.register(bytes(memoryview(source)), Access.REMOTE_READ)
+        msg_id = self._state.expose(size)
         exposure = _Exposure(mr, size, self._loop.create_future())
-        self._exposed[msg_id] = exposure
-        self._exposed_bytes += size
-        return exposure
+        self._exposures[msg_id] = exposure
+        return msg_id, exposure
 
     def _unexpose(self, exposure: _Exposure) -> None:
-        """End an exposure: the rkey stops working now (or once local work on it is done)."""
+        """End an exposure's I/O (the state already stopped counting it): the
+        rkey stops working now (or once local work on it is done)."""
         if exposure.timer is not None:
             exposure.timer.cancel()
             exposure.timer = None
-        if exposure.held:
-            exposure.held = False
-            self._exposed_bytes -= exposure.size
-            if not exposure.mr.closed:
-                _release_mr(exposure.mr)
-            self._wake()
+        if not exposure.mr.closed:
+            _release_mr(exposure.mr)
+        self._wake()
 
     def _revoke(self, msg_id: int, cause: BaseException | None) -> None:
         """Withdraw an unread large message (its send was cancelled, or ``cause``
         is None: it timed out) and tell the peer."""
-        exposure = self._exposed.pop(msg_id, None)
-        if exposure is None:
+        if not self._state.revoke(msg_id):
             return
+        exposure = self._exposures.pop(msg_id)
         self._unexpose(exposure)
-        self._revoked.add(msg_id)
         if not exposure.done.done():
             if cause is None:
                 error = ExposureTimeoutError(
                     f"the peer did not read message {msg_id} ({exposure.size} bytes) within "
                     f"exposure_timeout ({self.exposure_timeout} s); it was revoked"
                 )
-                log.warning("%r: %s", self.conn, error)
+                log.warning("%r: %s", self.link, error)
                 exposure.done.set_exception(error)
             else:
                 exposure.done.cancel()
         if self._error is None:
             self._spawn(self._send_control(Header(Kind.REVOKE, 0, msg_id)))
 
-    def _affordable(self, cost: _Cost) -> bool:
-        if not self._free_slots:
-            return False
-        if cost is _Cost.DATA:
-            return self._data.can_send()
-        if cost is _Cost.CONTROL:
-            return self._control.can_send_data()
-        return self._control.available >= 1
-
     async def _post_when_possible(
-        self, header: Header, head: bytes, body: Body | None, cost: _Cost
+        self, header: Header, head: bytes, body: Body | None, cost: Cost
     ) -> None:
         """Post a packet once a send slot, the credit it costs and send-queue room are there."""
         while True:
             self._check()
-            if self._affordable(cost):
+            if self._state.affordable(cost):
                 try:
                     self._post(header, head, body, cost)
                     return
                 except ResourceBusyError:
-                    await self.conn.qp.wait_send_room()
+                    await self._qp.wait_send_room()
                     continue
             await self._changed()
 
-    def _post(self, header: Header, head: bytes, body: Body | None, cost: _Cost) -> None:
+    def _post(self, header: Header, head: bytes, body: Body | None, cost: Cost) -> None:
         """Post one packet now, piggybacking the credits we owe; raises
         ResourceBusyError (changing nothing) if the send queue is full."""
-        slot = self._free_slots.pop()
+        state = self._state
+        slot = state.free_slots.pop()
         try:
             start = slot * self._size
             end = HEADER_SIZE + len(head)
             with self._send_mr.view() as whole, whole[start : start + self._size] as view:
-                Header(header.kind, self._data.owed, header.msg_id, header.length, header.remote,
-                       len(head), self._control.owed).pack_into(view)  # fmt: skip
+                state.stamp(header, len(head)).pack_into(view)
                 view[HEADER_SIZE:end] = head
                 if body is not None and header.kind == Kind.EAGER:
-                    with _bytes_view(body) as source:
+                    with buffer_view(body) as source:
                         view[end : end + header.length] = source
                     end += header.length
             signal = self._silent_run + 1 >= self._signal_every
             packet = Send(self._send_mr[start : start + end], signaled=signal)
-            (sent,) = self.conn.qp.post_batch_nowait([packet])
+            (sent,) = self._qp.post_batch_nowait([packet])
         except BaseException:
-            self._free_slots.append(slot)
+            state.free_slots.append(slot)
             raise
         self._silent_run = 0 if signal else self._silent_run + 1
-        self._data.piggyback()
-        if cost is _Cost.DATA:
-            self._data.take()
-            self._control.piggyback()
-        elif cost is _Cost.CONTROL:
-            self._control.take_for_data()
-        else:
-            self._control.take_for_update()
+        state.posted(cost)
         sent.add_done_callback(functools.partial(self._sent, slot))
 
     def _sent(self, slot: int, fut: asyncio.Future[Any]) -> None:
-        self._free_slots.append(slot)
+        self._state.free_slots.append(slot)
         if fut.cancelled():
             self._fail(ResourceClosedError("message channel closed"))
         elif fut.exception() is not None:
@@ -723,17 +732,13 @@ class MessageChannel:
 
     async def _send_control(self, header: Header) -> None:
         try:
-            await self._post_when_possible(header, b"", None, _Cost.CONTROL)
+            await self._post_when_possible(header, b"", None, Cost.CONTROL)
         except (RdmaError, ResourceClosedError, ConnectionResetError) as exc:
             log.debug("could not send %s for %d: %r", header.kind.name, header.msg_id, exc)
 
     def _pump(self) -> None:
         """Return owed credits if an update is due, and wake waiters."""
-        update: tuple[Kind, _Cost] | None = None
-        if self._data.should_send_update() and self._affordable(_Cost.CONTROL):
-            update = (Kind.CREDIT, _Cost.CONTROL)
-        elif self._control.should_send_update() and self._affordable(_Cost.CONTROL_UPDATE):
-            update = (Kind.CONTROL_CREDIT, _Cost.CONTROL_UPDATE)
+        update = self._state.update_due()
         if update is not None and self._error is None and self._room_task is None:
             try:
                 self._post(Header(update[0], 0), b"", None, update[1])
@@ -745,7 +750,7 @@ class MessageChannel:
 
     async def _pump_later(self) -> None:
         try:
-            await self.conn.qp.wait_send_room()
+            await self._qp.wait_send_room()
         except BaseException:
             return
         finally:
@@ -761,15 +766,15 @@ class MessageChannel:
 
     def is_closing(self) -> bool:
         """True once the channel's connection is closing or closed."""
-        return self.conn.is_closing()
+        return self.link.is_closing()
 
     def close(self) -> Awaitable[None]:
         """Close the channel's connection (see :meth:`aiordma.Connection.close`)."""
-        return self.conn.close()
+        return self.link.close()
 
     async def wait_closed(self) -> None:
         """Wait until the channel's connection is closed."""
-        await self.conn.wait_closed()
+        await self.link.wait_closed()
 
     async def __aenter__(self) -> MessageChannel:
         return self

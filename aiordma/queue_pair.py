@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.pyverbs_error import PyverbsError
@@ -216,6 +217,11 @@ class QueuePair:
         return Endpoint(self.qp_num, self.psn, gid_to_bytes(gid), lid)
 
     # -- state -------------------------------------------------------------
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this queue pair's completions arrive on (it belongs to it)."""
+        return self._loop
 
     @property
     def state_name(self) -> str:
@@ -519,6 +525,11 @@ class QueuePair:
                 cq.unreserve(self.options.send_depth + self.options.recv_depth)
             self.device._forget_qp(self)
             self.device._release_cq(cq)
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        engine = getattr(self, "_engine", None)
+        if engine is not None and engine.qp is not None:
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
 
     async def __aenter__(self) -> QueuePair:
         return self

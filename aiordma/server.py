@@ -15,6 +15,7 @@ import asyncio
 import errno
 import inspect
 import logging
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -153,6 +154,14 @@ class Server:
     def is_serving(self) -> bool:
         """True while the server is listening, as for :class:`asyncio.Server`."""
         return bool(self._listeners)
+
+    def is_closing(self) -> bool:
+        """True once :meth:`close` was called (the server stopped listening)."""
+        return self._stopped.done()
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        if getattr(self, "_listeners", None):
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
 
     # -- requests ----------------------------------------------------------
 

@@ -8,12 +8,15 @@ Tests that take the ``lab`` fixture need a real RDMA device and are marked
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -40,8 +43,69 @@ def pytest_asyncio_loop_factories(
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "lab" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", None)
+        if names is None:
+            continue
+        if "lab" in names:
             item.add_marker(pytest.mark.rdma)
+        if item.get_closest_marker("asyncio") is not None and "loop_errors" not in names:
+            names.insert(0, "loop_errors")
+
+
+@pytest_asyncio.fixture
+async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
+    """Fails the test if its event loop's exception handler was called.
+
+    aiordma reports bugs in callbacks it runs (a delivery hook that raised,
+    a task that failed unobserved) through the loop's exception handler;
+    such a report during a test is a failure, not log noise. A test that
+    provokes one on purpose takes this fixture and empties the list.
+    """
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+
+    def record(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        seen.append(context)
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(record)
+    try:
+        yield seen
+    finally:
+        loop.set_exception_handler(previous)
+    if seen:
+        reports = "; ".join(f"{c.get('message')}: {c.get('exception')!r}" for c in seen)
+        pytest.fail(f"the event loop's exception handler was called: {reports}", pytrace=False)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In every module with device tests: the device's resource counts (pd,
+    cq, qp, mr, cm_id, across processes) and this process's open descriptors
+    are back where they started once the module is done."""
+    items = [i for i in request.session.items if getattr(i, "module", None) is request.module]
+    device = os.environ.get("AIORDMA_DEVICE")
+    if not device or not any(i.get_closest_marker("rdma") for i in items):
+        yield
+        return
+    before, fds = rdma_counts(device), _open_fds()
+    yield
+    aiordma.device._close_shared()  # devices opened by connect()/start_server() on demand
+    gc.collect()
+    deadline = time.monotonic() + 10  # peers' resources go when their processes are reaped
+    while (after := rdma_counts(device)) != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    leaked = {k: after[k] - before[k] for k in before if after[k] != before[k]}
+    assert not leaked, f"{request.module.__name__} left RDMA resources behind: {leaked}"
+    assert _open_fds() == fds, f"{request.module.__name__} left descriptors open"
 
 
 @pytest.fixture(scope="session")

@@ -399,9 +399,9 @@ async def test_cancelling_a_large_send_revokes_it(lab: Lab) -> None:
 
     async def slow(conn: aiordma.Connection) -> None:
         channel: MessageChannel = conn.prepared
-        await channel._arrived()  # the large message is announced, not yet read
+        await channel.wait_message()  # the large message is announced, not yet read
         announced.set()
-        while len(channel._ready) < 2:  # "next" came, so the REVOKE sent before it did
+        while len(channel._state.ready) < 2:  # "next" came, so the REVOKE sent before it did
             await channel._changed()
         try:
             got.append(await channel.recv_message())

@@ -6,131 +6,14 @@ microseconds; perftest's one-way latency figures are doubled to match.
 Bandwidth modes keep ``--depth`` operations in flight and report MB/s and
 Gbit/s; ``send_rate`` keeps ``--depth`` sends in flight, posted as lists, and
 reports messages per second. ``rpc_lat`` is an ``echo`` call; ``rpc_bw``
-fetches results into registered memory with ``--depth`` calls in flight.
-``--compare tcp`` runs each pattern over asyncio TCP streams to the same
-address (see :mod:`aiordma.bench.tcp`).
+fetches results into registered memory with ``--depth`` calls in flight,
+``rpc_fetch`` the same into a new buffer per call, and ``rpc_sink`` sends
+payloads to a method that drops them. ``connect`` times rdma_cm connection
+set-up (``connect()`` until established). ``--compare tcp`` runs each
+pattern over asyncio TCP streams to the same address (see
+:mod:`aiordma.bench.tcp`).
+
+Modules: ``command`` (the command line), ``runner`` (the measurements),
+``peer`` (the other process), ``perftest`` (the C reference), ``tcp`` (the
+asyncio TCP baseline), ``stats``, ``report`` (table, progress), ``plot``.
 """
-
-from __future__ import annotations
-
-import argparse
-import asyncio
-import json
-import os
-import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
-
-from aiordma.bench.stats import Result
-
-MODES = (
-    "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_rate", "rpc_lat", "rpc_bw",
-)  # fmt: skip
-
-DEFAULT_SIZES = {"lat": [64], "bw": [65536, 1 << 20], "rate": [64]}
-
-
-def sizes_for(mode: str, given: list[int] | None) -> list[int]:
-    if given:
-        return given
-    return DEFAULT_SIZES[mode.rsplit("_", 1)[1] if mode != "rpc_bw" else "bw"]
-
-
-async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -> None:
-    from aiordma.bench import perftest
-    from aiordma.bench.report import Progress
-    from aiordma.bench.runner import Peer, Plan, measure, measure_tcp
-
-    sizes = {mode: sizes_for(mode, args.sizes) for mode in args.modes}
-    tools = set(args.compare)
-    steps = sum(
-        len(sizes[mode])
-        * (1 + len(tools - ({"perftest"} if mode not in perftest.TOOLS else set())))
-        for mode in args.modes
-    )
-    progress = Progress(steps)
-    plan = Plan(args.iterations, args.warmup, args.depth, args.duration)
-    peer = Peer(args.addr, max(max(s) for s in sizes.values()), args.loop)
-    try:
-        for mode in args.modes:
-            for size in sizes[mode]:
-                progress.start(f"aiordma {mode} {size} B")
-                group = [await measure(peer, mode, size, plan, progress.update)]
-                if "perftest" in tools and mode in perftest.TOOLS:
-                    progress.start(f"{perftest.TOOLS[mode]} {size} B")
-                    reference = await asyncio.to_thread(
-                        perftest.run, mode, args.device, args.addr, size,
-                        group[0].iterations, 1 if mode.endswith("_lat") else args.depth,
-                    )  # fmt: skip
-                    if reference is not None:
-                        group.append(reference)
-                if "tcp" in tools:
-                    progress.start(f"tcp {mode} {size} B")
-                    group.append(await measure_tcp(peer, mode, size, plan, progress.update))
-                progress.clear()
-                emit(group)
-    finally:
-        peer.close()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("modes", nargs="+", choices=MODES, metavar="MODE",
-                        help=f"one or more of: {', '.join(MODES)}")  # fmt: skip
-    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
-                        help="message sizes in bytes, comma-separated (default: 64 for latency "
-                        "modes, 64 KiB and 1 MiB for bandwidth modes)")  # fmt: skip
-    parser.add_argument("--iterations", type=int, default=1000)
-    parser.add_argument("--duration", type=float, metavar="SECONDS",
-                        help="measure for this long instead of --iterations (perftest then "
-                        "runs as many iterations as aiordma did)")  # fmt: skip
-    parser.add_argument("--warmup", type=int, default=100)
-    parser.add_argument("--depth", type=int, default=8, help="operations in flight (bandwidth)")
-    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
-    parser.add_argument("--compare", action="append", default=[], choices=["perftest", "tcp"],
-                        help="also run perftest (the C reference, same device) or the same "
-                        "pattern over asyncio TCP streams (same address); repeatable")  # fmt: skip
-    parser.add_argument("--json", metavar="FILE", help="write every result as JSON ('-': stdout)")
-    parser.add_argument("--plot", metavar="FILE.png",
-                        help="draw latency and throughput against size "
-                        "(needs aiordma[bench])")  # fmt: skip
-    parser.add_argument("--device", default=os.environ.get("AIORDMA_DEVICE", "rxe0"))
-    parser.add_argument("--addr", default=os.environ.get("AIORDMA_ADDR", "192.0.2.1"))
-
-
-def run(args: argparse.Namespace) -> int:
-    from aiordma.bench.report import row
-
-    results: list[Result] = []
-    table = sys.stderr if args.json == "-" else sys.stdout
-
-    def emit(group: list[Result]) -> None:
-        results.extend(group)
-        print(row(group[0], group[1:]), file=table, flush=True)
-        for reference in group[1:]:
-            print(row(reference), file=table, flush=True)
-
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            print("aiordma bench: --plot needs matplotlib (pip install 'aiordma[bench]')",
-                  file=sys.stderr)  # fmt: skip
-            return 2
-    runner: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
-    if args.loop == "uvloop":
-        import uvloop
-
-        runner = uvloop.run
-    runner(_run(args, emit))
-    if args.json:
-        text = json.dumps([r.to_json() for r in results], indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as out:
-                out.write(text + "\n")
-    if args.plot:
-        from aiordma.bench.plot import plot
-
-        plot(results, args.plot, f"aiordma bench on {args.device} ({args.loop})")
-    return 0

@@ -136,6 +136,8 @@ async def measure(
     """Run ``mode`` at ``size`` bytes over RDMA against ``peer``."""
     if mode.startswith("rpc"):
         return await _measure_rpc(peer, mode, size, plan, progress)
+    if mode == "connect":
+        return await _measure_connect(peer, plan, progress)
     kind = {"send_lat": b"echo", "send_rate": b"sink"}.get(mode, b"mem")
     async with await aiordma.connect(peer.addr, peer.port, private_data=kind) as conn:
         local = conn.alloc(size)
@@ -179,21 +181,72 @@ async def _measure_rpc(
             payload = bytes(size)
             samples = await _latencies(plan, lambda: client.call("echo", payload), progress)
             return Result("aiordma", mode, size, 1, len(samples), sum(samples), Latency.of(samples))
-        into = client.conn.alloc(size)
-        request = str(size).encode()
+        if mode == "rpc_sink":
+            payload = bytes(size)
 
-        async def post() -> asyncio.Future[Any]:
-            return asyncio.ensure_future(client.call("source", request, into=into))
+            async def post() -> asyncio.Future[Any]:
+                return asyncio.ensure_future(client.call("sink", payload))
+
+        elif mode == "rpc_fetch":  # a new buffer per result
+            request = str(size).encode()
+
+            async def post() -> asyncio.Future[Any]:
+                return asyncio.ensure_future(client.call("source", request))
+
+        else:  # rpc_bw: results land in registered memory
+            into = client.conn.alloc(size)
+            request = str(size).encode()
+
+            async def post() -> asyncio.Future[Any]:
+                return asyncio.ensure_future(client.call("source", request, into=into))
 
         await _window(plan, post, None, warm=True)
         done, seconds = await _window(plan, post, progress)
         return Result("aiordma", mode, size, plan.depth, done, seconds)
 
 
+async def _measure_connect(peer: Peer, plan: Plan, progress: Progress | None) -> Result:
+    """rdma_cm connection set-up: ``connect()`` until established (closing is not timed)."""
+
+    async def connect() -> float:
+        start = time.perf_counter()
+        conn = await aiordma.connect(peer.addr, peer.port, private_data=b"idle")
+        took = time.perf_counter() - start
+        await conn.close()
+        return took
+
+    return await _timed_each("aiordma", plan, connect, progress)
+
+
+async def _timed_each(
+    tool: str, plan: Plan, op: Callable[[], Awaitable[float]], progress: Progress | None
+) -> Result:
+    """A latency result from ``op``, which times its own part of each iteration."""
+    for _ in range(plan.warmup):
+        await op()
+    samples: list[float] = []
+    begin = time.perf_counter()
+    while plan.more(len(samples), begin):
+        samples.append(await op())
+        _report(progress, len(samples))
+    return Result(tool, "connect", 0, 1, len(samples), sum(samples), Latency.of(samples))
+
+
 async def measure_tcp(
     peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None = None
 ) -> Result:
     """The same pattern as ``mode`` over asyncio TCP streams (see :mod:`aiordma.bench.tcp`)."""
+    if mode == "connect":
+
+        async def connect() -> float:
+            start = time.perf_counter()
+            _, writer = await asyncio.open_connection(peer.addr, peer.tcp_port)
+            took = time.perf_counter() - start
+            writer.close()
+            await writer.wait_closed()
+            return took
+
+        return await _timed_each("tcp", plan, connect, progress)
     method, payload = tcp.request_for(mode, size)
     async with await tcp.Client.connect(peer.addr, peer.tcp_port) as client:
         if mode.endswith("_lat"):

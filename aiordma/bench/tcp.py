@@ -33,6 +33,8 @@ PATTERN = {
     "read_lat": "source",
     "read_bw": "source",
     "rpc_bw": "source",
+    "rpc_fetch": "source",
+    "rpc_sink": "sink",
     "send_lat": "echo",
     "rpc_lat": "echo",
 }

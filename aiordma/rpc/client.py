@@ -21,8 +21,8 @@ from aiordma.messaging import (
     DEFAULT_MAX_MESSAGE,
     Into,
     MessageChannel,
-    _bytes_view,
-    _length,
+    buffer_length,
+    buffer_view,
     check_into,
     open_channel,
 )
@@ -103,7 +103,7 @@ class Client:
         try:
             try:
                 async with asyncio.timeout(timeout):
-                    await self._channel._send(head, body)
+                    await self._channel.send_message(body, head=head)
                     return await fut
             except TimeoutError as exc:
                 if exc.args:  # not asyncio.timeout's own
@@ -116,7 +116,7 @@ class Client:
 
     async def _send_cancel(self, call_id: int) -> None:
         try:
-            await self._channel._send(Frame(FrameKind.CANCEL, call_id).pack(), b"")
+            await self._channel.send_message(b"", head=Frame(FrameKind.CANCEL, call_id).pack())
         except Exception as exc:
             log.debug("could not cancel call %d: %r", call_id, exc)
 
@@ -130,8 +130,8 @@ class Client:
         for a new object (with ``call.error`` set if ``into`` is too small)."""
         if call is None or call.into is None or frame.kind != FrameKind.REPLY:
             return None
-        if _length(call.into) < length:
-            call.error = BufferTooSmallError(length, _length(call.into))
+        if buffer_length(call.into) < length:
+            call.error = BufferTooSmallError(length, buffer_length(call.into))
             return None
         return call.into
 
@@ -145,7 +145,7 @@ class Client:
         if into is None:
             self._complete(call, frame.kind, bytes(body))
         else:
-            with _bytes_view(into) as target:
+            with buffer_view(into) as target:
                 target[: len(body)] = body
             self._complete(call, frame.kind, len(body))
         return True
@@ -162,7 +162,7 @@ class Client:
         try:
             while True:
                 try:
-                    head, body = await self._channel._receive(self._choose)
+                    head, body = await self._channel.recv_message_with_head(self._choose)
                 except MessageRevokedError as revoked:  # that reply alone is lost
                     frame = self._reply_frame(revoked.head)
                     call = self._pending.pop(frame.call_id, None)
@@ -224,6 +224,10 @@ class Client:
         self._fail(ResourceClosedError("RPC client closed"))
         self.conn.close()
         return asyncio.ensure_future(self.wait_closed())
+
+    def is_closing(self) -> bool:
+        """True once the client (or its connection) is closing or closed."""
+        return self._error is not None or self.conn.is_closing()
 
     async def wait_closed(self) -> None:
         """Wait until the connection is closed and the reply reader has stopped."""

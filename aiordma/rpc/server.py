@@ -90,10 +90,10 @@ class Service:
         channel.deliver_to(calls.on_message)
         try:
             while True:
-                await channel._arrived()
+                await channel.wait_message()
                 await calls.room()
                 try:
-                    head, body = await channel._receive(None)
+                    head, body = await channel.recv_message_with_head()
                 except MessageRevokedError as exc:  # the caller withdrew a large request
                     log.debug("request withdrawn by %s:%d: %s", *conn.peer_address, exc)
                     continue
@@ -124,15 +124,15 @@ class Service:
             head = Frame(FrameKind.ERROR, frame.call_id).pack()
             result = error_body(name, str(exc))
         try:
-            await channel._send(head, result)
+            await channel.send_message(result, head=head)
         except (MessageTooLargeError, TypeError, ValueError) as exc:
             # The reply itself cannot be sent: tell the caller why instead.
             peer = "{}:{}".format(*channel.conn.peer_address)
             log.warning("reply to %s from %s not sent: %s", frame.method, peer, exc)
             with contextlib.suppress(RdmaError, ConnectionError):
-                await channel._send(
-                    Frame(FrameKind.ERROR, frame.call_id).pack(),
+                await channel.send_message(
                     error_body(type(exc).__qualname__, f"the reply could not be sent: {exc}"),
+                    head=Frame(FrameKind.ERROR, frame.call_id).pack(),
                 )
         except Exception as exc:
             log.debug("reply to call %d not sent: %r", frame.call_id, exc)

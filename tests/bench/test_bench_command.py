@@ -50,3 +50,22 @@ def test_duration_mode_runs_for_the_time_given(lab: Lab, tmp_path: Path) -> None
                     "--warmup", "2")  # fmt: skip
     assert float(row["seconds"]) >= 1.0  # type: ignore[arg-type]
     assert int(row["iterations"]) > 0  # type: ignore[call-overload]
+
+
+def test_connect_and_the_rpc_transfer_modes(lab: Lab, tmp_path: Path) -> None:
+    rows = _bench(lab, tmp_path, "connect", "rpc_fetch", "rpc_sink", "--sizes", "65536",
+                  "--iterations", "10", "--warmup", "2", "--depth", "2",
+                  "--compare", "tcp")  # fmt: skip
+    by = {(r["mode"], r["tool"]): r for r in rows}
+    assert set(by) == {(mode, tool) for mode in ("connect", "rpc_fetch", "rpc_sink")
+                       for tool in ("aiordma", "tcp")}  # fmt: skip
+    for tool in ("aiordma", "tcp"):
+        setup = by[("connect", tool)]
+        assert (setup["size"], setup["iterations"]) == (0, 10)
+        latency = setup["latency"]
+        assert isinstance(latency, dict)
+        assert 0 < latency["p50"] <= latency["p99"]
+    for mode in ("rpc_fetch", "rpc_sink"):
+        ours = by[(mode, "aiordma")]
+        assert (ours["size"], ours["iterations"], ours["depth"]) == (65536, 10, 2)
+        assert float(ours["mb_per_s"]) > 0  # type: ignore[arg-type]

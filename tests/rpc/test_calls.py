@@ -178,7 +178,7 @@ async def test_garbage_rpc_frame_closes_only_that_connection(
     async with await rpc.connect(lab.addr, rpc_port) as good:
         async with await rpc.connect(lab.addr, rpc_port) as bad:
             # A well-formed channel message whose RPC frame is a reply: no client sends one.
-            await bad._channel._send(Frame(FrameKind.REPLY, 1).pack(), b"")
+            await bad._channel.send_message(b"", head=Frame(FrameKind.REPLY, 1).pack())
             await asyncio.wait_for(bad.conn.wait_closed(), TIMEOUT)
             with pytest.raises(aiordma.ConnectionLostError):
                 await bad.call("echo", b"x")
@@ -351,15 +351,19 @@ async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
 
             server_channel._expose = watched  # type: ignore[method-assign,assignment]
             for call_id in range(1, 6):
-                await channel._send(Frame(FrameKind.REQUEST, call_id, "big").pack(), b"")
+                await channel.send_message(
+                    b"", head=Frame(FrameKind.REQUEST, call_id, "big").pack()
+                )
             # Every reply is announced, then revoked once its deadline passed.
             async with asyncio.timeout(TIMEOUT):
-                while len(channel._ready) < 5 or not all(a.revoked for a in channel._ready):
+                while len(channel._state.ready) < 5 or not all(
+                    a.revoked for a in channel._state.ready
+                ):
                     await channel._changed()
             revoked: list[int] = []
             for _ in range(5):
                 with pytest.raises(aiordma.MessageRevokedError) as info:
-                    await channel._receive(None)
+                    await channel.recv_message_with_head()
                 revoked.append(Frame.unpack(info.value.head).call_id)
             assert sorted(revoked) == [1, 2, 3, 4, 5]
             assert len(peaks) == 5

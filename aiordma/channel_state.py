@@ -1,0 +1,201 @@
+"""What one side of a message channel knows, without any I/O (pure logic).
+
+:class:`ChannelState` holds the protocol state of a
+:class:`~aiordma.MessageChannel`: credits both ways, which send slots are
+free, the messages that arrived and wait to be taken, the large messages
+this side holds exposed (and the bytes they cover), those it revoked, the
+peer's announced ``max_message``, and which credit update, if any, is due.
+The channel feeds it each packet header it receives and asks it what may be
+sent; the channel does the I/O (receive buffers, posting, RDMA reads,
+registrations, timers and waking tasks), as httpcore drives h11. Keeping
+the decisions here lets them be tested on a host without a device.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import itertools
+from dataclasses import dataclass
+
+from aiordma.credits import CreditWindow, DataCredits
+from aiordma.exceptions import ProtocolError
+from aiordma.wire import Header, Kind
+
+
+class Cost(enum.Enum):
+    """What sending a packet spends."""
+
+    DATA = "a data credit"
+    CONTROL = "a control credit, not the last"
+    CONTROL_UPDATE = "any control credit"
+
+
+@dataclass(slots=True)
+class Arrival:
+    """A message that arrived and waits to be taken."""
+
+    slot: int
+    """The receive buffer it sits in."""
+    header: Header
+    size: int
+    """Bytes of the packet (header, head and, when eager, body)."""
+    saved: bytes | None = None
+    """Head and body of an eager message, copied out when the connection failed."""
+    revoked: bool = False
+    """The sender withdrew this rendezvous message (REVOKE)."""
+
+
+class ChannelState:
+    """Credits, send slots, arrivals and exposures of one channel side.
+
+    ``buffers`` receive (and as many send) slots are split into a data
+    ``window`` and a ``control_window`` (see :mod:`aiordma.credits`).
+    """
+
+    def __init__(self, window: int, control_window: int, max_exposed: int) -> None:
+        self.data = DataCredits(window)
+        self.control = CreditWindow(control_window)
+        self.buffers = window + control_window
+        self.free_slots = list(range(self.buffers))
+        self.ready: collections.deque[Arrival] = collections.deque()
+        self.max_exposed = max_exposed
+        self.exposed: dict[int, int] = {}
+        """Sizes of the large messages this side holds exposed, by message id."""
+        self.exposed_bytes = 0
+        self.revoked: set[int] = set()
+        """Messages this side revoked whose DONE may still cross the REVOKE."""
+        self.peer_max_message: int | None = None
+        self._ids = itertools.count(1)
+
+    # -- receiving ---------------------------------------------------------
+
+    def received(self, header: Header) -> int | None:
+        """Apply a packet's credits and control meaning.
+
+        Returns the id of the message whose exposure a DONE ended (None
+        otherwise, or when it had been revoked already). Raises
+        :class:`ProtocolError` (or ValueError, for impossible credits) when
+        the peer broke the protocol.
+        """
+        self.data.granted(header.credits)
+        self.control.granted(header.control_credits)
+        kind = header.kind
+        if kind == Kind.DONE:
+            if header.msg_id in self.exposed:
+                self._unexposed(header.msg_id)
+                return header.msg_id
+            if header.msg_id not in self.revoked:
+                raise ProtocolError(f"DONE for message {header.msg_id}, which is not exposed")
+            self.revoked.discard(header.msg_id)  # read before it was revoked
+        elif kind == Kind.REVOKE:
+            for arrival in self.ready:
+                if arrival.header.kind == Kind.RENDEZVOUS and arrival.header.msg_id == (
+                    header.msg_id
+                ):
+                    arrival.revoked = True
+        elif kind == Kind.HELLO:
+            self.peer_max_message = header.length
+        return None
+
+    @staticmethod
+    def is_message(header: Header) -> bool:
+        """Whether the packet carries a message for the application (not control)."""
+        return header.kind in (Kind.EAGER, Kind.RENDEZVOUS)
+
+    def queue(self, slot: int, header: Header, size: int) -> None:
+        """A message arrived in receive buffer ``slot`` and waits to be taken."""
+        self.ready.append(Arrival(slot, header, size))
+
+    def reposted(self, header: Header) -> None:
+        """The buffer a packet of kind ``header.kind`` consumed is posted again."""
+        if self.is_message(header):
+            self.data.reposted()
+        else:
+            self.control.reposted(for_data=header.kind != Kind.CONTROL_CREDIT)
+
+    def consumed(self) -> tuple[Arrival, bool]:
+        """The first queued message was taken: remove it. Returns it, and whether
+        the sender must be told DONE (a rendezvous message it did not revoke)."""
+        arrival = self.ready.popleft()
+        done_due = arrival.header.kind == Kind.RENDEZVOUS and not arrival.revoked
+        return arrival, done_due
+
+    # -- sending -----------------------------------------------------------
+
+    def affordable(self, cost: Cost) -> bool:
+        """Whether a packet costing ``cost`` may be posted now (slot and credit)."""
+        if not self.free_slots:
+            return False
+        if cost is Cost.DATA:
+            return self.data.can_send()
+        if cost is Cost.CONTROL:
+            return self.control.can_send_data()
+        return self.control.available >= 1
+
+    def stamp(self, header: Header, head_length: int) -> Header:
+        """``header`` carrying the credits we owe (nothing changes until :meth:`posted`)."""
+        return Header(header.kind, self.data.owed, header.msg_id, header.length, header.remote,
+                      head_length, self.control.owed)  # fmt: skip
+
+    def posted(self, cost: Cost) -> None:
+        """A stamped packet costing ``cost`` was posted: its credits are spent,
+        the owed credits it carried are paid."""
+        self.data.piggyback()
+        if cost is Cost.DATA:
+            self.data.take()
+            self.control.piggyback()
+        elif cost is Cost.CONTROL:
+            self.control.take_for_data()
+        else:
+            self.control.take_for_update()
+
+    def update_due(self) -> tuple[Kind, Cost] | None:
+        """The credit-only packet to send now, if one is due and affordable."""
+        if self.data.should_send_update() and self.affordable(Cost.CONTROL):
+            return Kind.CREDIT, Cost.CONTROL
+        if self.control.should_send_update() and self.affordable(Cost.CONTROL_UPDATE):
+            return Kind.CONTROL_CREDIT, Cost.CONTROL_UPDATE
+        return None
+
+    # -- exposures ---------------------------------------------------------
+
+    def room_for(self, size: int) -> bool:
+        """Whether ``size`` more bytes may be exposed under ``max_exposed``."""
+        return self.exposed_bytes + size <= self.max_exposed
+
+    def expose(self, size: int) -> int:
+        """Count a large message of ``size`` bytes as exposed; returns its id."""
+        msg_id = next(self._ids)
+        self.exposed[msg_id] = size
+        self.exposed_bytes += size
+        return msg_id
+
+    def _unexposed(self, msg_id: int) -> int:
+        size = self.exposed.pop(msg_id)
+        self.exposed_bytes -= size
+        return size
+
+    def withdraw(self, msg_id: int) -> bool:
+        """The send of ``msg_id`` failed before the peer learnt of it: forget it.
+        Returns False if it was not exposed."""
+        if msg_id not in self.exposed:
+            return False
+        self._unexposed(msg_id)
+        return True
+
+    def revoke(self, msg_id: int) -> bool:
+        """Revoke an unread exposure (its DONE may still arrive, and is then
+        accepted). Returns False if it had already ended."""
+        if msg_id not in self.exposed:
+            return False
+        self._unexposed(msg_id)
+        self.revoked.add(msg_id)
+        return True
+
+    def clear_exposures(self) -> list[int]:
+        """The channel failed: every exposure ends. Returns their ids."""
+        ids = list(self.exposed)
+        self.exposed.clear()
+        self.exposed_bytes = 0
+        return ids
