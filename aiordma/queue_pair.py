@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyverbs.addr import GID, AHAttr, GlobalRoute
-from pyverbs.pyverbs_error import PyverbsError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
 from aiordma import _ibv
@@ -275,11 +274,9 @@ class QueuePair:
         attr.sq_psn = self.psn
         attr.max_rd_atomic = min(self._rd_atomic, self.device.attributes.max_qp_init_rd_atom)
         qp = self.qp
-        try:
+        with verbs_errors(f"connecting QP {self.qp_num} to QP {remote.qp_num}"):
             qp.to_rtr(attr)
             qp.to_rts(attr)
-        except PyverbsError as exc:
-            raise DeviceError(getattr(exc, "error_code", 0), f"cannot connect QP: {exc}") from exc
         self.remote_endpoint = remote
         self._connected = True
 
@@ -287,11 +284,8 @@ class QueuePair:
         """Internal entry for rdma_cm set-up (:mod:`aiordma._setup`): apply the
         RTR then RTS attributes rdma_cm computed for this connection."""
         for attr, mask, what in ((rtr, rtr_mask, "RTR"), (rts, rts_mask, "RTS")):
-            try:
+            with verbs_errors(f"moving QP {self.qp_num} to {what}"):
                 self.qp.modify(attr, mask)
-            except PyverbsError as exc:
-                code = getattr(exc, "error_code", 0)
-                raise DeviceError(code, f"cannot move QP {self.qp_num} to {what}: {exc}") from exc
         self._connected = True
 
     # -- send side ---------------------------------------------------------
