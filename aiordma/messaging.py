@@ -783,8 +783,12 @@ class MessageChannel:
         await self.close()
 
 
-async def prepare_channel(conn: Connection) -> MessageChannel:
-    """A ``prepare`` hook giving each connection a :class:`MessageChannel` in ``conn.prepared``."""
+async def prepare_channel(conn: Link) -> MessageChannel:
+    """A ``prepare`` hook giving each connection a :class:`MessageChannel` in ``conn.prepared``.
+
+    It sets up a channel on any :class:`Link` the same way: its receives are
+    posted when this returns, before the peer may send.
+    """
     channel = MessageChannel(conn)
     await channel._start()
     return channel

@@ -516,3 +516,80 @@ async def test_receive_into_checks_the_buffer_before_waiting(lab: Lab) -> None:
         with pytest.raises(BufferTooSmallError) as info:
             await asyncio.wait_for(channel.recv_message_into(bytearray(10)), 60)
         assert (info.value.needed, info.value.given) == (100, 10)
+
+
+class _PairLink:
+    """A :class:`~aiordma.messaging.Link` made of a queue pair connected by
+    hand: the channel needs no rdma_cm connection."""
+
+    def __init__(self, qp: aiordma.QueuePair) -> None:
+        self._qp = qp
+        self._regions: list[aiordma.MemoryRegion] = []
+        self._ready: list[Callable[[], None]] = []
+
+    @property
+    def qp(self) -> aiordma.QueuePair:
+        return self._qp
+
+    def register(self, obj: object, access: Access | None = None) -> aiordma.MemoryRegion:
+        region = self._qp.device.register(obj, access)
+        self._regions.append(region)
+        return region
+
+    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> aiordma.MemoryRegion:
+        region = self._qp.device.alloc(size, access)
+        self._regions.append(region)
+        return region
+
+    def established(self) -> None:
+        for callback in self._ready:
+            callback()
+
+    def _when_established(self, callback: Callable[[], None]) -> None:
+        self._ready.append(callback)
+
+    def is_closing(self) -> bool:
+        return self._qp.is_closing()
+
+    def close(self) -> Awaitable[None]:
+        self._qp.close()
+        return asyncio.ensure_future(self.wait_closed())
+
+    async def wait_closed(self) -> None:
+        await self._qp.wait_closed()
+        for region in self._regions:
+            await region.aclose()
+
+
+@pytest.mark.asyncio
+async def test_heads_travel_with_bodies_on_any_link(device: aiordma.Device) -> None:
+    a, b = await aiordma.connect_loopback_pair(device)
+    links = _PairLink(a), _PairLink(b)
+    left, right = [await prepare_channel(link) for link in links]
+    for link in links:
+        link.established()
+    with pytest.raises(TypeError, match="not on a Connection"):
+        _ = left.conn
+    big = _payload(1, 50_000)  # rendezvous: the head travels in the announcement
+    await left.send_message(b"small", head=b"h1")
+    sending = asyncio.ensure_future(left.send_message(big, head=b"h2"))
+    await asyncio.wait_for(right.wait_message(), 30)
+    assert await right.recv_message_with_head() == (b"h1", b"small")
+    seen: list[tuple[bytes, int]] = []
+    landing = bytearray(60_000)
+
+    def choose(head: bytes, length: int) -> bytearray:
+        seen.append((head, length))
+        return landing
+
+    head, n = await asyncio.wait_for(right.recv_message_with_head(choose), 30)
+    assert isinstance(n, int)
+    await asyncio.wait_for(sending, 30)
+    assert (head, n, seen) == (b"h2", len(big), [(b"h2", len(big))])
+    assert bytes(landing[:n]) == big
+    with pytest.raises(TypeError, match="head must be bytes"):
+        await left.send_message(b"x", head="text")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="head of"):
+        await left.send_message(b"x", head=bytes(left.eager_limit + 1))
+    for channel in (left, right):
+        await channel.close()
