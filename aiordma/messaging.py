@@ -786,7 +786,7 @@ class MessageChannel:
 async def prepare_channel(conn: Link) -> MessageChannel:
     """A ``prepare`` hook giving each connection a :class:`MessageChannel` in ``conn.prepared``.
 
-    It sets up a channel on any :class:`Link` the same way: its receives are
+    It sets up a channel on any :class:`~aiordma.messaging.Link` the same way: its receives are
     posted when this returns, before the peer may send.
     """
     channel = MessageChannel(conn)
