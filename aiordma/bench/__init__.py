@@ -8,7 +8,11 @@ Gbit/s; ``send_rate`` keeps ``--depth`` sends in flight, posted as lists, and
 reports messages per second. ``rpc_lat`` is an ``echo`` call; ``rpc_bw``
 fetches results into registered memory with ``--depth`` calls in flight,
 ``rpc_fetch`` the same into a new buffer per call, and ``rpc_sink`` sends
-payloads to a method that drops them. ``connect`` times rdma_cm connection
+payloads to a method that drops them. ``msg_lat`` is a ping-pong of
+messages through :class:`~aiordma.MessageChannel`, passing plain ``bytes``
+as users do; ``msg_bw`` streams them, ``--depth`` sends in flight, timed
+until the peer acknowledges the last; ``msg_reg_lat`` and ``msg_reg_bw``
+do the same from and into registered memory. ``connect`` times rdma_cm connection
 set-up (``connect()`` until established). ``--compare tcp`` runs each
 pattern over asyncio TCP streams to the same address (see
 :mod:`aiordma.bench.tcp`).

@@ -15,6 +15,7 @@ from aiordma.bench.stats import Result
 MODES = (
     "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_rate",
     "rpc_lat", "rpc_bw", "rpc_fetch", "rpc_sink", "connect",
+    "msg_lat", "msg_bw", "msg_reg_lat", "msg_reg_bw",
 )  # fmt: skip
 
 KINDS = {"rpc_fetch": "bw", "rpc_sink": "bw", "connect": "lat"}

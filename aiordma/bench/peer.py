@@ -15,13 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import sys
 from typing import Any
 
 import aiordma
 from aiordma import Access, rpc
 from aiordma.bench import tcp
-from aiordma.messaging import prepare_channel
+from aiordma.messaging import (
+    DEFAULT_MAX_MESSAGE,
+    MessageChannel,
+    channel_factory,
+    prepare_channel,
+)
 
 ECHO_DEPTH = 64
 SINK_DEPTH = 1024
@@ -51,6 +57,23 @@ def service() -> rpc.Service:
     return svc
 
 
+async def relay(channel: MessageChannel, kind: bytes, max_size: int) -> None:
+    """``msgecho``: send every message back; ``msgsink``: drop them, and answer
+    the empty message that ends a burst. ``_reg``: receive into registered memory."""
+    echo = kind.startswith(b"msgecho")
+    inbox = channel.conn.alloc(max_size) if kind.endswith(b"_reg") else None
+    with contextlib.suppress(aiordma.ConnectionLostError, aiordma.ResourceClosedError):
+        while True:
+            message: aiordma.Segment | bytes | bytearray
+            if inbox is not None:
+                n = await channel.recv_message_into(inbox)
+                message = inbox[:n] if n else b""
+            else:
+                message = await channel.recv_message()
+            if echo or not len(message):
+                await channel.send_message(message)
+
+
 async def serve(addr: str, max_size: int) -> None:
     device = aiordma.Device.shared()
     memory = device.alloc(max_size, Access.REMOTE_READ | Access.REMOTE_WRITE)
@@ -59,10 +82,14 @@ async def serve(addr: str, max_size: int) -> None:
     def accept(request: aiordma.ConnectionRequest) -> bytes:
         return memory.remote().to_bytes()
 
+    messages = channel_factory(max_message=max(max_size, DEFAULT_MAX_MESSAGE))
+
     async def prepare(conn: aiordma.Connection) -> Any:
         kind = conn.peer_private_data.rstrip(b"\0")
         if kind == b"":  # rpc.connect sends no private data
             return await prepare_channel(conn)
+        if kind.startswith(b"msg"):
+            return await messages(conn)
         if kind == b"echo":
             inbox = conn.alloc(max_size * ECHO_DEPTH)
             slots = [inbox[i * max_size : (i + 1) * max_size] for i in range(ECHO_DEPTH)]
@@ -76,6 +103,8 @@ async def serve(addr: str, max_size: int) -> None:
         kind = conn.peer_private_data.rstrip(b"\0")
         if kind == b"":
             await svc.handle(conn)
+        elif kind.startswith(b"msg"):
+            await relay(conn.prepared, kind, max_size)
         elif kind == b"echo":
             slots, pending = conn.prepared
             i = 0

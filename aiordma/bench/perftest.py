@@ -17,6 +17,10 @@ TOOLS = {
     "write_bw": "ib_write_bw",
     "read_bw": "ib_read_bw",
     "send_rate": "ib_send_bw",
+    "msg_lat": "ib_send_lat",
+    "msg_reg_lat": "ib_send_lat",
+    "msg_bw": "ib_write_bw",
+    "msg_reg_bw": "ib_write_bw",
 }
 """The perftest tool that measures what each aiordma mode measures."""
 

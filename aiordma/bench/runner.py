@@ -16,6 +16,7 @@ import aiordma
 from aiordma import RemoteBuffer, rpc
 from aiordma.bench import tcp
 from aiordma.bench.stats import Latency, Result
+from aiordma.messaging import DEFAULT_MAX_MESSAGE
 from aiordma.queue_pair import Read, Send, Write
 
 Progress = Callable[[int], None]
@@ -138,6 +139,8 @@ async def measure(
         return await _measure_rpc(peer, mode, size, plan, progress)
     if mode == "connect":
         return await _measure_connect(peer, plan, progress)
+    if mode.startswith("msg_"):
+        return await _measure_messages(peer, mode, size, plan, progress)
     kind = {"send_lat": b"echo", "send_rate": b"sink"}.get(mode, b"mem")
     async with await aiordma.connect(peer.addr, peer.port, private_data=kind) as conn:
         local = conn.alloc(size)
@@ -202,6 +205,58 @@ async def _measure_rpc(
 
         await _window(plan, post, None, warm=True)
         done, seconds = await _window(plan, post, progress)
+        return Result("aiordma", mode, size, plan.depth, done, seconds)
+
+
+async def _measure_messages(
+    peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None
+) -> Result:
+    """Messages through a channel: a ping-pong (``_lat``) or a stream with
+    ``plan.depth`` sends in flight, timed until the peer acknowledged the
+    last (``_bw``); ``msg_reg_*`` send from and receive into registered memory."""
+    registered = mode.startswith("msg_reg_")
+    latency = mode.endswith("_lat")
+    kind = (b"msgecho" if latency else b"msgsink") + (b"_reg" if registered else b"")
+    channel = await aiordma.open_channel(
+        peer.addr, peer.port, private_data=kind, max_message=max(size, DEFAULT_MAX_MESSAGE)
+    )
+    async with channel:
+        outgoing: aiordma.MemoryRegion | bytes = bytes(size)
+        incoming: aiordma.MemoryRegion | None = None
+        if registered:
+            outgoing, incoming = channel.conn.alloc(size), channel.conn.alloc(size)
+
+        async def receive() -> None:
+            if incoming is not None:
+                await channel.recv_message_into(incoming)
+            else:
+                await channel.recv_message()
+
+        if latency:
+
+            async def ping() -> None:
+                await channel.send_message(outgoing)
+                await receive()
+
+            samples = await _latencies(plan, ping, progress)
+            return Result("aiordma", mode, size, 1, len(samples), sum(samples), Latency.of(samples))
+
+        async def stream(count: int | None, report: Progress | None) -> tuple[int, float]:
+            async def post() -> asyncio.Future[Any]:
+                return asyncio.ensure_future(channel.send_message(outgoing))
+
+            start = time.perf_counter()
+            if count is None:
+                done, _ = await _window(plan, post, report)
+            else:
+                done, _ = await _window(dataclasses.replace(plan, warmup=count), post, None,
+                                        warm=True)  # fmt: skip
+            await channel.send_message(b"")  # the peer answers an empty message once it has all
+            await channel.recv_message()
+            return done, time.perf_counter() - start
+
+        await stream(plan.warmup, None)
+        done, seconds = await stream(None, progress)
         return Result("aiordma", mode, size, plan.depth, done, seconds)
 
 

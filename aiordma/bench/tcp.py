@@ -9,7 +9,12 @@ benchmark mode maps to one of them:
 * ``write_lat``, ``write_bw``, ``send_rate``: ``sink`` with ``size`` bytes
   (data out, a short acknowledgement back, as a signalled RDMA write);
 * ``read_lat``, ``read_bw``, ``rpc_bw``: ``source`` of ``size`` bytes;
-* ``send_lat``, ``rpc_lat``: ``echo`` of ``size`` bytes.
+* ``send_lat``, ``rpc_lat``, ``msg_lat``, ``msg_reg_lat``: ``echo`` of ``size`` bytes;
+* ``msg_bw``, ``msg_reg_bw``, ``rpc_sink``: ``sink`` of ``size`` bytes.
+
+Both ends use a stream reader limit of :data:`READER_LIMIT` (4 MiB):
+with asyncio's default (64 KiB) the transport stops reading whenever
+128 KiB are buffered, which caps large transfers.
 
 Bandwidth modes keep ``depth`` calls in flight, as the RDMA modes keep
 ``depth`` operations in flight.
@@ -25,6 +30,8 @@ import struct
 _REQUEST = struct.Struct("<QQB")  # payload length, call id, method
 _REPLY = struct.Struct("<QQ")  # payload length, call id
 METHODS = ("echo", "sink", "source")
+READER_LIMIT = 4 << 20
+"""The stream reader limit on both ends (asyncio pauses reading at twice it)."""
 
 PATTERN = {
     "write_lat": "sink",
@@ -35,6 +42,10 @@ PATTERN = {
     "rpc_bw": "source",
     "rpc_fetch": "source",
     "rpc_sink": "sink",
+    "msg_lat": "echo",
+    "msg_reg_lat": "echo",
+    "msg_bw": "sink",
+    "msg_reg_bw": "sink",
     "send_lat": "echo",
     "rpc_lat": "echo",
 }
@@ -67,7 +78,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 
 async def start_server(host: str) -> asyncio.Server:
     """Listen for TCP benchmark clients on ``host`` (any free port)."""
-    return await asyncio.start_server(handle, host, 0)
+    return await asyncio.start_server(handle, host, 0, limit=READER_LIMIT)
 
 
 class Client:
@@ -81,7 +92,7 @@ class Client:
 
     @classmethod
     async def connect(cls, host: str, port: int) -> Client:
-        return cls(*await asyncio.open_connection(host, port))
+        return cls(*await asyncio.open_connection(host, port, limit=READER_LIMIT))
 
     async def _read(self) -> None:
         try:

@@ -69,3 +69,22 @@ def test_connect_and_the_rpc_transfer_modes(lab: Lab, tmp_path: Path) -> None:
         ours = by[(mode, "aiordma")]
         assert (ours["size"], ours["iterations"], ours["depth"]) == (65536, 10, 2)
         assert float(ours["mb_per_s"]) > 0  # type: ignore[arg-type]
+
+
+def test_message_modes_plain_and_registered(lab: Lab, tmp_path: Path) -> None:
+    rows = _bench(lab, tmp_path, "msg_lat", "msg_reg_lat", "msg_bw", "msg_reg_bw",
+                  "--sizes", "64,65536", "--iterations", "12", "--warmup", "2",
+                  "--depth", "4", "--compare", "tcp")  # fmt: skip
+    by = {(r["mode"], r["size"], r["tool"]): r for r in rows}
+    for mode in ("msg_lat", "msg_reg_lat", "msg_bw", "msg_reg_bw"):
+        for size in (64, 65536):  # eager and rendezvous
+            ours = by[(mode, size, "aiordma")]
+            assert ours["iterations"] == 12
+            assert by[(mode, size, "tcp")]["iterations"] == 12
+            if mode.endswith("_lat"):
+                latency = ours["latency"]
+                assert isinstance(latency, dict)
+                assert 0 < latency["p50"] <= latency["p99"]
+            else:
+                assert ours["depth"] == 4
+                assert float(ours["mb_per_s"]) > 0  # type: ignore[arg-type]
