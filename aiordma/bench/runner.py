@@ -270,13 +270,14 @@ async def _measure_connect(peer: Peer, plan: Plan, progress: Progress | None) ->
         await conn.close()
         return took
 
-    return await _timed_each("aiordma", plan, connect, progress)
+    return await _connect_result("aiordma", plan, connect, progress)
 
 
-async def _timed_each(
+async def _connect_result(
     tool: str, plan: Plan, op: Callable[[], Awaitable[float]], progress: Progress | None
 ) -> Result:
-    """A latency result from ``op``, which times its own part of each iteration."""
+    """The ``connect`` result of ``tool``: ``op`` sets up (and closes) one
+    connection and returns how long the set-up alone took."""
     for _ in range(plan.warmup):
         await op()
     samples: list[float] = []
@@ -301,7 +302,7 @@ async def measure_tcp(
             await writer.wait_closed()
             return took
 
-        return await _timed_each("tcp", plan, connect, progress)
+        return await _connect_result("tcp", plan, connect, progress)
     method, payload = tcp.request_for(mode, size)
     async with await tcp.Client.connect(peer.addr, peer.tcp_port) as client:
         if mode.endswith("_lat"):
