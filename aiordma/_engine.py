@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from pyverbs.qp import QPAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-from aiordma import _ibv
+from aiordma import _accel, _ibv
 from aiordma._slots import SlotPool
 from aiordma.completion import Opcode, WorkCompletion, completion_error, to_work_completion
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
@@ -207,7 +208,9 @@ class WorkEngine:
         self._alloc = alloc
         self._scratch: MemoryRegion | None = None
         self._scratch_free: list[int] = []
-        self._chain = _SendChain() if _CHAIN_SUPPORTED else None
+        self.driver = _accel.qp_driver(qp, cq._driver)
+        """The compiled core's handle on this QP (None: posts go through pyverbs)."""
+        self._chain = _SendChain() if _CHAIN_SUPPORTED and self.driver is None else None
         self._recv_wrs: dict[tuple[int, int, int], RecvWR] = {}
         self._send_seq = 0
         self._silent: collections.deque[tuple[int, _Work]] = collections.deque()
@@ -253,9 +256,10 @@ class WorkEngine:
         except BaseException:
             self.sq.release(len(chunk))
             raise
+        if self.driver is not None:
+            return self._post_sends_compiled(chunk)
         qp = self.qp
         assert qp is not None
-        cq = self.cq
         works: list[tuple[int, _Work]] = []
         wrs: list[SendWR] = []
         chain = self._chain
@@ -266,21 +270,10 @@ class WorkEngine:
         else:
             chain = None
         for b in chunk:
-            fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
-            scratch = None
-            segments = b.segments
+            wr_id, work, flags = self._new_send(b)
+            segments = work.segments
             atomic = b.opcode in _ibv.ATOMIC_OPCODES
-            if atomic:
-                scratch = self._scratch_free.pop()
-                assert self._scratch is not None
-                segments = (self._scratch[scratch : scratch + 8],)
-            self._send_seq += 1
-            silent = not b.signaled and self._silent_run + 1 < self._signal_every
-            self._silent_run = self._silent_run + 1 if silent else 0
-            work = _Work(self, fut, b.opcode, segments, False, scratch, self._send_seq, silent)
-            wr_id = cq.register(work)
             imm = 0 if b.imm is None else socket.htonl(b.imm)
-            flags = b.flags if silent else _ibv.SEND_SIGNALED | b.flags
             if chain is not None:
                 wr = chain.fill(base + len(wrs), wr_id, b.opcode, flags, segments[0], imm)
             else:
@@ -301,7 +294,46 @@ class WorkEngine:
             self._unpost(works, self.sq)
             self._silent_run = 0
             raise DeviceError(exc.error_code, f"ibv_post_send failed: {exc}") from exc
-        cq.kick()
+        return self._sends_posted(works)
+
+    def _new_send(self, b: SendRequest) -> tuple[int, _Work, int]:
+        """Book-keeping for one send-side request: its ``wr_id``, work and flags."""
+        fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
+        scratch = None
+        segments = b.segments
+        if b.opcode in _ibv.ATOMIC_OPCODES:
+            scratch = self._scratch_free.pop()
+            assert self._scratch is not None
+            segments = (self._scratch[scratch : scratch + 8],)
+        self._send_seq += 1
+        silent = not b.signaled and self._silent_run + 1 < self._signal_every
+        self._silent_run = self._silent_run + 1 if silent else 0
+        work = _Work(self, fut, b.opcode, segments, False, scratch, self._send_seq, silent)
+        flags = b.flags if silent else _ibv.SEND_SIGNALED | b.flags
+        return self.cq.register(work), work, flags
+
+    def _post_sends_compiled(
+        self, chunk: Sequence[SendRequest]
+    ) -> list[asyncio.Future[WorkCompletion]]:
+        """:meth:`post_sends` through the compiled core: no pyverbs objects."""
+        driver = self.driver
+        assert driver is not None
+        works: list[tuple[int, _Work]] = []
+        requests: list[tuple[Any, ...]] = []
+        for b in chunk:
+            wr_id, work, flags = self._new_send(b)
+            works.append((wr_id, work))
+            requests.append((wr_id, b.opcode, flags, b.imm or 0, work.segments,
+                             b.remote_addr, b.rkey, b.compare_add, b.swap))  # fmt: skip
+        rc = driver.post_sends(requests)
+        if rc:
+            self._unpost(works, self.sq)
+            self._silent_run = 0
+            raise DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
+        return self._sends_posted(works)
+
+    def _sends_posted(self, works: list[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
+        self.cq.kick()
         self.last_send = works[-1][1]
         self._silent.extend(item for item in works if item[1].silent)
         return self._track(works)
@@ -340,6 +372,8 @@ class WorkEngine:
         except BaseException:
             self.rq.release(len(chunk))
             raise
+        if self.driver is not None:
+            return self._post_recvs_compiled(chunk)
         qp = self.qp
         assert qp is not None
         works: list[tuple[int, _Work]] = []
@@ -362,6 +396,25 @@ class WorkEngine:
         except PyverbsRDMAError as exc:
             self._unpost(works, self.rq)
             raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
+        return self._track(works)
+
+    def _post_recvs_compiled(
+        self, chunk: Sequence[tuple[Segment, ...]]
+    ) -> list[asyncio.Future[WorkCompletion]]:
+        """:meth:`post_recvs` through the compiled core."""
+        driver = self.driver
+        assert driver is not None
+        works: list[tuple[int, _Work]] = []
+        requests: list[tuple[int, tuple[Segment, ...]]] = []
+        for segments in chunk:
+            work = _Work(self, self._loop.create_future(), -1, segments, True)
+            wr_id = self.cq.register(work)
+            works.append((wr_id, work))
+            requests.append((wr_id, segments))
+        rc = driver.post_recvs(requests)
+        if rc:
+            self._unpost(works, self.rq)
+            raise DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
         return self._track(works)
 
     def _single_recv(self, wr_id: int, seg: Segment) -> RecvWR:
@@ -508,6 +561,8 @@ class WorkEngine:
         self.works.clear()
         self._silent.clear()
         self.last_send = None
+        if self.driver is not None:
+            self.driver.detach()
         try:
             qp.close()
         finally:

@@ -27,7 +27,7 @@ from pyverbs import enums
 from pyverbs.cq import CQ, CompChannel
 from pyverbs.pyverbs_error import PyverbsRDMAError
 
-from aiordma import _ibv
+from aiordma import _accel, _ibv
 from aiordma._fdprobe import create_with_fd
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import (
@@ -50,6 +50,9 @@ DRAIN_BUDGET = 256
 """Completions handled before the drain yields to the event loop."""
 ACK_BATCH = 64
 """Channel events acknowledged together (``ibv_ack_cq_events`` takes a mutex)."""
+SPIN_SLICE = 50e-6
+"""Seconds the compiled core spins on an empty CQ per round of polling, before
+the loop runs its other work."""
 
 
 def _spin_from_env() -> float:
@@ -179,7 +182,9 @@ class CompletionQueue:
             os.set_blocking(fd, False)
             with verbs_errors("creating a completion queue"):
                 self._cq: CQ | None = CQ(context, min(capacity, self._max_cqe), None, channel, 0)
-            self._cq.req_notify()
+            self._driver = _accel.cq_driver(self._cq, fd)
+            """The compiled core's handle on this CQ (None: the pure-Python path)."""
+            self._arm()
             loop.add_reader(fd, self._on_readable)
         except BaseException:
             if getattr(self, "_cq", None) is not None:
@@ -254,9 +259,36 @@ class CompletionQueue:
         """Drop a registration whose work request was never posted."""
         self._handlers.pop(wr_id, None)
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiled core drains this CQ (else pure Python does)."""
+        return self._driver is not None
+
+    def _arm(self) -> None:
+        if self._driver is not None:
+            self._driver.req_notify()
+        else:
+            self.cq.req_notify()
+
+    def _report(self, exc: Exception | None, wc: WC) -> None:
+        """From the compiled drain: a handler failed, or nobody posted ``wc``."""
+        if exc is not None:
+            self._loop.call_exception_handler(
+                {"message": "aiordma completion handler failed", "exception": exc}
+            )
+        elif wc.status == _ibv.WC_SUCCESS:
+            log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
+
     def _on_readable(self) -> None:
         channel, cq = self._channel, self._cq
         if channel is None or cq is None:
+            return
+        driver = self._driver
+        if driver is not None:
+            if driver.take_event():
+                self._armed = False
+                driver.ack(ACK_BATCH)
+            self._drain()
             return
         while True:
             try:
@@ -289,6 +321,9 @@ class CompletionQueue:
         if self._cq is None:
             self._polling = False
             return
+        driver = self._driver
+        if driver is not None:  # spin in C, no Python per empty poll
+            driver.spin(min(SPIN_SLICE, max(0.0, self._poll_until - self._loop.time())))
         if self._drain(arm=False):
             self._poll_until = self._loop.time() + self._poll
         if self._handlers and self._loop.time() < self._poll_until:
@@ -307,6 +342,8 @@ class CompletionQueue:
         cq = self._cq
         if cq is None:
             return 0
+        if self._driver is not None:
+            return self._drain_compiled(arm, keep_polling)
         handlers = self._handlers
         budget = DRAIN_BUDGET
         handled: int = 0
@@ -323,27 +360,54 @@ class CompletionQueue:
                 try:
                     handler.complete(wc)
                 except Exception as exc:  # a handler bug must not kill the loop
-                    self._loop.call_exception_handler(
-                        {"message": "aiordma completion handler failed", "exception": exc}
-                    )
+                    self._report(exc, wc)
             budget -= count
             handled += int(count)
             if count < POLL_BATCH:
-                if not arm or self._armed:
+                if self._armed_now(arm, keep_polling):
                     return handled
-                if keep_polling and self._poll > 0 and self._handlers:
-                    self.kick()
-                    if self._polling:
-                        return handled
-                # Re-arm, then poll again: a completion that arrived between
-                # the empty poll and the arming raises no event.
-                cq.req_notify()
-                self._armed = True
             elif budget <= 0:
-                if not self._drain_scheduled:
-                    self._drain_scheduled = True
-                    self._loop.call_soon(self._scheduled_drain)
+                self._yield_drain()
                 return handled
+
+    def _drain_compiled(self, arm: bool, keep_polling: bool) -> int:
+        """:meth:`_drain` by the compiled core: same steps, no WC objects."""
+        driver = self._driver
+        assert driver is not None
+        handled = 0
+        while self._cq is not None:
+            count, empty = driver.drain(self._handlers, DRAIN_BUDGET - handled, self._report)
+            handled += count
+            if self._cq is None:  # a handler closed this CQ
+                break
+            if empty:
+                if self._armed_now(arm, keep_polling):
+                    break
+            elif handled >= DRAIN_BUDGET:
+                self._yield_drain()
+                break
+        return handled
+
+    def _armed_now(self, arm: bool, keep_polling: bool) -> bool:
+        """The CQ was found empty: whether the drain is over (True), or must
+        poll once more because it just armed the CQ (False)."""
+        if not arm or self._armed:
+            return True
+        if keep_polling and self._poll > 0 and self._handlers:
+            self.kick()
+            if self._polling:
+                return True
+        # Re-arm, then poll again: a completion that arrived between the
+        # empty poll and the arming raises no event.
+        self._arm()
+        self._armed = True
+        return False
+
+    def _yield_drain(self) -> None:
+        """The budget is spent: continue on the loop's next iteration."""
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._scheduled_drain)
 
     @property
     def pending(self) -> int:
@@ -363,6 +427,8 @@ class CompletionQueue:
             with contextlib.suppress(RuntimeError, ValueError, OSError):
                 self._loop.remove_reader(self._fd)
         self._handlers.clear()
+        if self._driver is not None:
+            self._driver.detach()  # acknowledges the events it took
         try:
             cq.close()  # acknowledges outstanding events first
         finally:

@@ -1,0 +1,512 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled part of the per-message path (see ``docs/design.md``).
+
+pyverbs owns every verbs resource; this module only *uses* the CQ, channel
+and QP that pyverbs created, through their C handles. pyverbs 44 exposes no
+handle, so :func:`find_cq` and :func:`find_qp` locate the pointer inside the
+pyverbs object and accept it only when the structure it points at matches
+facts learnt independently (the CQ's size and the channel's descriptor; the
+QP's number, type and CQs). Reading a candidate goes through
+``process_vm_readv`` on this process, which fails cleanly on an unmapped
+address, so a wrong guess can never crash. Callers use the pure-Python path
+for any object whose handle was not found.
+
+What runs here:
+
+* :class:`CQDriver`: takes a channel event, acknowledges events in batches,
+  arms the CQ, and drains it with ``ibv_poll_cq`` into a C array, handing
+  each completion (a light :class:`Completion`) straight to the handler that
+  posted it; it can also spin on the CQ for a bounded time without running
+  any Python per empty poll.
+* :class:`QPDriver`: builds send and receive work requests on the stack
+  from plain integers and posts them as one linked list.
+"""
+
+from libc.stdint cimport uint32_t, uint64_t, uintptr_t
+from libc.string cimport memset
+from libc.errno cimport errno, EAGAIN
+from libc.stdlib cimport malloc, free
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from cpython.dict cimport PyDict_GetItem, PyDict_DelItem
+from cpython.ref cimport PyObject
+
+
+cdef extern from "sys/uio.h" nogil:
+    struct iovec:
+        void *iov_base
+        size_t iov_len
+    ssize_t process_vm_readv(int pid, const iovec *local_iov, unsigned long liovcnt,
+                             const iovec *remote_iov, unsigned long riovcnt,
+                             unsigned long flags)
+
+cdef extern from "unistd.h" nogil:
+    int getpid()
+
+cdef extern from "arpa/inet.h" nogil:
+    uint32_t htonl(uint32_t)
+    uint32_t ntohl(uint32_t)
+
+cdef extern from "infiniband/verbs.h" nogil:
+    struct ibv_context:
+        pass
+    struct ibv_comp_channel:
+        ibv_context *context
+        int fd
+    struct ibv_cq:
+        ibv_context *context
+        ibv_comp_channel *channel
+        int cqe
+    struct ibv_qp:
+        ibv_context *context
+        ibv_cq *send_cq
+        ibv_cq *recv_cq
+        uint32_t qp_num
+        int qp_type
+    struct ibv_sge:
+        uint64_t addr
+        uint32_t length
+        uint32_t lkey
+    struct _wr_rdma:
+        uint64_t remote_addr
+        uint32_t rkey
+    struct _wr_atomic:
+        uint64_t remote_addr
+        uint64_t compare_add
+        uint64_t swap
+        uint32_t rkey
+    union _wr_union:
+        _wr_rdma rdma
+        _wr_atomic atomic
+    struct ibv_send_wr:
+        uint64_t wr_id
+        ibv_send_wr *next
+        ibv_sge *sg_list
+        int num_sge
+        int opcode
+        unsigned int send_flags
+        uint32_t imm_data
+        _wr_union wr
+    struct ibv_recv_wr:
+        uint64_t wr_id
+        ibv_recv_wr *next
+        ibv_sge *sg_list
+        int num_sge
+    struct ibv_wc:
+        uint64_t wr_id
+        int status
+        int opcode
+        uint32_t vendor_err
+        uint32_t byte_len
+        uint32_t imm_data
+        uint32_t qp_num
+        uint32_t src_qp
+        unsigned int wc_flags
+    int ibv_post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr)
+    int ibv_post_recv(ibv_qp *qp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr)
+    int ibv_poll_cq(ibv_cq *cq, int num_entries, ibv_wc *wc)
+    int ibv_req_notify_cq(ibv_cq *cq, int solicited_only)
+    int ibv_get_cq_event(ibv_comp_channel *channel, ibv_cq **cq, void **cq_context)
+    void ibv_ack_cq_events(ibv_cq *cq, unsigned int nevents)
+
+
+cdef enum:
+    POLL_BATCH = 16
+    MAX_STACK_WRS = 16
+    WR_SEND = 2
+    WR_SEND_WITH_IMM = 3
+    WR_ATOMIC_CMP_AND_SWP = 5
+    WR_ATOMIC_FETCH_AND_ADD = 6
+
+ABI = 1
+"""Bumped whenever the Python side's expectations of this module change."""
+
+
+# -- locating handles inside pyverbs objects --------------------------------
+
+cdef bint _read(uintptr_t addr, void *out, size_t size) noexcept nogil:
+    """Copy ``size`` bytes at ``addr`` into ``out``; False (no crash) if unmapped."""
+    cdef iovec local, remote
+    local.iov_base = out
+    local.iov_len = size
+    remote.iov_base = <void *>addr
+    remote.iov_len = size
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == <ssize_t>size
+
+
+cdef list _candidates(object obj):
+    """Every aligned, non-null pointer-sized word in ``obj``'s C struct."""
+    cdef uintptr_t *words = <uintptr_t *><PyObject *>obj
+    cdef Py_ssize_t count = type(obj).__basicsize__ // sizeof(uintptr_t)
+    cdef Py_ssize_t i
+    cdef list found = []
+    for i in range(2, count):  # past the refcount and the type
+        if words[i] != 0 and words[i] % sizeof(uintptr_t) == 0:
+            found.append(words[i])
+    return found
+
+
+def find_cq(object cq, int fd):
+    """The address of the ``ibv_cq`` inside the pyverbs ``cq``, or 0.
+
+    Accepted only if exactly one candidate has the CQ's size (``cqe``), a
+    completion channel whose descriptor is ``fd`` (found independently, in
+    ``/proc/self/fd``), and the same device context as that channel.
+    """
+    cdef ibv_cq c
+    cdef ibv_comp_channel ch
+    cdef int cqe = cq.cqe
+    cdef uintptr_t found = 0
+    cdef uintptr_t p
+    for p in _candidates(cq):
+        if not _read(p, &c, sizeof(ibv_cq)):
+            continue
+        if c.cqe != cqe or c.channel == NULL or c.context == NULL:
+            continue
+        if not _read(<uintptr_t>c.channel, &ch, sizeof(ibv_comp_channel)):
+            continue
+        if ch.fd != fd or ch.context != c.context:
+            continue
+        if found != 0 and found != p:
+            return 0  # ambiguous: trust neither
+        found = p
+    return found
+
+
+def find_qp(object qp, uintptr_t cq_addr):
+    """The address of the ``ibv_qp`` inside the pyverbs ``qp``, or 0.
+
+    Accepted only if exactly one candidate carries the QP's number and type
+    and uses the CQ at ``cq_addr`` (found by :func:`find_cq`) for both queues.
+    """
+    cdef ibv_qp q
+    cdef uint32_t qp_num = qp.qp_num
+    cdef int qp_type = qp.qp_type
+    cdef uintptr_t found = 0
+    cdef uintptr_t p
+    if cq_addr == 0:
+        return 0
+    for p in _candidates(qp):
+        if not _read(p, &q, sizeof(ibv_qp)):
+            continue
+        if q.qp_num != qp_num or q.qp_type != qp_type:
+            continue
+        if <uintptr_t>q.send_cq != cq_addr or <uintptr_t>q.recv_cq != cq_addr:
+            continue
+        if found != 0 and found != p:
+            return 0
+        found = p
+    return found
+
+
+# -- completions --------------------------------------------------------------
+
+cdef class Completion:
+    """One work completion, with the fields of pyverbs' ``WC`` that aiordma reads."""
+
+    cdef readonly uint64_t wr_id
+    cdef readonly int status
+    cdef readonly int opcode
+    cdef readonly uint32_t vendor_err
+    cdef readonly uint32_t byte_len
+    cdef readonly uint32_t imm_data
+    """As on the wire (network byte order), like pyverbs' ``WC.imm_data``."""
+    cdef readonly uint32_t qp_num
+    cdef readonly unsigned int wc_flags
+
+    def __repr__(self):
+        return (f"<Completion wr_id={self.wr_id} status={self.status} "
+                f"opcode={self.opcode} byte_len={self.byte_len}>")
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef class CQDriver:
+    """The C side of one :class:`aiordma.CompletionQueue`.
+
+    ``handlers`` maps ``wr_id`` to the object whose ``complete(wc)`` gets
+    that work request's completion (the same dict the Python path uses).
+    """
+
+    cdef ibv_cq *cq
+    cdef ibv_comp_channel *channel
+    cdef unsigned int unacked
+    cdef ibv_wc stash
+    cdef bint stashed
+    cdef readonly object owner
+    """The pyverbs ``CQ`` (kept alive while this driver may use it)."""
+
+    @property
+    def address(self):
+        """Where the ``ibv_cq`` is (0 once detached)."""
+        return <uintptr_t>self.cq
+
+    def __cinit__(self, object owner, uintptr_t address):
+        self.cq = <ibv_cq *>address
+        self.channel = self.cq.channel
+        self.owner = owner
+        self.unacked = 0
+        self.stashed = False
+
+    cdef int _check(self) except -1:
+        if self.cq == NULL:
+            raise ValueError("the completion queue driver was detached")
+        return 0
+
+    def take_event(self):
+        """Consume one channel event if one is pending (the fd is non-blocking)."""
+        cdef ibv_cq *ev_cq
+        cdef void *ctx
+        self._check()
+        if ibv_get_cq_event(self.channel, &ev_cq, &ctx) != 0:
+            if errno == EAGAIN:
+                return False
+            raise OSError(errno, "ibv_get_cq_event failed")
+        self.unacked += 1
+        return True
+
+    def ack(self, unsigned int batch):
+        """Acknowledge the events taken so far once there are ``batch`` of them."""
+        self._check()
+        if self.unacked >= batch and self.unacked:
+            ibv_ack_cq_events(self.cq, self.unacked)
+            self.unacked = 0
+
+    def req_notify(self):
+        self._check()
+        cdef int rc = ibv_req_notify_cq(self.cq, 0)
+        if rc != 0:
+            raise OSError(rc, "ibv_req_notify_cq failed")
+
+    cdef int _dispatch(self, ibv_wc *src, dict handlers, object report) except -1:
+        cdef Completion wc = Completion.__new__(Completion)
+        cdef PyObject *handler
+        wc.wr_id = src.wr_id
+        wc.status = src.status
+        wc.opcode = src.opcode
+        wc.vendor_err = src.vendor_err
+        wc.byte_len = src.byte_len
+        wc.imm_data = src.imm_data
+        wc.qp_num = src.qp_num
+        wc.wc_flags = src.wc_flags
+        key = wc.wr_id
+        handler = PyDict_GetItem(handlers, key)
+        if handler == NULL:
+            report(None, wc)
+            return 0
+        target = <object>handler
+        PyDict_DelItem(handlers, key)
+        try:
+            target.complete(wc)
+        except Exception as exc:
+            report(exc, wc)
+        return 0
+
+    def drain(self, dict handlers, int budget, object report):
+        """Hand out completions until the CQ is empty or ``budget`` are handled.
+
+        Returns ``(handled, empty)``. A handler that raises is reported
+        through ``report(exc, wc)``; a completion nobody registered is given
+        to ``report(None, wc)``.
+        """
+        cdef ibv_wc wcs[POLL_BATCH]
+        cdef int n, i
+        cdef int handled = 0
+        self._check()
+        if self.stashed:
+            self.stashed = False
+            handled = 1
+            self._dispatch(&self.stash, handlers, report)
+        while True:
+            if self.cq == NULL:  # a handler closed the CQ
+                return handled, True
+            n = ibv_poll_cq(self.cq, POLL_BATCH, wcs)
+            if n < 0:
+                raise OSError(-n, "ibv_poll_cq failed")
+            for i in range(n):
+                self._dispatch(&wcs[i], handlers, report)
+            handled += n
+            if n < POLL_BATCH:
+                return handled, True
+            if handled >= budget:
+                return handled, False
+
+    def spin(self, double seconds):
+        """Poll the CQ, running no Python, until a completion arrives or
+        ``seconds`` pass; True if one arrived (kept for the next :meth:`drain`)."""
+        cdef double until
+        cdef int n = 0
+        self._check()
+        if self.stashed:
+            return True
+        with nogil:
+            until = _now() + seconds
+            while True:
+                n = ibv_poll_cq(self.cq, 1, &self.stash)
+                if n != 0 or _now() >= until:
+                    break
+        if n < 0:
+            raise OSError(-n, "ibv_poll_cq failed")
+        self.stashed = n > 0
+        return self.stashed
+
+    def detach(self):
+        """Acknowledge every event taken and stop using the CQ (before pyverbs closes it)."""
+        if self.cq != NULL and self.unacked:
+            ibv_ack_cq_events(self.cq, self.unacked)
+        self.unacked = 0
+        self.cq = NULL
+        self.channel = NULL
+
+
+# -- work requests --------------------------------------------------------------
+
+cdef class QPDriver:
+    """Posts work requests on one pyverbs QP from plain integers."""
+
+    cdef ibv_qp *qp
+    cdef readonly object owner
+    """The pyverbs ``QP`` (kept alive while this driver may use it)."""
+
+    def __cinit__(self, object owner, uintptr_t address):
+        self.qp = <ibv_qp *>address
+        self.owner = owner
+
+    def detach(self):
+        """Stop using the QP (before pyverbs destroys it)."""
+        self.qp = NULL
+
+    def post_sends(self, list requests):
+        """Post ``requests`` as one linked list; 0 or the provider's errno.
+
+        Each request is ``(wr_id, opcode, flags, imm, segments, remote_addr,
+        rkey, compare_add, swap)``; ``segments`` is a sequence of objects with
+        ``addr``, ``length`` and ``lkey``; ``imm`` is in host byte order.
+        """
+        cdef Py_ssize_t count = len(requests)
+        cdef Py_ssize_t i, j, nsge, total_sge = 0
+        cdef ibv_send_wr stack_wrs[MAX_STACK_WRS]
+        cdef ibv_sge stack_sges[MAX_STACK_WRS]
+        cdef ibv_send_wr *wrs = stack_wrs
+        cdef ibv_sge *sges = stack_sges
+        cdef ibv_send_wr *wr
+        cdef ibv_send_wr *bad = NULL
+        cdef int opcode, rc
+        if self.qp == NULL:
+            raise ValueError("the queue pair driver was detached")
+        if count == 0:
+            return 0
+        for request in requests:
+            total_sge += len(request[4])
+        if count > MAX_STACK_WRS or total_sge > MAX_STACK_WRS:
+            wrs = <ibv_send_wr *>malloc(count * sizeof(ibv_send_wr))
+            sges = <ibv_sge *>malloc((total_sge + 1) * sizeof(ibv_sge))
+            if wrs == NULL or sges == NULL:
+                free(wrs)
+                free(sges)
+                raise MemoryError()
+        try:
+            memset(wrs, 0, count * sizeof(ibv_send_wr))
+            total_sge = 0
+            for i in range(count):
+                request = requests[i]
+                wr = &wrs[i]
+                opcode = request[1]
+                wr.wr_id = request[0]
+                wr.opcode = opcode
+                wr.send_flags = request[2]
+                wr.imm_data = htonl(<uint32_t>request[3])
+                segments = request[4]
+                nsge = len(segments)
+                wr.sg_list = &sges[total_sge]
+                wr.num_sge = <int>nsge
+                for j in range(nsge):
+                    seg = segments[j]
+                    sges[total_sge].addr = seg.addr
+                    sges[total_sge].length = seg.length
+                    sges[total_sge].lkey = seg.lkey
+                    total_sge += 1
+                if opcode == WR_ATOMIC_CMP_AND_SWP or opcode == WR_ATOMIC_FETCH_AND_ADD:
+                    wr.wr.atomic.remote_addr = request[5]
+                    wr.wr.atomic.rkey = request[6]
+                    wr.wr.atomic.compare_add = request[7]
+                    wr.wr.atomic.swap = request[8]
+                elif opcode != WR_SEND and opcode != WR_SEND_WITH_IMM:
+                    wr.wr.rdma.remote_addr = request[5]
+                    wr.wr.rdma.rkey = request[6]
+                wr.next = &wrs[i + 1] if i + 1 < count else NULL
+            rc = ibv_post_send(self.qp, wrs, &bad)
+        finally:
+            if wrs != stack_wrs:
+                free(wrs)
+                free(sges)
+        return rc
+
+    def post_send(self, uint64_t wr_id, int opcode, unsigned int flags,
+                  uint64_t addr, uint32_t length, uint32_t lkey):
+        """Post one send or RDMA-free request with one buffer (the message
+        channel's packets); 0 or the provider's errno."""
+        cdef ibv_send_wr wr
+        cdef ibv_sge sge
+        cdef ibv_send_wr *bad = NULL
+        if self.qp == NULL:
+            raise ValueError("the queue pair driver was detached")
+        memset(&wr, 0, sizeof(wr))
+        sge.addr = addr
+        sge.length = length
+        sge.lkey = lkey
+        wr.wr_id = wr_id
+        wr.opcode = opcode
+        wr.send_flags = flags
+        wr.sg_list = &sge
+        wr.num_sge = 1
+        return ibv_post_send(self.qp, &wr, &bad)
+
+    def post_recvs(self, list requests):
+        """Post ``(wr_id, segments)`` receives as one linked list; 0 or errno."""
+        cdef Py_ssize_t count = len(requests)
+        cdef Py_ssize_t i, j, nsge, total_sge = 0
+        cdef ibv_recv_wr stack_wrs[MAX_STACK_WRS]
+        cdef ibv_sge stack_sges[MAX_STACK_WRS]
+        cdef ibv_recv_wr *wrs = stack_wrs
+        cdef ibv_sge *sges = stack_sges
+        cdef ibv_recv_wr *bad = NULL
+        cdef int rc
+        if self.qp == NULL:
+            raise ValueError("the queue pair driver was detached")
+        if count == 0:
+            return 0
+        for request in requests:
+            total_sge += len(request[1])
+        if count > MAX_STACK_WRS or total_sge > MAX_STACK_WRS:
+            wrs = <ibv_recv_wr *>malloc(count * sizeof(ibv_recv_wr))
+            sges = <ibv_sge *>malloc((total_sge + 1) * sizeof(ibv_sge))
+            if wrs == NULL or sges == NULL:
+                free(wrs)
+                free(sges)
+                raise MemoryError()
+        try:
+            total_sge = 0
+            for i in range(count):
+                request = requests[i]
+                segments = request[1]
+                nsge = len(segments)
+                wrs[i].wr_id = request[0]
+                wrs[i].sg_list = &sges[total_sge]
+                wrs[i].num_sge = <int>nsge
+                for j in range(nsge):
+                    seg = segments[j]
+                    sges[total_sge].addr = seg.addr
+                    sges[total_sge].length = seg.length
+                    sges[total_sge].lkey = seg.lkey
+                    total_sge += 1
+                wrs[i].next = &wrs[i + 1] if i + 1 < count else NULL
+            rc = ibv_post_recv(self.qp, wrs, &bad)
+        finally:
+            if wrs != stack_wrs:
+                free(wrs)
+                free(sges)
+        return rc
