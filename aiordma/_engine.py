@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import os
 import socket
 import sys
@@ -57,6 +58,10 @@ def closed_error() -> BaseException:
     return ResourceClosedError("queue pair is closed")
 
 
+def _no_result() -> WorkCompletion:
+    raise AssertionError("callback work has no WorkCompletion")
+
+
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()
@@ -82,24 +87,38 @@ class SendRequest:
     signaled: bool = True
 
 
-class _Work:
-    """One posted work request: the future to resolve and the memory to keep alive."""
+Done = Callable[[BaseException | None, int], None]
+"""How callback work reports: ``done(None, byte_len)`` on success, else
+``done(error, 0)``; called from the completion drain, no future involved."""
 
-    __slots__ = ("engine", "future", "opcode", "recv", "scratch", "segments", "seq", "silent")
+
+class _Work:
+    """One posted work request: the future to resolve (or the callback to
+    call) and the memory to keep alive."""
+
+    __slots__ = (
+        "done", "engine", "future", "opcode", "recv", "reported", "scratch", "segments", "seq",
+        "silent",
+    )  # fmt: skip
 
     def __init__(
         self,
         engine: WorkEngine,
-        future: asyncio.Future[WorkCompletion],
+        future: asyncio.Future[WorkCompletion] | None,
         opcode: int,
         segments: tuple[Segment, ...],
         recv: bool,
         scratch: int | None = None,
         seq: int = 0,
         silent: bool = False,
+        done: Done | None = None,
     ) -> None:
         self.engine = engine
         self.future = future
+        self.done = done
+        """Called instead of resolving a future (``future`` is None then)."""
+        self.reported = False
+        """Whether ``done`` was called."""
         self.opcode = opcode
         self.segments = segments
         self.recv = recv
@@ -111,6 +130,44 @@ class _Work:
 
     def complete(self, wc: WC) -> None:
         self.engine.complete(self, wc)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the outcome was given out (the future is done, or ``done`` was called)."""
+        return self.reported if self.future is None else self.future.done()
+
+    def succeed(self, byte_len: int, result: Callable[[], WorkCompletion]) -> None:
+        """Report success: ``result()`` resolves the future, or ``done`` gets ``byte_len``."""
+        if self.future is None:
+            if not self.reported:
+                self.reported = True
+                self._call(None, byte_len)
+        elif not self.future.done():
+            self.future.set_result(result())
+
+    def fail(self, exc: BaseException, *, later: bool = False, quiet: bool = False) -> None:
+        """Report failure (``done`` on the loop's next turn if ``later``; a
+        future marked retrieved if ``quiet``: a consequence of closing)."""
+        if self.future is None:
+            if not self.reported:
+                self.reported = True
+                if later:
+                    self.engine._loop.call_soon(self._call, exc, 0)
+                else:
+                    self._call(exc, 0)
+        elif not self.future.done():
+            self.future.set_exception(exc)
+            if quiet:
+                self.future.exception()
+
+    def _call(self, exc: BaseException | None, byte_len: int) -> None:
+        assert self.done is not None
+        try:
+            self.done(exc, byte_len)
+        except Exception as error:  # the callback's bug must not corrupt the engine
+            self.engine._loop.call_exception_handler(
+                {"message": "aiordma work callback failed", "exception": error}
+            )
 
 
 class _SendChain:
@@ -258,19 +315,25 @@ class WorkEngine:
             raise
         if self.driver is not None:
             return self._post_sends_compiled(chunk)
+        items = [(*self._new_send(b), b) for b in chunk]
+        self._post_pyverbs(items)
+        return self._sends_posted([(wr_id, work) for wr_id, work, _, _ in items])
+
+    def _post_pyverbs(self, items: Sequence[tuple[int, _Work, int, SendRequest]]) -> None:
+        """Post ``(wr_id, work, flags, request)`` items through pyverbs work
+        requests (the pure-Python path); on refusal, undo and raise."""
         qp = self.qp
         assert qp is not None
         works: list[tuple[int, _Work]] = []
         wrs: list[SendWR] = []
         chain = self._chain
         base = 0
-        if chain is not None and all(len(b.segments) <= 1 for b in chunk):
-            first = chain.take(len(chunk))[0]
-            base = len(chain.wrs) - len(chunk)
+        if chain is not None and all(len(item[3].segments) <= 1 for item in items):
+            first = chain.take(len(items))[0]
+            base = len(chain.wrs) - len(items)
         else:
             chain = None
-        for b in chunk:
-            wr_id, work, flags = self._new_send(b)
+        for wr_id, work, flags, b in items:
             segments = work.segments
             atomic = b.opcode in _ibv.ATOMIC_OPCODES
             imm = 0 if b.imm is None else socket.htonl(b.imm)
@@ -294,7 +357,6 @@ class WorkEngine:
             self._unpost(works, self.sq)
             self._silent_run = 0
             raise DeviceError(exc.error_code, f"ibv_post_send failed: {exc}") from exc
-        return self._sends_posted(works)
 
     def _new_send(self, b: SendRequest) -> tuple[int, _Work, int]:
         """Book-keeping for one send-side request: its ``wr_id``, work and flags."""
@@ -338,12 +400,71 @@ class WorkEngine:
         self._silent.extend(item for item in works if item[1].silent)
         return self._track(works)
 
+    def post_packet(self, seg: Segment, signaled: bool, done: Done) -> None:
+        """Post one send of ``seg`` (its send-queue slot already taken) whose
+        outcome goes to ``done`` from the drain: the message channel's path,
+        with no future, no request object and no per-post validation beyond
+        the queue pair's state."""
+        try:
+            self.check_usable()
+        except BaseException:
+            self.sq.release(1)
+            raise
+        self._send_seq += 1
+        silent = not signaled and self._silent_run + 1 < self._signal_every
+        self._silent_run = self._silent_run + 1 if silent else 0
+        work = _Work(self, None, _ibv.WR_SEND, (seg,), False, None, self._send_seq, silent, done)
+        wr_id = self.cq.register(work)
+        flags = 0 if silent else _ibv.SEND_SIGNALED
+        driver = self.driver
+        if driver is not None:
+            rc = driver.post_send(wr_id, _ibv.WR_SEND, flags, seg.addr, seg.length, seg.lkey)
+            if rc:
+                self._unpost([(wr_id, work)], self.sq)
+                self._silent_run = 0
+                raise DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
+        else:
+            self._post_pyverbs([(wr_id, work, flags, SendRequest(_ibv.WR_SEND, (seg,), flags))])
+        self.cq.kick()
+        self.last_send = work
+        if silent:
+            self._silent.append((wr_id, work))
+        self.works[wr_id] = work
+        seg.mr._acquire()
+
+    def post_packet_recv(self, seg: Segment, done: Done) -> None:
+        """Post one receive into ``seg`` (its receive-queue slot already
+        taken) whose outcome goes to ``done`` from the drain."""
+        try:
+            self.check_usable()
+        except BaseException:
+            self.rq.release(1)
+            raise
+        work = _Work(self, None, -1, (seg,), True, done=done)
+        wr_id = self.cq.register(work)
+        driver = self.driver
+        if driver is not None:
+            rc = driver.post_recvs([(wr_id, work.segments)])
+            if rc:
+                self._unpost([(wr_id, work)], self.rq)
+                raise DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
+        else:
+            qp = self.qp
+            assert qp is not None
+            try:
+                qp.post_recv(self._single_recv(wr_id, seg))
+            except PyverbsRDMAError as exc:
+                self._unpost([(wr_id, work)], self.rq)
+                raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
+        self.works[wr_id] = work
+        seg.mr._acquire()
+
     def silent_tail(self) -> bool:
         """Whether the newest send-side request is unsignalled (and pending)."""
         last = self.last_send
         return last is not None and bool(self._silent) and self._silent[-1][1] is last
 
-    def post_marker(self) -> None:
+    def post_marker(self) -> asyncio.Future[WorkCompletion]:
         """Post a signalled zero-length RDMA write (its send-queue slot already
         acquired): it touches no remote memory, and its completion settles
         every unsignalled request before it."""
@@ -351,7 +472,8 @@ class WorkEngine:
         assert self._scratch is not None
         marker_request = SendRequest(_ibv.WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)
         (marker,) = self.post_sends([marker_request])
-        marker.add_done_callback(_retrieve)  # nobody awaits it; a flush is no news
+        marker.add_done_callback(_retrieve)  # maybe nobody awaits it; a flush is no news
+        return marker
 
     def _report_silent_tail(self) -> None:
         """Post a marker behind an unsignalled tail, so the tail is accounted
@@ -438,11 +560,14 @@ class WorkEngine:
 
     def _track(self, works: Sequence[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
         """Record posted work and mark its memory busy until the completion arrives."""
+        futures = []
         for wr_id, work in works:
             self.works[wr_id] = work
             for seg in work.segments:
                 seg.mr._acquire()
-        return [work.future for _, work in works]
+            assert work.future is not None
+            futures.append(work.future)
+        return futures
 
     def _unpost(self, works: Sequence[tuple[int, _Work]], pool: SlotPool) -> None:
         """Undo the bookkeeping of a chain the provider refused.
@@ -457,7 +582,9 @@ class WorkEngine:
             self.cq.forget(wr_id)
             if work.scratch is not None:
                 self._scratch_free.append(work.scratch)
-            work.future.cancel()
+            if work.future is not None:
+                work.future.cancel()
+            work.reported = True  # the caller gets the error
         pool.release(len(works))
 
     # -- completions -------------------------------------------------------
@@ -467,16 +594,17 @@ class WorkEngine:
         if not work.recv:
             self._settle_silent(work.seq)
         self._finish(wc.wr_id, work)
-        fut = work.future
         if wc.status == _ibv.WC_SUCCESS:
-            if not fut.done():
+            if work.future is None:
+                work.succeed(wc.byte_len, _no_result)
+            elif not work.future.done():
                 result = to_work_completion(wc)
                 if work.scratch is not None:
                     assert self._scratch is not None
                     raw = self._scratch.view()[work.scratch : work.scratch + 8]
                     value = int.from_bytes(raw, sys.byteorder)
                     result = dataclasses.replace(result, atomic_value=value)
-                fut.set_result(result)
+                work.future.set_result(result)
         else:
             opname = "recv" if work.recv else _ibv.WR_NAMES.get(work.opcode, str(work.opcode))
             exc: BaseException = completion_error(wc, opname)
@@ -484,8 +612,7 @@ class WorkEngine:
                 self._fail(exc)
             elif self.closing:
                 exc = self.close_error()
-            if not fut.done():
-                fut.set_exception(exc)
+            work.fail(exc)
         if work.scratch is not None:
             self._scratch_free.append(work.scratch)
         if not self.works and self.drained is not None and not self.drained.done():
@@ -507,10 +634,10 @@ class WorkEngine:
                 break  # its own (failed) completion: handled by the caller
             self.cq.forget(wr_id)
             self._finish(wr_id, work)
-            if not work.future.done():
-                opcode = Opcode.SEND if work.opcode in _ibv.SEND_OPCODES else Opcode.RDMA_WRITE
-                length = total_length(work.segments)
-                work.future.set_result(WorkCompletion(wr_id, opcode, length, None, self.qp_num))
+            length = total_length(work.segments)
+            opcode = Opcode.SEND if work.opcode in _ibv.SEND_OPCODES else Opcode.RDMA_WRITE
+            result = functools.partial(WorkCompletion, wr_id, opcode, length, None, self.qp_num)
+            work.succeed(length, result)
 
     # -- closing -----------------------------------------------------------
 
@@ -527,10 +654,8 @@ class WorkEngine:
         err = error()
         self.sq.fail(err)
         self.rq.fail(err)
-        for work in self.works.values():
-            if not work.future.done():
-                work.future.set_exception(err)
-                work.future.exception()  # a consequence of closing: not worth a log line
+        for work in list(self.works.values()):
+            work.fail(err, later=True, quiet=True)
         if not self.works or self.qp is None:
             return True
         try:
@@ -555,10 +680,10 @@ class WorkEngine:
             self.cq.forget(wr_id)
             for seg in work.segments:
                 seg.mr._release()
-            if not work.future.done():
-                work.future.set_exception(err)
-                work.future.exception()  # a consequence of closing: not worth a log line
+        works = list(self.works.values())
         self.works.clear()
+        for work in works:
+            work.fail(err, later=True, quiet=True)
         self._silent.clear()
         self.last_send = None
         if self.driver is not None:

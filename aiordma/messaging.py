@@ -53,7 +53,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
-from aiordma.queue_pair import QueuePair, QueuePairOptions, Send
+from aiordma.queue_pair import QueuePair, QueuePairOptions
 from aiordma.server import Accept, Server
 from aiordma.server import start_server as start_rdma_server
 from aiordma.wire import HEADER_SIZE, Header, Kind
@@ -241,6 +241,12 @@ class MessageChannel:
         self._size = buffer_size
         self._recv_mr = conn.alloc(buffers * buffer_size)
         self._send_mr = conn.alloc(buffers * buffer_size)
+        # Per-slot segments and completion callbacks, made once: each packet
+        # is posted with them and reported straight from the completion drain.
+        self._recv_slots = [self._recv_mr[i * buffer_size : (i + 1) * buffer_size]
+                            for i in range(buffers)]  # fmt: skip
+        self._on_packets = [functools.partial(self._on_packet, i) for i in range(buffers)]
+        self._on_sent = [functools.partial(self._sent, i) for i in range(buffers)]
         self._waiters: list[asyncio.Future[None]] = []
         self._exposures: dict[int, _Exposure] = {}
         self._send_lock = asyncio.Lock()
@@ -283,11 +289,8 @@ class MessageChannel:
         return self._state.exposed_bytes
 
     async def _start(self) -> None:
-        futures = await self._qp.post_recv_batch(
-            [self._recv_slot(i) for i in range(self._state.buffers)]
-        )
-        for index, fut in enumerate(futures):
-            fut.add_done_callback(functools.partial(self._on_packet, index))
+        for index in range(self._state.buffers):
+            self._qp.post_recv_callback(self._recv_slots[index], self._on_packets[index])
         self.link._when_established(self._say_hello)
 
     def _say_hello(self) -> None:
@@ -301,9 +304,6 @@ class MessageChannel:
             self._check()
             await self._changed()
         return self._state.peer_max_message
-
-    def _recv_slot(self, index: int) -> Segment:
-        return self._recv_mr[index * self._size : (index + 1) * self._size]
 
     # -- events ------------------------------------------------------------
 
@@ -349,17 +349,13 @@ class MessageChannel:
 
     # -- receiving ---------------------------------------------------------
 
-    def _on_packet(self, index: int, fut: asyncio.Future[Any]) -> None:
-        if fut.cancelled():
-            self._fail(ResourceClosedError("message channel closed"))
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self._fail(exc)
+    def _on_packet(self, index: int, error: BaseException | None, size: int) -> None:
+        """A packet landed in receive slot ``index`` (called from the completion drain)."""
+        if error is not None:
+            self._fail(error)
             return
         if self._error is not None:
             return
-        size = fut.result().byte_len
         state = self._state
         try:
             start = index * self._size
@@ -420,11 +416,10 @@ class MessageChannel:
         if self._error is not None:
             return False
         try:
-            (fut,) = self._qp.post_recv_nowait([self._recv_slot(index)])
+            self._qp.post_recv_callback(self._recv_slots[index], self._on_packets[index])
         except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
             return False
-        fut.add_done_callback(functools.partial(self._on_packet, index))
         return True
 
     async def _next_arrival(self) -> Arrival:
@@ -713,21 +708,19 @@ class MessageChannel:
                         view[end : end + header.length] = source
                     end += header.length
             signal = self._silent_run + 1 >= self._signal_every
-            packet = Send(self._send_mr[start : start + end], signaled=signal)
-            (sent,) = self._qp.post_batch_nowait([packet])
+            packet = Segment(self._send_mr, start, end)
+            self._qp.post_send_callback(packet, self._on_sent[slot], signaled=signal)
         except BaseException:
             state.free_slots.append(slot)
             raise
         self._silent_run = 0 if signal else self._silent_run + 1
         state.posted(cost)
-        sent.add_done_callback(functools.partial(self._sent, slot))
 
-    def _sent(self, slot: int, fut: asyncio.Future[Any]) -> None:
+    def _sent(self, slot: int, error: BaseException | None, _length: int) -> None:
+        """The packet in send slot ``slot`` went (called from the completion drain)."""
         self._state.free_slots.append(slot)
-        if fut.cancelled():
-            self._fail(ResourceClosedError("message channel closed"))
-        elif fut.exception() is not None:
-            self._fail(fut.exception())  # type: ignore[arg-type]
+        if error is not None:
+            self._fail(error)
         self._pump()
 
     async def _send_control(self, header: Header) -> None:

@@ -26,6 +26,7 @@ from aiordma import _ibv
 from aiordma._engine import (
     RECV_WR_CACHE,
     SIGNAL_FRACTION,
+    Done,
     SendRequest,
     WorkEngine,
     closed_error,
@@ -351,6 +352,42 @@ class QueuePair:
             raise ResourceBusyError(f"send queue has no room for {len(built)} work requests")
         return engine.post_sends(built)
 
+    def post_send_callback(self, local: Segment, done: Done, *, signaled: bool = True) -> None:
+        """Send one registered segment; ``done(error, byte_len)`` is called
+        from the completion drain instead of resolving a future.
+
+        The cheapest way to send, and what :class:`~aiordma.MessageChannel`
+        uses per packet: no future, no task, no request object. ``done`` gets
+        ``(None, length)`` on success and ``(error, 0)`` on failure (on the
+        loop's next turn if the queue pair is closing); it must not raise.
+        With ``signaled=False`` the send may complete silently and ``done``
+        is called once a later send-queue completion settles it (see
+        :meth:`flush_sends`). Raises :class:`ResourceBusyError` when the
+        send queue is full.
+        """
+        engine = self._engine
+        if local.mr.closed:
+            raise ResourceClosedError("cannot send from a closed memory region")
+        if not engine.sq.try_acquire(1):
+            engine.check_usable()
+            raise ResourceBusyError("send queue is full")
+        engine.post_packet(local, signaled, done)
+
+    def post_recv_callback(self, local: Segment, done: Done) -> None:
+        """Post one receive into a registered segment; ``done(error,
+        byte_len)`` is called from the completion drain when a message lands
+        (see :meth:`post_send_callback`). Raises :class:`ResourceBusyError`
+        when the receive queue is full."""
+        engine = self._engine
+        if local.mr.closed:
+            raise ResourceClosedError("cannot receive into a closed memory region")
+        if not local.mr.access & Access.LOCAL_WRITE:
+            raise ValueError("post_recv needs memory registered with Access.LOCAL_WRITE")
+        if not engine.rq.try_acquire(1):
+            engine.check_usable()
+            raise ResourceBusyError("receive queue is full")
+        engine.post_packet_recv(local, done)
+
     async def wait_send_room(self, n: int = 1) -> None:
         """Wait until ``n`` send-queue slots are free (they are not taken)."""
         sq = self._engine.sq
@@ -428,15 +465,19 @@ class QueuePair:
         engine = self._engine
         engine.check_usable()
         last = engine.last_send
-        if last is None or last.future.done():
+        if last is None or last.settled:
             return
-        if engine.silent_tail():
+        if last.future is None or engine.silent_tail():
+            # Callback work has no future to await, and an unsignalled tail
+            # reports nothing: a marker's completion (the send queue
+            # completes in order) says when everything before it is done.
             await engine.sq.acquire(1)
-            if engine.silent_tail():
-                engine.post_marker()
-            else:
-                engine.sq.release(1)
-        await asyncio.shield(last.future)
+            if not last.settled:
+                await asyncio.shield(engine.post_marker())
+                return
+            engine.sq.release(1)
+        if last.future is not None:
+            await asyncio.shield(last.future)
 
     # -- receive side ------------------------------------------------------
 
