@@ -50,7 +50,7 @@ def cq_driver(cq: CQ, fd: int) -> CQDriver | None:
     if core is None:
         return None
     address = core.find_cq(cq, fd)
-    return core.CQDriver(cq, address) if address else None
+    return core.CQDriver(address) if address else None
 
 
 def qp_driver(qp: QP, cq: CQDriver | None) -> QPDriver | None:
@@ -58,4 +58,4 @@ def qp_driver(qp: QP, cq: CQDriver | None) -> QPDriver | None:
     if core is None or cq is None:
         return None
     address = core.find_qp(qp, cq.address)
-    return core.QPDriver(qp, address) if address else None
+    return core.QPDriver(address) if address else None

@@ -227,28 +227,27 @@ cdef inline double _now() noexcept nogil:
 cdef class CQDriver:
     """The C side of one :class:`aiordma.CompletionQueue`.
 
+    It holds no reference to the pyverbs ``CQ`` (that would change the order
+    pyverbs tears objects down in): its owner calls :meth:`detach` before
+    closing the CQ.
+
     ``handlers`` maps ``wr_id`` to the object whose ``complete(wc)`` gets
     that work request's completion (the same dict the Python path uses).
     """
 
     cdef ibv_cq *cq
     cdef ibv_comp_channel *channel
-    cdef unsigned int unacked
     cdef ibv_wc stash
     cdef bint stashed
-    cdef readonly object owner
-    """The pyverbs ``CQ`` (kept alive while this driver may use it)."""
 
     @property
     def address(self):
         """Where the ``ibv_cq`` is (0 once detached)."""
         return <uintptr_t>self.cq
 
-    def __cinit__(self, object owner, uintptr_t address):
+    def __cinit__(self, uintptr_t address):
         self.cq = <ibv_cq *>address
         self.channel = self.cq.channel
-        self.owner = owner
-        self.unacked = 0
         self.stashed = False
 
     cdef int _check(self) except -1:
@@ -265,15 +264,11 @@ cdef class CQDriver:
             if errno == EAGAIN:
                 return False
             raise OSError(errno, "ibv_get_cq_event failed")
-        self.unacked += 1
+        # Acknowledged at once (a mutex, no system call): pyverbs does not
+        # know of events taken here, and destroying a CQ with unacknowledged
+        # events blocks, so none is ever left outstanding.
+        ibv_ack_cq_events(self.cq, 1)
         return True
-
-    def ack(self, unsigned int batch):
-        """Acknowledge the events taken so far once there are ``batch`` of them."""
-        self._check()
-        if self.unacked >= batch and self.unacked:
-            ibv_ack_cq_events(self.cq, self.unacked)
-            self.unacked = 0
 
     def req_notify(self):
         self._check()
@@ -354,10 +349,7 @@ cdef class CQDriver:
         return self.stashed
 
     def detach(self):
-        """Acknowledge every event taken and stop using the CQ (before pyverbs closes it)."""
-        if self.cq != NULL and self.unacked:
-            ibv_ack_cq_events(self.cq, self.unacked)
-        self.unacked = 0
+        """Stop using the CQ (before pyverbs closes it)."""
         self.cq = NULL
         self.channel = NULL
 
@@ -365,15 +357,13 @@ cdef class CQDriver:
 # -- work requests --------------------------------------------------------------
 
 cdef class QPDriver:
-    """Posts work requests on one pyverbs QP from plain integers."""
+    """Posts work requests on one pyverbs QP from plain integers (its owner
+    calls :meth:`detach` before destroying the QP)."""
 
     cdef ibv_qp *qp
-    cdef readonly object owner
-    """The pyverbs ``QP`` (kept alive while this driver may use it)."""
 
-    def __cinit__(self, object owner, uintptr_t address):
+    def __cinit__(self, uintptr_t address):
         self.qp = <ibv_qp *>address
-        self.owner = owner
 
     def detach(self):
         """Stop using the QP (before pyverbs destroys it)."""

@@ -20,6 +20,8 @@ import itertools
 import logging
 import os
 import socket
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -102,8 +104,28 @@ class WorkCompletion:
     """For atomics: the 64-bit value the remote word held before the operation."""
 
 
+_checked: tuple[weakref.ref[asyncio.AbstractEventLoop], int] | None = None
+"""The loop :func:`check_loop` last confirmed, and the thread it runs in."""
+
+
 def check_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Raise WrongLoopError unless called from ``loop`` (what a resource is bound to)."""
+    """Raise WrongLoopError unless called from ``loop`` (what a resource is bound to).
+
+    On the per-message path this runs for every operation, and on Python
+    3.11 ``asyncio.get_running_loop()`` makes a ``getpid`` system call each
+    time (tens of microseconds under emulation). So once a loop has been
+    confirmed running in a thread, a call from that thread while that loop
+    is running is taken as coming from it: a thread runs one loop at a time.
+    """
+    global _checked
+    checked = _checked
+    if (
+        checked is not None
+        and checked[0]() is loop
+        and checked[1] == threading.get_ident()
+        and loop.is_running()
+    ):
+        return
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
@@ -113,6 +135,7 @@ def check_loop(loop: asyncio.AbstractEventLoop) -> None:
             "this object belongs to another event loop; create it (or open the "
             "device) on the loop that uses it"
         )
+    _checked = (weakref.ref(loop), threading.get_ident())
 
 
 def _comp_channel(context: Context) -> CompChannel:
@@ -285,9 +308,8 @@ class CompletionQueue:
             return
         driver = self._driver
         if driver is not None:
-            if driver.take_event():
+            if driver.take_event():  # and acknowledges it
                 self._armed = False
-                driver.ack(ACK_BATCH)
             self._drain()
             return
         while True:
@@ -428,7 +450,7 @@ class CompletionQueue:
                 self._loop.remove_reader(self._fd)
         self._handlers.clear()
         if self._driver is not None:
-            self._driver.detach()  # acknowledges the events it took
+            self._driver.detach()
         try:
             cq.close()  # acknowledges outstanding events first
         finally:

@@ -32,15 +32,23 @@ class _RemovalWatcher(Protocol):
 
 
 _shared: dict[str, Device] = {}
+_open: weakref.WeakSet[Device] = weakref.WeakSet()
+"""Every open device, so that exit can close what the program left open."""
 
 
 @atexit.register
 def _close_shared() -> None:
-    """Release shared devices before interpreter teardown frees pyverbs objects in any order."""
+    """Release devices before interpreter teardown frees pyverbs objects in
+    any order (which can crash inside libibverbs): shared ones silently,
+    others left open by the program with a ResourceWarning."""
     for dev in list(_shared.values()):
         with contextlib.suppress(Exception):
             dev.close()
     _shared.clear()
+    for dev in list(_open):
+        warnings.warn(f"unclosed {dev!r} closed at exit", ResourceWarning, stacklevel=1)
+        with contextlib.suppress(Exception):
+            dev.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +126,7 @@ class Device:
         self._close_waiters = CloseWaiters()
         self.removed = False
         """True once the device was removed from the system (its connections failed)."""
+        _open.add(self)
 
     @classmethod
     def shared(cls, name: str | None = None) -> Device:
@@ -300,6 +309,7 @@ class Device:
         """Release everything (idempotent): queue pairs, memory, CQs, PD, context."""
         if self._context is None:
             return
+        _open.discard(self)
         for qp in list(self._qps):
             qp.destroy()
         self._qps.clear()

@@ -309,7 +309,7 @@ class MessageChannel:
 
     async def _changed(self) -> None:
         """Wait until credits, send slots, arrivals or the channel's state change."""
-        fut = asyncio.get_running_loop().create_future()
+        fut = self._loop.create_future()  # callers checked the loop
         self._waiters.append(fut)
         await fut
 

@@ -60,7 +60,8 @@ class Client:
         self._ids = itertools.count(1)
         self._pending: dict[int, _Call] = {}
         self._error: BaseException | None = None
-        self._reader = asyncio.get_running_loop().create_task(self._read_replies())
+        self._loop = asyncio.get_running_loop()
+        self._reader = self._loop.create_task(self._read_replies())
         self._background: set[asyncio.Task[None]] = set()
         self._channel.deliver_to(self._on_reply)
 
@@ -98,9 +99,12 @@ class Client:
         call_id = next(self._ids)
         head = Frame(FrameKind.REQUEST, call_id, method).pack()
         body = self._codec.encode(payload)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Any] = self._loop.create_future()
         self._pending[call_id] = _Call(method, fut, into)
         try:
+            if timeout is None:  # no asyncio.timeout: it costs two getpid calls on 3.11
+                await self._channel.send_message(body, head=head)
+                return await fut
             try:
                 async with asyncio.timeout(timeout):
                     await self._channel.send_message(body, head=head)
