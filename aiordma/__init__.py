@@ -92,9 +92,31 @@ __all__ = [
     "channel_factory",
     "connect",
     "connect_loopback_pair",
+    "info",
     "open_channel",
     "prepare_channel",
     "start_channel_server",
     "start_server",
 ]
 __version__ = "0.1.0.dev0"
+
+
+def info() -> dict[str, str]:
+    """What this installation runs on: versions, and which per-message path
+    is in use (the compiled core, or pure Python and why)."""
+    import platform
+
+    from aiordma import _accel
+
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        pyverbs = version("pyverbs")
+    except PackageNotFoundError:  # the distribution's python3-pyverbs has no pip metadata
+        pyverbs = "installed (version unknown to pip)"
+    return {
+        "aiordma": __version__,
+        "python": platform.python_version(),
+        "pyverbs": pyverbs,
+        "per-message path": _accel.path,
+    }

@@ -154,9 +154,12 @@ def find_cq(object cq, int fd):
     """
     cdef ibv_cq c
     cdef ibv_comp_channel ch
-    cdef int cqe = cq.cqe
+    cdef int cqe
     cdef uintptr_t found = 0
     cdef uintptr_t p
+    if not isinstance(getattr(cq, "cqe", None), int):
+        return 0  # not a CQ
+    cqe = cq.cqe
     for p in _candidates(cq):
         if not _read(p, &c, sizeof(ibv_cq)):
             continue
@@ -179,12 +182,14 @@ def find_qp(object qp, uintptr_t cq_addr):
     and uses the CQ at ``cq_addr`` (found by :func:`find_cq`) for both queues.
     """
     cdef ibv_qp q
-    cdef uint32_t qp_num = qp.qp_num
-    cdef int qp_type = qp.qp_type
+    cdef uint32_t qp_num
+    cdef int qp_type
     cdef uintptr_t found = 0
     cdef uintptr_t p
-    if cq_addr == 0:
-        return 0
+    if cq_addr == 0 or not isinstance(getattr(qp, "qp_num", None), int):
+        return 0  # no CQ to match, or not a QP
+    qp_num = qp.qp_num
+    qp_type = qp.qp_type
     for p in _candidates(qp):
         if not _read(p, &q, sizeof(ibv_qp)):
             continue

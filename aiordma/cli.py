@@ -32,6 +32,14 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_info(args: argparse.Namespace) -> int:
+    import aiordma
+
+    for key, value in aiordma.info().items():
+        print(f"{key}: {value}")
+    return 0
+
+
 def _cmd_rxe(args: argparse.Namespace) -> int:
     from aiordma.lab.rxe import rxe_down, rxe_up
 
@@ -86,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="list RDMA devices, ports and GIDs")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_devices)
+
+    p = sub.add_parser("info", help="the installation: versions and the per-message path in use")
+    p.set_defaults(func=_cmd_info)
 
     p = sub.add_parser("rxe", help="create or remove a Soft-RoCE device (needs root, rdma_rxe)")
     p.add_argument("action", choices=["up", "down"])

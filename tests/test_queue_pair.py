@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -309,3 +310,97 @@ async def test_bad_arguments_are_rejected_before_posting(
     with pytest.raises(ValueError, match="send_depth"):
         device.create_qp(aiordma.QueuePairOptions(send_depth=0))
     assert a.pending == 0
+
+
+# -- callback work (no futures: what message channels use per packet) -------
+
+
+Done = Callable[[BaseException | None, int], None]
+
+
+def _recorder() -> tuple[list[tuple[BaseException | None, int]], asyncio.Event, Done]:
+    outcomes: list[tuple[BaseException | None, int]] = []
+    event = asyncio.Event()
+
+    def done(error: BaseException | None, length: int) -> None:
+        outcomes.append((error, length))
+        event.set()
+
+    return outcomes, event, done
+
+
+@pytest.mark.asyncio
+async def test_callback_send_and_recv_report_from_the_drain(
+    device: aiordma.Device, pair: Pair
+) -> None:
+    a, b = pair
+    inbox = device.alloc(64)
+    outbox = device.register(bytearray(b"callback!"))
+    received, got, on_recv = _recorder()
+    sent, went, on_send = _recorder()
+    b.post_recv_callback(inbox[:], on_recv)
+    assert inbox.inflight == 1
+    a.post_send_callback(outbox[:], on_send)
+    await asyncio.wait_for(asyncio.gather(got.wait(), went.wait()), 10)
+    assert received == [(None, 9)]
+    assert sent == [(None, 9)]
+    assert bytes(inbox.view()[:9]) == b"callback!"
+    assert inbox.inflight == outbox.inflight == 0
+    assert a.pending == b.pending == 0
+
+
+@pytest.mark.asyncio
+async def test_unsignalled_callback_sends_are_settled_by_flush(
+    device: aiordma.Device, pair: Pair
+) -> None:
+    a, b = pair
+    inbox = device.alloc(64)
+    outbox = device.alloc(64)
+    outcomes, _, done = _recorder()
+    for _ in range(3):
+        b.post_recv_callback(inbox[:], lambda error, length: None)
+    for _ in range(3):
+        a.post_send_callback(outbox[:8], done, signaled=False)
+    await asyncio.wait_for(a.flush_sends(), 10)
+    assert outcomes == [(None, 8)] * 3
+    assert a.sends_in_flight == 0
+
+
+@pytest.mark.asyncio
+async def test_closing_fails_pending_callback_work_once(device: aiordma.Device, pair: Pair) -> None:
+    a, _ = pair
+    inbox = device.alloc(64)
+    outcomes, failed, done = _recorder()
+    a.post_recv_callback(inbox[:], done)
+    a.close()
+    await asyncio.wait_for(failed.wait(), 10)
+    await asyncio.wait_for(a.wait_closed(), 10)
+    assert len(outcomes) == 1  # the flush completion that follows is not reported again
+    error, length = outcomes[0]
+    assert isinstance(error, aiordma.ResourceClosedError)
+    assert length == 0
+    assert inbox.inflight == 0
+
+
+@pytest.mark.asyncio
+async def test_callback_posts_refuse_bad_memory_and_full_queues(device: aiordma.Device) -> None:
+    options = aiordma.QueuePairOptions(send_depth=1, recv_depth=1)
+    a, b = await aiordma.connect_loopback_pair(device, options)
+    readonly = device.register(b"read only")
+    with pytest.raises(ValueError, match="LOCAL_WRITE"):
+        b.post_recv_callback(readonly[:], lambda error, length: None)
+    closed = device.alloc(64)
+    segment = closed[:]
+    closed.close()
+    with pytest.raises(aiordma.ResourceClosedError):
+        a.post_send_callback(segment, lambda error, length: None)
+    inbox = device.alloc(64)
+    b.post_recv_callback(inbox[:], lambda error, length: None)
+    with pytest.raises(aiordma.ResourceBusyError, match="receive queue"):
+        b.post_recv_callback(inbox[:], lambda error, length: None)
+    a.post_send_callback(readonly[:], lambda error, length: None)
+    with pytest.raises(aiordma.ResourceBusyError, match="send queue"):
+        a.post_send_callback(readonly[:], lambda error, length: None)
+    for qp in (a, b):
+        qp.close()
+        await asyncio.wait_for(qp.wait_closed(), 10)
