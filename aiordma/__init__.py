@@ -105,10 +105,9 @@ def info() -> dict[str, str]:
     """What this installation runs on: versions, and which per-message path
     is in use (the compiled core, or pure Python and why)."""
     import platform
+    from importlib.metadata import PackageNotFoundError, version
 
     from aiordma import _accel
-
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         pyverbs = version("pyverbs")
