@@ -472,42 +472,71 @@ class MessageChannel:
         the message's head) for a large message its sender withdrew.
         """
         check_loop(self._loop)
+        ready = self._state.ready
+        if (
+            ready
+            and ready[0].header.kind == Kind.EAGER
+            and self._error is None
+            and not self._recv_lock.locked()
+        ):
+            # A small message is already here: take it without a task switch.
+            arrival = ready[0]
+            head, into = self._chosen(arrival, choose)
+            small = self._small_body(arrival, into)
+            self._consumed()
+            return head, small
         async with self._recv_lock:
             arrival = await self._next_arrival()
             header = arrival.header
-            head = self._head(arrival)
-            if arrival.revoked:
-                self._consumed()
-                raise MessageRevokedError(
-                    f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
-                    "before it was read: its send was cancelled or it was not read within "
-                    "the sender's exposure_timeout",
-                    head,
-                )
-            into = choose(head, header.length) if choose is not None else None
-            if into is not None and buffer_length(into) < header.length:
-                raise BufferTooSmallError(header.length, buffer_length(into))
+            head, into = self._chosen(arrival, choose)
             body: bytes | bytearray | int
-            if arrival.saved is not None:
-                body = arrival.saved[header.head_length :]
-                if into is not None:
-                    buffer_view(into)[: header.length] = body
-                    body = header.length
-            elif header.kind == Kind.EAGER:
-                start = arrival.slot * self._size + HEADER_SIZE + header.head_length
-                with self._recv_mr.view() as whole, whole[start : start + header.length] as data:
-                    if into is None:
-                        body = bytes(data)
-                    else:
-                        buffer_view(into)[: header.length] = data
-                        body = header.length
+            if arrival.saved is not None or header.kind == Kind.EAGER:
+                body = self._small_body(arrival, into)
+            elif into is None:
+                assert header.remote is not None
+                landed = bytearray(header.length)
+                await self._read(landed, header.remote)
+                body = landed
             else:
                 assert header.remote is not None
-                target: Into = bytearray(header.length) if into is None else into
-                await self._read(target, header.remote)
-                body = target if into is None else header.length  # type: ignore[assignment]
+                await self._read(into, header.remote)
+                body = header.length
             self._consumed()
             return head, body
+
+    def _chosen(self, arrival: Arrival, choose: Chooser | None) -> tuple[bytes, Into | None]:
+        """The message's head and where its body goes (None: a new object);
+        raises for a revoked message (consuming it) or a buffer too small."""
+        header = arrival.header
+        head = self._head(arrival)
+        if arrival.revoked:
+            self._consumed()
+            raise MessageRevokedError(
+                f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
+                "before it was read: its send was cancelled or it was not read within "
+                "the sender's exposure_timeout",
+                head,
+            )
+        into = choose(head, header.length) if choose is not None else None
+        if into is not None and buffer_length(into) < header.length:
+            raise BufferTooSmallError(header.length, buffer_length(into))
+        return head, into
+
+    def _small_body(self, arrival: Arrival, into: Into | None) -> bytes | int:
+        """An eager (or saved) message's body: a copy, or its length once put in ``into``."""
+        header = arrival.header
+        if arrival.saved is not None:
+            body = arrival.saved[header.head_length :]
+            if into is None:
+                return body
+            buffer_view(into)[: header.length] = body
+            return header.length
+        start = arrival.slot * self._size + HEADER_SIZE + header.head_length
+        with self._recv_mr.view() as whole, whole[start : start + header.length] as data:
+            if into is None:
+                return bytes(data)
+            buffer_view(into)[: header.length] = data
+            return header.length
 
     async def _read(self, target: Into, remote: RemoteBuffer) -> None:
         """RDMA-read ``remote`` into the start of ``target``."""
@@ -602,10 +631,18 @@ class MessageChannel:
                 "(the receiving side sets it)"
             )
         if len(head) + size <= self.eager_limit:
+            eager = Header(Kind.EAGER, 0, 0, size)
+            if (
+                not self._send_lock.locked()
+                and self._error is None
+                and self._state.affordable(Cost.DATA)
+            ):
+                # Nobody is ahead of us and there is credit: post without a task switch.
+                with contextlib.suppress(ResourceBusyError):  # send queue full: wait below
+                    self._post(eager, head, data, Cost.DATA)
+                    return
             async with self._send_lock:
-                await self._post_when_possible(
-                    Header(Kind.EAGER, 0, 0, size), head, data, Cost.DATA
-                )
+                await self._post_when_possible(eager, head, data, Cost.DATA)
             return
         msg_id, exposure = await self._expose(data, size)
         header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposure.mr.remote())

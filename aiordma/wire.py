@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from aiordma.exceptions import ProtocolError
 from aiordma.memory import RemoteBuffer
@@ -50,8 +49,10 @@ class Kind(enum.IntEnum):
     message the sender accepts (its ``max_message``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
+class Header(NamedTuple):
+    """One packet's header (a named tuple: one is made per packet sent and
+    received, and a tuple is the cheapest immutable record to make)."""
+
     kind: Kind
     credits: int
     """Buffers the sender re-posted for consumed data messages since it last said so."""
@@ -89,10 +90,9 @@ class Header:
         )
         if magic != MAGIC or version != VERSION:
             raise ProtocolError(f"not an aiordma message packet (magic {magic:#x}, v{version})")
-        try:
-            k = Kind(kind)
-        except ValueError:
-            raise ProtocolError(f"unknown packet kind {kind}") from None
+        k = _KINDS.get(kind)
+        if k is None:
+            raise ProtocolError(f"unknown packet kind {kind}")
         if length > max_length and k != Kind.HELLO:
             raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_length}")
         carried = len(data) - HEADER_SIZE
@@ -111,3 +111,6 @@ class Header:
         elif head or carried or (length and k != Kind.HELLO):
             raise ProtocolError(f"{k.name} packet with a payload")
         return cls(k, credits, msg_id, length, remote, head, control)
+
+
+_KINDS: Final = {int(k): k for k in Kind}

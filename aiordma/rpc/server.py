@@ -1,4 +1,5 @@
-"""The serving side: named async handlers, each call run as its own task."""
+"""The serving side: named async handlers, each call started at once and
+given a task of its own only if it suspends."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from aiordma._eager import start_eagerly
 from aiordma.connection import Connection, Prepare
 from aiordma.device import Device
 from aiordma.exceptions import (
@@ -160,10 +162,13 @@ class _Calls:
 
     def dispatch(self, frame: Frame, body: bytes | bytearray) -> None:
         if frame.kind == FrameKind.REQUEST:
-            loop = asyncio.get_running_loop()
-            task = loop.create_task(self._service._run(self._channel, frame, body))
-            self._running[frame.call_id] = task
-            task.add_done_callback(functools.partial(self._finished, frame.call_id))
+            # Started now, from the receive completion: a handler that does
+            # not suspend has replied before this returns, with no task.
+            coro = self._service._run(self._channel, frame, body)
+            task = start_eagerly(self._channel.link.qp.loop, coro)
+            if task is not None:
+                self._running[frame.call_id] = task
+                task.add_done_callback(functools.partial(self._finished, frame.call_id))
         elif frame.kind == FrameKind.CANCEL:
             if (victim := self._running.get(frame.call_id)) is not None:
                 victim.cancel()
