@@ -361,6 +361,43 @@ cdef class CQDriver:
 
 # -- work requests --------------------------------------------------------------
 
+cdef class _Scatter:
+    """The scatter/gather entries of one post: on the stack of this object
+    for up to ``MAX_STACK_WRS`` of them, else in one allocation."""
+
+    cdef ibv_sge stack[MAX_STACK_WRS]
+    cdef ibv_sge *sges
+    cdef Py_ssize_t used
+
+    def __cinit__(self, list requests, Py_ssize_t field):
+        cdef Py_ssize_t total = 0
+        for request in requests:
+            total += len(request[field])
+        self.sges = self.stack
+        self.used = 0
+        if total > MAX_STACK_WRS:
+            self.sges = <ibv_sge *>malloc(total * sizeof(ibv_sge))
+            if self.sges == NULL:
+                raise MemoryError()
+
+    def __dealloc__(self):
+        if self.sges != self.stack:
+            free(self.sges)
+
+    cdef int fill(self, object segments, ibv_sge **first) except -1:
+        """Copy ``segments`` into the next entries; point ``first`` at them; how many."""
+        cdef Py_ssize_t n = len(segments)
+        cdef Py_ssize_t j
+        first[0] = &self.sges[self.used]
+        for j in range(n):
+            seg = segments[j]
+            self.sges[self.used].addr = seg.addr
+            self.sges[self.used].length = seg.length
+            self.sges[self.used].lkey = seg.lkey
+            self.used += 1
+        return <int>n
+
+
 cdef class QPDriver:
     """Posts work requests on one pyverbs QP from plain integers (its owner
     calls :meth:`detach` before destroying the QP)."""
@@ -374,6 +411,11 @@ cdef class QPDriver:
         """Stop using the QP (before pyverbs destroys it)."""
         self.qp = NULL
 
+    cdef int _check(self) except -1:
+        if self.qp == NULL:
+            raise ValueError("the queue pair driver was detached")
+        return 0
+
     def post_sends(self, list requests):
         """Post ``requests`` as one linked list; 0 or the provider's errno.
 
@@ -382,30 +424,22 @@ cdef class QPDriver:
         ``addr``, ``length`` and ``lkey``; ``imm`` is in host byte order.
         """
         cdef Py_ssize_t count = len(requests)
-        cdef Py_ssize_t i, j, nsge, total_sge = 0
+        cdef Py_ssize_t i
         cdef ibv_send_wr stack_wrs[MAX_STACK_WRS]
-        cdef ibv_sge stack_sges[MAX_STACK_WRS]
+        cdef _Scatter scatter = _Scatter(requests, 4)
         cdef ibv_send_wr *wrs = stack_wrs
-        cdef ibv_sge *sges = stack_sges
         cdef ibv_send_wr *wr
         cdef ibv_send_wr *bad = NULL
-        cdef int opcode, rc
-        if self.qp == NULL:
-            raise ValueError("the queue pair driver was detached")
+        cdef int opcode
+        self._check()
         if count == 0:
             return 0
-        for request in requests:
-            total_sge += len(request[4])
-        if count > MAX_STACK_WRS or total_sge > MAX_STACK_WRS:
+        if count > MAX_STACK_WRS:
             wrs = <ibv_send_wr *>malloc(count * sizeof(ibv_send_wr))
-            sges = <ibv_sge *>malloc((total_sge + 1) * sizeof(ibv_sge))
-            if wrs == NULL or sges == NULL:
-                free(wrs)
-                free(sges)
+            if wrs == NULL:
                 raise MemoryError()
         try:
             memset(wrs, 0, count * sizeof(ibv_send_wr))
-            total_sge = 0
             for i in range(count):
                 request = requests[i]
                 wr = &wrs[i]
@@ -414,16 +448,7 @@ cdef class QPDriver:
                 wr.opcode = opcode
                 wr.send_flags = request[2]
                 wr.imm_data = htonl(<uint32_t>request[3])
-                segments = request[4]
-                nsge = len(segments)
-                wr.sg_list = &sges[total_sge]
-                wr.num_sge = <int>nsge
-                for j in range(nsge):
-                    seg = segments[j]
-                    sges[total_sge].addr = seg.addr
-                    sges[total_sge].length = seg.length
-                    sges[total_sge].lkey = seg.lkey
-                    total_sge += 1
+                wr.num_sge = scatter.fill(request[4], &wr.sg_list)
                 if opcode == WR_ATOMIC_CMP_AND_SWP or opcode == WR_ATOMIC_FETCH_AND_ADD:
                     wr.wr.atomic.remote_addr = request[5]
                     wr.wr.atomic.rkey = request[6]
@@ -433,12 +458,10 @@ cdef class QPDriver:
                     wr.wr.rdma.remote_addr = request[5]
                     wr.wr.rdma.rkey = request[6]
                 wr.next = &wrs[i + 1] if i + 1 < count else NULL
-            rc = ibv_post_send(self.qp, wrs, &bad)
+            return ibv_post_send(self.qp, wrs, &bad)
         finally:
             if wrs != stack_wrs:
                 free(wrs)
-                free(sges)
-        return rc
 
     def post_send(self, uint64_t wr_id, int opcode, unsigned int flags,
                   uint64_t addr, uint32_t length, uint32_t lkey):
@@ -447,8 +470,7 @@ cdef class QPDriver:
         cdef ibv_send_wr wr
         cdef ibv_sge sge
         cdef ibv_send_wr *bad = NULL
-        if self.qp == NULL:
-            raise ValueError("the queue pair driver was detached")
+        self._check()
         memset(&wr, 0, sizeof(wr))
         sge.addr = addr
         sge.length = length
@@ -460,48 +482,44 @@ cdef class QPDriver:
         wr.num_sge = 1
         return ibv_post_send(self.qp, &wr, &bad)
 
+    def post_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length, uint32_t lkey):
+        """Post one receive into one buffer (the message channel's packets);
+        0 or the provider's errno."""
+        cdef ibv_recv_wr wr
+        cdef ibv_sge sge
+        cdef ibv_recv_wr *bad = NULL
+        self._check()
+        sge.addr = addr
+        sge.length = length
+        sge.lkey = lkey
+        wr.wr_id = wr_id
+        wr.next = NULL
+        wr.sg_list = &sge
+        wr.num_sge = 1
+        return ibv_post_recv(self.qp, &wr, &bad)
+
     def post_recvs(self, list requests):
         """Post ``(wr_id, segments)`` receives as one linked list; 0 or errno."""
         cdef Py_ssize_t count = len(requests)
-        cdef Py_ssize_t i, j, nsge, total_sge = 0
+        cdef Py_ssize_t i
         cdef ibv_recv_wr stack_wrs[MAX_STACK_WRS]
-        cdef ibv_sge stack_sges[MAX_STACK_WRS]
+        cdef _Scatter scatter = _Scatter(requests, 1)
         cdef ibv_recv_wr *wrs = stack_wrs
-        cdef ibv_sge *sges = stack_sges
         cdef ibv_recv_wr *bad = NULL
-        cdef int rc
-        if self.qp == NULL:
-            raise ValueError("the queue pair driver was detached")
+        self._check()
         if count == 0:
             return 0
-        for request in requests:
-            total_sge += len(request[1])
-        if count > MAX_STACK_WRS or total_sge > MAX_STACK_WRS:
+        if count > MAX_STACK_WRS:
             wrs = <ibv_recv_wr *>malloc(count * sizeof(ibv_recv_wr))
-            sges = <ibv_sge *>malloc((total_sge + 1) * sizeof(ibv_sge))
-            if wrs == NULL or sges == NULL:
-                free(wrs)
-                free(sges)
+            if wrs == NULL:
                 raise MemoryError()
         try:
-            total_sge = 0
             for i in range(count):
                 request = requests[i]
-                segments = request[1]
-                nsge = len(segments)
                 wrs[i].wr_id = request[0]
-                wrs[i].sg_list = &sges[total_sge]
-                wrs[i].num_sge = <int>nsge
-                for j in range(nsge):
-                    seg = segments[j]
-                    sges[total_sge].addr = seg.addr
-                    sges[total_sge].length = seg.length
-                    sges[total_sge].lkey = seg.lkey
-                    total_sge += 1
+                wrs[i].num_sge = scatter.fill(request[1], &wrs[i].sg_list)
                 wrs[i].next = &wrs[i + 1] if i + 1 < count else NULL
-            rc = ibv_post_recv(self.qp, wrs, &bad)
+            return ibv_post_recv(self.qp, wrs, &bad)
         finally:
             if wrs != stack_wrs:
                 free(wrs)
-                free(sges)
-        return rc

@@ -444,7 +444,7 @@ class WorkEngine:
         wr_id = self.cq.register(work)
         driver = self.driver
         if driver is not None:
-            rc = driver.post_recvs([(wr_id, work.segments)])
+            rc = driver.post_recv(wr_id, seg.addr, seg.length, seg.lkey)
             if rc:
                 self._unpost([(wr_id, work)], self.rq)
                 raise DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")

@@ -150,6 +150,7 @@ class _Calls:
     def __init__(self, service: Service, channel: MessageChannel) -> None:
         self._service = service
         self._channel = channel
+        self._loop = channel.link.qp.loop
         self._running: dict[int, asyncio.Task[None]] = {}
         self._freed: asyncio.Future[None] | None = None
 
@@ -162,10 +163,14 @@ class _Calls:
 
     def dispatch(self, frame: Frame, body: bytes | bytearray) -> None:
         if frame.kind == FrameKind.REQUEST:
-            # Started now, from the receive completion: a handler that does
-            # not suspend has replied before this returns, with no task.
             coro = self._service._run(self._channel, frame, body)
-            task = start_eagerly(self._channel.link.qp.loop, coro)
+            if self._running:
+                # Other calls (or cancellations) are scheduled: queue behind them.
+                task: asyncio.Task[None] | None = self._loop.create_task(coro)
+            else:
+                # Started now, from the receive completion: a handler that
+                # does not suspend has replied before this returns, no task.
+                task = start_eagerly(self._loop, coro)
             if task is not None:
                 self._running[frame.call_id] = task
                 task.add_done_callback(functools.partial(self._finished, frame.call_id))
@@ -181,7 +186,7 @@ class _Calls:
     async def room(self) -> None:
         """Wait until another call may start."""
         while self._full():
-            self._freed = asyncio.get_running_loop().create_future()
+            self._freed = self._loop.create_future()
             await self._freed
 
     def _finished(self, call_id: int, _: object) -> None:
