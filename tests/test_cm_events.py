@@ -19,8 +19,14 @@ def _open_fds() -> int:
 
 @pytest.mark.asyncio
 async def test_connect_close_cycles_leave_nothing_behind(lab: Lab) -> None:
+    handled = 0
+    changed = asyncio.Event()
+
     async def hold(conn: aiordma.Connection) -> None:
-        await conn.wait_closed()
+        nonlocal handled
+        await conn.wait_closed()  # the server has forgotten the connection by now
+        handled += 1
+        changed.set()
 
     async def cycle(port: int) -> None:
         conn = await aiordma.connect(lab.addr, port)
@@ -30,18 +36,19 @@ async def test_connect_close_cycles_leave_nothing_behind(lab: Lab) -> None:
     async with await aiordma.start_server(hold, lab.addr, 0) as server:
         port = server.addresses[0][1]
 
-        async def settle() -> None:
-            # The server learns of a disconnect a moment after the client's close returns.
-            await asyncio.wait_for(
-                asyncio.gather(*(conn.wait_closed() for conn in server.connections)), 30
-            )
+        async def settle(connections: int) -> None:
+            # The server learns of a connection, and of its disconnect, a
+            # moment after the client's connect and close return.
+            while handled < connections:
+                changed.clear()
+                await asyncio.wait_for(changed.wait(), 30)
 
         await cycle(port)  # opens the shared device and this loop's completion queue
-        await settle()
+        await settle(1)
         fds, counts = _open_fds(), rdma_counts(lab.device)
         for _ in range(CYCLES):
             await cycle(port)
-        await settle()
+        await settle(1 + CYCLES)
         assert not server.connections
         assert _open_fds() == fds
         assert rdma_counts(lab.device) == counts
