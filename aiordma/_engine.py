@@ -367,12 +367,26 @@ class WorkEngine:
             scratch = self._scratch_free.pop()
             assert self._scratch is not None
             segments = (self._scratch[scratch : scratch + 8],)
-        self._send_seq += 1
-        silent = not b.signaled and self._silent_run + 1 < self._signal_every
-        self._silent_run = self._silent_run + 1 if silent else 0
-        work = _Work(self, fut, b.opcode, segments, False, scratch, self._send_seq, silent)
+        seq, silent = self._next_send(b.signaled)
+        work = _Work(self, fut, b.opcode, segments, False, scratch, seq, silent)
         flags = b.flags if silent else _ibv.SEND_SIGNALED | b.flags
         return self.cq.register(work), work, flags
+
+    def _next_send(self, signaled: bool) -> tuple[int, bool]:
+        """The next send-queue position, and whether that request goes
+        unsignalled (asked for, and not the ``signal_every``-th in a row)."""
+        self._send_seq += 1
+        silent = not signaled and self._silent_run + 1 < self._signal_every
+        self._silent_run = self._silent_run + 1 if silent else 0
+        return self._send_seq, silent
+
+    def _refused(self, works: Sequence[tuple[int, _Work]], pool: SlotPool, rc: int) -> DeviceError:
+        """Undo work the compiled core's post was refused; the error to raise."""
+        self._unpost(works, pool)
+        if pool is self.sq:
+            self._silent_run = 0
+            return DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
+        return DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
 
     def _post_sends_compiled(
         self, chunk: Sequence[SendRequest]
@@ -389,9 +403,7 @@ class WorkEngine:
                              b.remote_addr, b.rkey, b.compare_add, b.swap))  # fmt: skip
         rc = driver.post_sends(requests)
         if rc:
-            self._unpost(works, self.sq)
-            self._silent_run = 0
-            raise DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
+            raise self._refused(works, self.sq, rc)
         return self._sends_posted(works)
 
     def _sends_posted(self, works: list[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
@@ -410,19 +422,15 @@ class WorkEngine:
         except BaseException:
             self.sq.release(1)
             raise
-        self._send_seq += 1
-        silent = not signaled and self._silent_run + 1 < self._signal_every
-        self._silent_run = self._silent_run + 1 if silent else 0
-        work = _Work(self, None, _ibv.WR_SEND, (seg,), False, None, self._send_seq, silent, done)
+        seq, silent = self._next_send(signaled)
+        work = _Work(self, None, _ibv.WR_SEND, (seg,), False, None, seq, silent, done)
         wr_id = self.cq.register(work)
         flags = 0 if silent else _ibv.SEND_SIGNALED
         driver = self.driver
         if driver is not None:
             rc = driver.post_send(wr_id, _ibv.WR_SEND, flags, seg.addr, seg.length, seg.lkey)
             if rc:
-                self._unpost([(wr_id, work)], self.sq)
-                self._silent_run = 0
-                raise DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
+                raise self._refused([(wr_id, work)], self.sq, rc)
         else:
             self._post_pyverbs([(wr_id, work, flags, SendRequest(_ibv.WR_SEND, (seg,), flags))])
         self.cq.kick()
@@ -446,8 +454,7 @@ class WorkEngine:
         if driver is not None:
             rc = driver.post_recv(wr_id, seg.addr, seg.length, seg.lkey)
             if rc:
-                self._unpost([(wr_id, work)], self.rq)
-                raise DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
+                raise self._refused([(wr_id, work)], self.rq, rc)
         else:
             qp = self.qp
             assert qp is not None
@@ -535,8 +542,7 @@ class WorkEngine:
             requests.append((wr_id, segments))
         rc = driver.post_recvs(requests)
         if rc:
-            self._unpost(works, self.rq)
-            raise DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
+            raise self._refused(works, self.rq, rc)
         return self._track(works)
 
     def _single_recv(self, wr_id: int, seg: Segment) -> RecvWR:

@@ -294,7 +294,9 @@ class CompletionQueue:
             self.cq.req_notify()
 
     def _report(self, exc: Exception | None, wc: WC) -> None:
-        """From the compiled drain: a handler failed, or nobody posted ``wc``."""
+        """A handler failed, or nobody posted ``wc``: work given up when its
+        queue pair was destroyed leaves flushed completions in the CQ, which
+        are expected and not news; a successful one is."""
         if exc is not None:
             self._loop.call_exception_handler(
                 {"message": "aiordma completion handler failed", "exception": exc}
@@ -374,10 +376,7 @@ class CompletionQueue:
             for wc in wcs:
                 handler = handlers.pop(wc.wr_id, None)
                 if handler is None:
-                    # Work given up when its queue pair was destroyed: flushed
-                    # completions still in the CQ are expected, and not news.
-                    if wc.status == _ibv.WC_SUCCESS:
-                        log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
+                    self._report(None, wc)
                     continue
                 try:
                     handler.complete(wc)
