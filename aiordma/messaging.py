@@ -68,6 +68,11 @@ DEFAULT_MAX_EXPOSED = 256 << 20
 """Bytes of large messages a channel holds exposed at once, by default
 (raised to ``max_message`` when that is larger)."""
 DEFAULT_EXPOSURE_TIMEOUT = 60.0
+STAGED_READ_LIMIT = 256 << 10
+"""Large messages up to this size, bound for memory the channel did not
+register, are read into one registered staging buffer and copied out:
+under rxe a copy of 64 KiB costs about a fifth of registering and
+deregistering the destination (see docs/design.md)."""
 """Seconds a large message stays readable for the peer, by default; unread
 by then, it is revoked and the send fails with :class:`ExposureTimeoutError`."""
 
@@ -256,6 +261,7 @@ class MessageChannel:
         self._signal_every = max(1, buffers // 2)
         self._silent_run = 0
         self._deliver: Deliver | None = None
+        self._staging: MemoryRegion | None = None
 
     def __repr__(self) -> str:
         state = (
@@ -545,6 +551,17 @@ class MessageChannel:
             segment = target.segment(0, remote.length)
         elif isinstance(target, Segment):
             segment = target[: remote.length]
+        elif remote.length <= STAGED_READ_LIMIT:
+            # Reads run one at a time (under the receive lock), and a read
+            # left behind by a cancelled receive lands before the next one
+            # completes (RC order), so one staging buffer serves them all.
+            if self._staging is None:
+                self._staging = self.link.alloc(STAGED_READ_LIMIT)
+            staged = self._staging.segment(0, remote.length)
+            await self._qp.rdma_read(staged, remote)
+            with staged.view() as data:
+                buffer_view(target)[: remote.length] = data
+            return
         else:
             own = self.link.register(target, Access.LOCAL_WRITE)
             segment = own.segment(0, remote.length)
@@ -557,8 +574,9 @@ class MessageChannel:
     async def recv_message(self) -> bytes | bytearray:
         """The next message, in the order they were sent.
 
-        Small messages come back as ``bytes``; larger ones as the
-        ``bytearray`` the RDMA read landed in (no copy). Cancelling leaves
+        Small messages come back as ``bytes``; larger ones as a
+        ``bytearray`` (above :data:`STAGED_READ_LIMIT`, the one the RDMA read
+        landed in, with no copy). Cancelling leaves
         the message queued for the next receive. A head the sender added
         is dropped (see :meth:`recv_message_with_head`).
         """
@@ -569,12 +587,14 @@ class MessageChannel:
     async def recv_message_into(self, buffer: Into) -> int:
         """Receive the next message into ``buffer``; returns its length.
 
-        Large messages are read by the adapter straight into ``buffer``
-        (registered memory is used as is; other buffers are registered for
-        the read). Raises :class:`BufferTooSmallError`, leaving the message
-        queued, when it does not fit. If cancelled during a large read the
-        message stays queued, but ``buffer`` may still be written to until
-        that read completes. Raises ``TypeError``/``ValueError`` at once for a
+        Large messages are read by the adapter straight into ``buffer`` when
+        it is registered memory, or when larger than
+        :data:`STAGED_READ_LIMIT` (it is registered for the read); others go
+        through the channel's registered staging buffer and are copied.
+        Raises :class:`BufferTooSmallError`, leaving the message queued,
+        when it does not fit. If cancelled during a large read the message
+        stays queued, but a ``buffer`` read into directly may still be
+        written to until that read completes. Raises ``TypeError``/``ValueError`` at once for a
         buffer nothing can land in (``bytes``, a closed or read-only region).
         """
         check_into(buffer)

@@ -177,6 +177,42 @@ async def test_receiving_into_registered_memory(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+async def test_medium_messages_for_plain_memory_go_through_one_staging_buffer(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with channel_to(lab, echo) as channel:
+        registered: list[object] = []
+        register = channel.conn.register
+
+        def recording_register(obj: object, *args: aiordma.Access) -> aiordma.MemoryRegion:
+            registered.append(obj)
+            return register(obj, *args)
+
+        monkeypatch.setattr(channel.conn, "register", recording_register)
+        limit = aiordma.messaging.STAGED_READ_LIMIT
+        target = bytearray(limit)
+        for i, size in enumerate((20_000, limit, 70_000)):
+            data = _payload(i, size)
+            await channel.send_message(data)
+            if i % 2:
+                assert await asyncio.wait_for(channel.recv_message_into(target), 30) == size
+                assert target[:size] == data
+            else:
+                got = await asyncio.wait_for(channel.recv_message(), 30)
+                assert (type(got), got) == (bytearray, data)
+        # This side registered its three exposures (bytes) and none of the
+        # destinations it received into.
+        assert [type(obj) for obj in registered] == [bytes] * 3
+        # Above the limit the destination itself is registered (no copy).
+        big = _payload(9, limit + 1)
+        await channel.send_message(big)
+        target = bytearray(limit + 1)
+        assert await asyncio.wait_for(channel.recv_message_into(target), 30) == limit + 1
+        assert target == big
+        assert target in registered
+
+
+@pytest.mark.asyncio
 async def test_a_large_send_from_registered_memory_is_read_in_place_through_its_own_rkey(
     lab: Lab, checksum_server: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
