@@ -575,7 +575,7 @@ class MessageChannel:
         """The next message, in the order they were sent.
 
         Small messages come back as ``bytes``; larger ones as a
-        ``bytearray`` (above :data:`STAGED_READ_LIMIT`, the one the RDMA read
+        ``bytearray`` (above :data:`~aiordma.messaging.STAGED_READ_LIMIT`, the one the RDMA read
         landed in, with no copy). Cancelling leaves
         the message queued for the next receive. A head the sender added
         is dropped (see :meth:`recv_message_with_head`).
@@ -589,7 +589,7 @@ class MessageChannel:
 
         Large messages are read by the adapter straight into ``buffer`` when
         it is registered memory, or when larger than
-        :data:`STAGED_READ_LIMIT` (it is registered for the read); others go
+        :data:`~aiordma.messaging.STAGED_READ_LIMIT` (it is registered for the read); others go
         through the channel's registered staging buffer and are copied.
         Raises :class:`BufferTooSmallError`, leaving the message queued,
         when it does not fit. If cancelled during a large read the message
