@@ -65,13 +65,19 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         cmd = [sys.executable, "-m", "aiordma", "devices"]
+    two = args.hosts == 2
     cfg = GuestConfig(
-        cpus=args.cpus,
-        memory=args.memory,
+        cpus=args.cpus or int(os.environ.get("AIORDMA_LAB_CPUS", "1" if two else "2")),
+        memory=args.memory or os.environ.get("AIORDMA_LAB_MEMORY", "2G" if two else "4G"),
         kvm=_kvm_choice(args.kvm),
         rwdirs=[Path(d).resolve() for d in args.rwdir],
     )
     try:
+        if two:
+            from aiordma.lab.fabric import FabricConfig, run_on_fabric
+
+            fabric = FabricConfig(cfg.cpus, cfg.memory, (args.mtu[0], args.mtu[-1]))
+            return run_on_fabric(cmd, cfg, fabric, timeout=args.timeout)
         return run_in_lab(cmd, cfg, force_guest=args.vm, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         print(f"aiordma lab: timed out after {args.timeout} s", file=sys.stderr)
@@ -117,8 +123,24 @@ def build_parser() -> argparse.ArgumentParser:
         "CMD sees AIORDMA_DEVICE, AIORDMA_ADDR and AIORDMA_ADDR6. The current directory and "
         "every --rwdir keep their writes. Without CMD, lists the lab's devices.",
     )
-    p.add_argument("--cpus", type=int, default=int(os.environ.get("AIORDMA_LAB_CPUS", "2")))
-    p.add_argument("--memory", default=os.environ.get("AIORDMA_LAB_MEMORY", "4G"))
+    p.add_argument(
+        "--hosts",
+        type=int,
+        choices=[1, 2],
+        default=1,
+        help="2: two guests joined by one Ethernet link (host 1 runs CMD at 192.0.2.1, "
+        "host 2 at 192.0.2.2 runs what CMD asks through aiordma.lab.remote)",
+    )
+    p.add_argument("--cpus", type=int, default=None, help="per guest (default 2; 1 with --hosts 2)")
+    p.add_argument("--memory", default=None, help="per guest (default 4G; 2G with --hosts 2)")
+    p.add_argument(
+        "--mtu",
+        type=int,
+        nargs="+",
+        default=[None],
+        metavar="BYTES",
+        help="with --hosts 2: the link cards' MTU (one value for both, or host 1's and host 2's)",
+    )
     p.add_argument(
         "--kvm",
         choices=["auto", "yes", "no"],

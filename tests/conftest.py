@@ -27,6 +27,7 @@ import pytest_asyncio
 import uvloop
 
 import aiordma
+from aiordma.lab.remote import Fabric
 from aiordma.lab.runner import native_environment
 
 
@@ -50,8 +51,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names = getattr(item, "fixturenames", None)
         if names is None:
             continue
-        if "lab" in names:
+        if "lab" in names or "fabric" in names:
             item.add_marker(pytest.mark.rdma)
+        if "fabric" in names:
+            item.add_marker(pytest.mark.two_hosts)
         if item.get_closest_marker("asyncio") is not None and "loop_errors" not in names:
             names.insert(0, "loop_errors")
 
@@ -152,6 +155,20 @@ def lab() -> Lab:
     if not os.path.exists(f"/sys/class/infiniband/{device}"):
         pytest.fail(f"AIORDMA_DEVICE={device} names no RDMA device on this host", pytrace=False)
     return Lab(device=device, addr=env["AIORDMA_ADDR"], addr6=env.get("AIORDMA_ADDR6"))
+
+
+@pytest.fixture(scope="session")
+def fabric() -> Fabric:
+    """The two-host lab, driven from host 1 (where the tests run)."""
+    found = Fabric.from_environment()
+    if found is None:
+        pytest.fail(
+            "this test needs the two-host lab and runs on its host 1: './dev test' runs "
+            "it (its second part boots two guests), or run "
+            "'aiordma lab --hosts 2 -- .venv/bin/python -m pytest -m two_hosts'",
+            pytrace=False,
+        )
+    return found
 
 
 @pytest_asyncio.fixture

@@ -93,7 +93,14 @@ class GuestConfig:
     kernel: Path | None = None
 
 
-def _vng_argv(vng: str, kernel: Path, cfg: GuestConfig, kvm: bool, command: str) -> list[str]:
+def _vng_argv(
+    vng: str,
+    kernel: Path,
+    cfg: GuestConfig,
+    kvm: bool,
+    command: str,
+    qemu_opts: tuple[str, ...] = (),
+) -> list[str]:
     argv = [vng, "-r", str(kernel), "--memory", cfg.memory, "--cpus", str(cfg.cpus)]
     if not kvm:
         # Under TCG the kernel finds the vCPUs' TSCs unsynchronised and falls
@@ -103,6 +110,8 @@ def _vng_argv(vng: str, kernel: Path, cfg: GuestConfig, kvm: bool, command: str)
         argv += ["--disable-kvm", "--append", "tsc=reliable"]
     for d in cfg.rwdirs:
         argv += ["--rwdir", str(d)]
+    for opt in qemu_opts:
+        argv += ["--qemu-opts", opt]
     return [*argv, "--exec", command]
 
 

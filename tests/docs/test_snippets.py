@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import inspect
 import re
 import shlex
@@ -22,6 +23,7 @@ import pytest
 import aiordma
 from aiordma import rpc
 from aiordma.cli import build_parser
+from aiordma.lab.remote import Fabric, PeerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
@@ -41,6 +43,8 @@ RECEIVERS: dict[str, type] = {
     "channel": aiordma.MessageChannel,
     "dev": aiordma.Device,
     "qp": aiordma.QueuePair,
+    "fabric": Fabric,
+    "remote": PeerProcess,
 }
 MODULES = {"aiordma": aiordma, "rpc": rpc}
 
@@ -48,6 +52,8 @@ MODULES = {"aiordma": aiordma, "rpc": rpc}
 def _has(cls: type, name: str) -> bool:
     """A class attribute, or an instance attribute its methods assign."""
     if hasattr(cls, name):
+        return True
+    if dataclasses.is_dataclass(cls) and name in {f.name for f in dataclasses.fields(cls)}:
         return True
     for klass in cls.__mro__[:-1]:
         for node in ast.walk(ast.parse(inspect.getsource(klass))):

@@ -1,0 +1,133 @@
+"""The two-host lab's agent: runs on host 2 and runs what host 1 asks.
+
+Both guests see the host's filesystem, so they talk through a control
+directory both may write (the lab's management path; the RDMA link between
+the guests carries nothing of it, so cutting or degrading that link never
+cuts the control). Host 1 (see :mod:`aiordma.lab.remote`) drops a job file,
+the agent starts it and writes its output and exit status next to it:
+
+``jobs/ID.json``
+    the request: ``{"argv": [...], "env": {...}, "cwd": "..."}``, written
+    under another name and renamed into place so it is never read half-written;
+``jobs/ID.out``
+    the job's stdout and stderr, as they come;
+``jobs/ID.rc``
+    its exit status (negative: killed by that signal), once it exited;
+``jobs/ID.kill``
+    a request to send the job's process group the signal named inside.
+
+The agent writes ``host2.ready`` when it starts serving, and exits (killing
+what still runs) when ``stop`` appears. Run as
+``python -m aiordma.lab.agent CONTROL_DIR``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POLL_INTERVAL = 0.05
+"""Seconds between looks at the control directory (it is a shared
+filesystem between two machines: there is no change notification)."""
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.rename(path)
+
+
+class Agent:
+    """Serve job requests from ``control`` until ``control/stop`` appears."""
+
+    def __init__(self, control: Path) -> None:
+        self.control = control
+        self.jobs = control / "jobs"
+        self.jobs.mkdir(parents=True, exist_ok=True)
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+
+    def serve(self) -> None:
+        ready = {
+            "pid": os.getpid(),
+            "nic": os.environ.get("AIORDMA_NIC"),
+            "addr": os.environ.get("AIORDMA_ADDR"),
+            "addr6": os.environ.get("AIORDMA_ADDR6"),
+        }
+        _write_atomically(self.control / "host2.ready", json.dumps(ready))
+        try:
+            while not (self.control / "stop").exists():
+                self._start_new()
+                self._deliver_kills()
+                self._reap()
+                time.sleep(POLL_INTERVAL)
+        finally:
+            for job_id, proc in self.running.items():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                _write_atomically(self.jobs / f"{job_id}.rc", str(proc.returncode))
+
+    def _start_new(self) -> None:
+        for request in sorted(self.jobs.glob("*.json")):
+            job_id = request.stem
+            try:
+                spec = json.loads(request.read_text())
+                argv = [str(a) for a in spec["argv"]]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                (self.jobs / f"{job_id}.out").write_text(f"aiordma lab agent: bad request: {exc}\n")
+                _write_atomically(self.jobs / f"{job_id}.rc", "127")
+                request.unlink()
+                continue
+            request.rename(request.with_suffix(".taken"))
+            env = os.environ | {str(k): str(v) for k, v in spec.get("env", {}).items()}
+            with open(self.jobs / f"{job_id}.out", "wb") as out:
+                try:
+                    self.running[job_id] = subprocess.Popen(
+                        argv,
+                        cwd=spec.get("cwd") or None,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    out.write(f"aiordma lab agent: cannot start {argv[0]}: {exc}\n".encode())
+                    _write_atomically(self.jobs / f"{job_id}.rc", "127")
+
+    def _deliver_kills(self) -> None:
+        for request in self.jobs.glob("*.kill"):
+            proc = self.running.get(request.stem)
+            try:
+                signum = int(request.read_text().strip() or signal.SIGTERM)
+            except (OSError, ValueError):
+                signum = signal.SIGTERM
+            request.unlink()
+            if proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signum)
+
+    def _reap(self) -> None:
+        for job_id, proc in list(self.running.items()):
+            if proc.poll() is not None:
+                del self.running[job_id]
+                _write_atomically(self.jobs / f"{job_id}.rc", str(proc.returncode))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m aiordma.lab.agent CONTROL_DIR", file=sys.stderr)
+        return 2
+    Agent(Path(args[0])).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,227 @@
+"""Driving the two-host lab from host 1: programs on host 2, and the link.
+
+:class:`Fabric` runs programs on host 2 through its agent
+(:mod:`aiordma.lab.agent`), changes the link between the hosts (down and
+up, ``tc netem`` loss, delay, reordering, duplication; MTU) on both ends,
+and asks the lab to crash host 2 (kill its QEMU) or boot it again. It is
+what the ``fabric`` test fixture hands out; a command run with
+``aiordma lab --hosts 2`` finds everything it needs in its environment
+(:meth:`Fabric.from_environment`).
+
+Every wait polls the shared control directory (the two guests share no
+notification mechanism); bound it with ``asyncio.timeout()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiordma.exceptions import LabError
+
+POLL_INTERVAL = 0.05
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.rename(path)
+
+
+async def poll_until(check: Callable[[], bool]) -> None:
+    """Poll ``check()`` until it is true (for state on the shared filesystem)."""
+    # Files another machine writes on a shared filesystem: nothing can be
+    # awaited, so this polls (every 50 ms; callers bound it with a timeout).
+    while not check():  # noqa: ASYNC110
+        await asyncio.sleep(POLL_INTERVAL)
+
+
+class PeerProcess:
+    """A program running on host 2."""
+
+    def __init__(self, jobs: Path, job_id: str, argv: Sequence[str]) -> None:
+        self._jobs = jobs
+        self.id = job_id
+        self.argv = list(argv)
+
+    def __repr__(self) -> str:
+        return f"<PeerProcess {self.id} {' '.join(self.argv)!r}>"
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status (negative: the signal that killed it), None while it runs."""
+        try:
+            return int((self._jobs / f"{self.id}.rc").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def output(self) -> str:
+        """Everything it wrote to stdout and stderr so far."""
+        try:
+            return (self._jobs / f"{self.id}.out").read_bytes().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    async def wait(self) -> int:
+        """Wait for it to exit; returns its exit status."""
+        await poll_until(lambda: self.returncode is not None)
+        rc = self.returncode
+        assert rc is not None
+        return rc
+
+    async def wait_for_output(self, text: str) -> str:
+        """Wait until its output contains ``text``; returns the output.
+
+        Raises :class:`LabError` (with the output) if it exits first.
+        """
+
+        def seen() -> bool:
+            if text in self.output():
+                return True
+            if self.returncode is not None:
+                raise LabError(
+                    f"{self!r} exited with {self.returncode} before printing {text!r}:\n"
+                    f"{self.output()}"
+                )
+            return False
+
+        await poll_until(seen)
+        return self.output()
+
+    def send_signal(self, signum: int = signal.SIGTERM) -> None:
+        """Send ``signum`` to its process group (through the agent)."""
+        _write_atomically(self._jobs / f"{self.id}.kill", str(int(signum)))
+
+    async def stop(self, grace: float = 10.0) -> int:
+        """Terminate it (SIGTERM, then SIGKILL after ``grace`` seconds) and
+        wait; returns its exit status."""
+        if self.returncode is None:
+            self.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(grace):
+                    return await self.wait()
+            except TimeoutError:
+                self.send_signal(signal.SIGKILL)
+        return await self.wait()
+
+
+@dataclass
+class Fabric:
+    """The two-host lab as seen from host 1."""
+
+    control: Path
+    addr: str
+    addr6: str
+    peer_addr: str
+    peer_addr6: str
+    nic: str
+    _ids = itertools.count(1)
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] | None = None) -> Fabric | None:
+        """The fabric this process runs in (None: not on host 1 of a two-host lab)."""
+        env = os.environ if env is None else env
+        if env.get("AIORDMA_HOSTS") != "2" or env.get("AIORDMA_HOST") != "1":
+            return None
+        return cls(
+            control=Path(env["AIORDMA_FABRIC"]),
+            addr=env["AIORDMA_ADDR"],
+            addr6=env["AIORDMA_ADDR6"],
+            peer_addr=env["AIORDMA_PEER_ADDR"],
+            peer_addr6=env["AIORDMA_PEER_ADDR6"],
+            nic=env.get("AIORDMA_NIC", ""),
+        )
+
+    @property
+    def _jobs(self) -> Path:
+        return self.control / "jobs"
+
+    def peer_info(self) -> dict[str, str]:
+        """What host 2's agent reported when it came up ({} while it is down)."""
+        try:
+            info: dict[str, str] = json.loads((self.control / "host2.ready").read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+        return info
+
+    async def wait_for_peer(self) -> None:
+        """Wait until host 2's agent serves requests."""
+        await poll_until(lambda: bool(self.peer_info()))
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> PeerProcess:
+        """Start ``argv`` on host 2 (in ``cwd``, by default this process's)."""
+        job_id = f"{os.getpid()}-{next(self._ids)}"
+        spec = {"argv": list(argv), "env": dict(env or {}), "cwd": cwd or os.getcwd()}
+        _write_atomically(self._jobs / f"{job_id}.json", json.dumps(spec))
+        return PeerProcess(self._jobs, job_id, argv)
+
+    async def run(self, argv: Sequence[str]) -> tuple[int, str]:
+        """Run ``argv`` on host 2 to completion: its exit status and output
+        (cancelling the wait stops the program)."""
+        proc = self.start(argv)
+        try:
+            rc = await proc.wait()
+        except BaseException:
+            proc.send_signal(signal.SIGKILL)
+            raise
+        return rc, proc.output()
+
+    async def run_both(self, argv: Sequence[str]) -> None:
+        """Run a set-up command on both hosts; raise LabError if it fails on either."""
+        here = await asyncio.to_thread(
+            subprocess.run, list(argv), capture_output=True, text=True, timeout=60
+        )
+        if here.returncode != 0:
+            raise LabError(f"{' '.join(argv)} failed on host 1: {here.stderr.strip()}")
+        rc, out = await self.run(argv)
+        if rc != 0:
+            raise LabError(f"{' '.join(argv)} failed on host 2: {out.strip()}")
+
+    async def _nic_command(self, *args: str) -> None:
+        # Each host names its card itself (the same name on both: same QEMU
+        # machine), reported by the guest init and the agent.
+        nic = self.nic or self.peer_info().get("nic") or ""
+        if not nic:
+            raise LabError("the lab did not report the name of the link's network card")
+        await self.run_both([a.replace("{nic}", nic) for a in args])
+
+    async def netem(self, spec: str | None) -> None:
+        """Impair the link both ways with ``tc netem`` (e.g. ``"loss 1%"``,
+        ``"delay 5ms"``); None removes the impairment."""
+        if spec is None:
+            await self._nic_command("sh", "-c", "tc qdisc del dev {nic} root 2>/dev/null || true")
+        else:
+            await self._nic_command("tc", "qdisc", "replace", "dev", "{nic}", "root", "netem",
+                                    *spec.split())  # fmt: skip
+
+    async def link(self, up: bool) -> None:
+        """Take the link down on both ends, or bring it back up."""
+        await self._nic_command("ip", "link", "set", "{nic}", "up" if up else "down")
+
+    async def _request(self, action: str) -> None:
+        requests = self.control / "control"
+        request_id = f"{os.getpid()}-{next(self._ids)}"
+        _write_atomically(requests / f"{request_id}.json", json.dumps({"action": action}))
+        await poll_until((requests / f"{request_id}.done").exists)
+
+    async def crash_peer(self) -> None:
+        """Kill host 2's QEMU at once: no disconnect, no reset, as a power cut."""
+        await self._request("crash")
+
+    async def boot_peer(self) -> None:
+        """Boot host 2 again (after :meth:`crash_peer`) and wait for its agent."""
+        await self._request("boot")
+        await self.wait_for_peer()
