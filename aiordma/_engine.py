@@ -412,33 +412,47 @@ class WorkEngine:
         self._silent.extend(item for item in works if item[1].silent)
         return self._track(works)
 
-    def post_packet(self, seg: Segment, signaled: bool, done: Done) -> None:
+    def post_packet(
+        self, seg: Segment, signaled: bool, done: Done, opcode: int = _ibv.WR_SEND
+    ) -> None:
         """Post one send of ``seg`` (its send-queue slot already taken) whose
         outcome goes to ``done`` from the drain: the message channel's path,
         with no future, no request object and no per-post validation beyond
-        the queue pair's state."""
+        the queue pair's state. ``opcode`` may also be a zero-length RDMA
+        write (a probe: no remote address or key is needed for zero bytes)."""
         try:
             self.check_usable()
         except BaseException:
             self.sq.release(1)
             raise
         seq, silent = self._next_send(signaled)
-        work = _Work(self, None, _ibv.WR_SEND, (seg,), False, None, seq, silent, done)
+        work = _Work(self, None, opcode, (seg,), False, None, seq, silent, done)
         wr_id = self.cq.register(work)
         flags = 0 if silent else _ibv.SEND_SIGNALED
         driver = self.driver
         if driver is not None:
-            rc = driver.post_send(wr_id, _ibv.WR_SEND, flags, seg.addr, seg.length, seg.lkey)
+            rc = driver.post_send(wr_id, opcode, flags, seg.addr, seg.length, seg.lkey)
             if rc:
                 raise self._refused([(wr_id, work)], self.sq, rc)
         else:
-            self._post_pyverbs([(wr_id, work, flags, SendRequest(_ibv.WR_SEND, (seg,), flags))])
+            self._post_pyverbs([(wr_id, work, flags, SendRequest(opcode, (seg,), flags))])
         self.cq.kick()
         self.last_send = work
         if silent:
             self._silent.append((wr_id, work))
         self.works[wr_id] = work
         seg.mr._acquire()
+
+    def post_probe(self, done: Done) -> None:
+        """Post a signalled zero-length RDMA write (its send-queue slot
+        already taken) whose acknowledgement, or failure, goes to ``done``."""
+        try:
+            self.ensure_scratch()
+        except BaseException:
+            self.sq.release(1)
+            raise
+        assert self._scratch is not None
+        self.post_packet(self._scratch.segment(0, 0), True, done, _ibv.WR_RDMA_WRITE)
 
     def post_packet_recv(self, seg: Segment, done: Done) -> None:
         """Post one receive into ``seg`` (its receive-queue slot already

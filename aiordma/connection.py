@@ -36,6 +36,7 @@ from aiordma.exceptions import (
     DeviceError,
     NotPreparedError,
     RdmaError,
+    ResourceBusyError,
     ResourceClosedError,
 )
 from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer
@@ -109,6 +110,7 @@ class Connection:
         self._task: asyncio.Task[None] | None = None
         self._established = False
         self._on_established: list[Callable[[], None]] = []
+        self._keepalive: asyncio.TimerHandle | None = None
         self.device._watch(self)
 
     def __repr__(self) -> str:
@@ -141,9 +143,54 @@ class Connection:
         assert self._cm_id is not None
         self._cm_id.set_handler(self._on_cm_event)
         self._established = True
+        if self.qp.options.keepalive is not None:
+            try:
+                self.qp._ready_probes()
+            except RdmaError as exc:  # 8 bytes per send slot; only a memlock limit refuses
+                log.warning("%r: no keepalive (%s)", self, exc)
+            else:
+                self._keep_alive()
         callbacks, self._on_established = self._on_established, []
         for callback in callbacks:
             callback()
+
+    # -- keepalive ---------------------------------------------------------
+    #
+    # RC only notices a dead peer while work is outstanding: a machine that
+    # lost power leaves an idle connection open forever. So a connection
+    # whose send queue has been empty for ``options.keepalive`` seconds posts
+    # a zero-length RDMA write; the transport retries it (``timeout`` and
+    # ``retry_cnt``) and, if the peer never acknowledges it, the connection
+    # is lost. With sends in flight the transport is watching already, so
+    # busy connections post nothing.
+
+    def _keep_alive(self) -> None:
+        interval = self.qp.options.keepalive
+        if interval is not None and not self._closing:
+            self._keepalive = self._loop.call_later(interval, self._probe)
+
+    def _probe(self) -> None:
+        self._keepalive = None
+        if self._closing:
+            return
+        if self.qp.sends_in_flight:
+            self._keep_alive()
+            return
+        try:
+            self.qp.post_probe(self._probed)
+        except ResourceBusyError:
+            self._keep_alive()
+        except (RdmaError, ResourceClosedError) as exc:  # failed or closing: reported there
+            log.debug("%r: no keepalive probe: %r", self, exc)
+
+    def _probed(self, error: BaseException | None, _length: int) -> None:
+        if error is None:
+            self._keep_alive()
+        elif not self._closing:
+            self._lost(f"{self.peer_address[0]} did not acknowledge a keepalive probe ({error})")
+            # Fail pending work now, as lost, before the completions the
+            # failed queue pair flushes are reported as mere flushes.
+            self.qp._close(self._lost_error)
 
     def _when_established(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once both peers can send (now, if they already can)."""
@@ -218,6 +265,9 @@ class Connection:
         if self._closing:
             return
         self._closing = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
         self._task = self._loop.create_task(self._shutdown(disconnect))
 
     async def _shutdown(self, disconnect: bool) -> None:
@@ -253,6 +303,9 @@ class Connection:
         self._release()
 
     def _release(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
         if self._closed.done():
             return
         try:

@@ -70,6 +70,10 @@ FLUSH_TIMEOUT = 5.0
 """How long :meth:`QueuePair.wait_closed` waits for flushed completions."""
 
 
+DEFAULT_KEEPALIVE = 10.0
+"""Seconds of send-side idleness after which a connection probes its peer."""
+
+
 @dataclass(frozen=True, slots=True)
 class QueuePairOptions:
     """Sizes and transport parameters of a queue pair; the defaults suit most uses."""
@@ -94,6 +98,16 @@ class QueuePairOptions:
     """Receiver-not-ready retries before failing (7 would retry forever)."""
     min_rnr_timer: int = 24
     """How long a sender facing our empty receive queue waits per retry (24 is about 41 ms)."""
+    keepalive: float | None = DEFAULT_KEEPALIVE
+    """Seconds a connection may be idle on its send side before it probes the
+    peer (:meth:`QueuePair.post_probe`); a probe the transport gives up on
+    fails the connection with :class:`~aiordma.ConnectionLostError`. None:
+    never probe (a dead peer is then noticed only by work posted to it)."""
+
+    def __post_init__(self) -> None:
+        if self.keepalive is not None and not self.keepalive > 0:
+            raise ValueError(f"keepalive must be a positive number of seconds or None, "
+                             f"not {self.keepalive!r}")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +386,27 @@ class QueuePair:
             engine.check_usable()
             raise ResourceBusyError("send queue is full")
         engine.post_packet(local, signaled, done)
+
+    def post_probe(self, done: Done) -> None:
+        """Ask the peer's adapter for an acknowledgement: a signalled
+        zero-length RDMA write, which touches no memory on either side.
+
+        ``done(None, 0)`` reports the acknowledgement; ``done(error, 0)``
+        that the transport gave up (``IBV_WC_RETRY_EXC_ERR`` once the
+        retries of ``timeout`` and ``retry_cnt`` ran out: the peer machine
+        or the path to it is gone). What connection keepalives are made of.
+        Raises :class:`ResourceBusyError` when the send queue is full.
+        """
+        engine = self._engine
+        if not engine.sq.try_acquire(1):
+            engine.check_usable()
+            raise ResourceBusyError("send queue is full")
+        engine.post_probe(done)
+
+    def _ready_probes(self) -> None:
+        """Register what :meth:`post_probe` needs now (internal entry for
+        connections with keepalive), so no registration happens mid-life."""
+        self._engine.ensure_scratch()
 
     def post_recv_callback(self, local: Segment, done: Done) -> None:
         """Post one receive into a registered segment; ``done(error,

@@ -63,6 +63,38 @@ async def test_context_manager_closes_and_pending_work_fails(lab: Lab, peer_serv
 
 
 @pytest.mark.asyncio
+async def test_an_idle_connection_probes_its_peer_and_stays_up(
+    lab: Lab, peer_server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = aiordma.QueuePairOptions(keepalive=0.05)
+    async with await aiordma.connect(lab.addr, peer_server, options=options) as conn:
+        acknowledged = asyncio.Event()
+        outcomes: list[BaseException | None] = []
+        probed = conn._probed
+
+        def watched(error: BaseException | None, length: int) -> None:
+            outcomes.append(error)
+            if len(outcomes) == 3:
+                acknowledged.set()
+            probed(error, length)
+
+        monkeypatch.setattr(conn, "_probed", watched)
+        async with asyncio.timeout(60):
+            await acknowledged.wait()
+        assert outcomes[:3] == [None, None, None]
+        assert not conn.is_closing()
+        assert await _echo(conn, b"still here") == b"still here"
+
+
+def test_keepalive_must_be_positive_or_none() -> None:
+    assert aiordma.QueuePairOptions(keepalive=None).keepalive is None
+    assert aiordma.QueuePairOptions().keepalive == 10.0
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match="keepalive must be a positive"):
+            aiordma.QueuePairOptions(keepalive=bad)
+
+
+@pytest.mark.asyncio
 async def test_rejection_carries_the_servers_data(lab: Lab, peer_server: int) -> None:
     with pytest.raises(aiordma.ConnectionRejectedError) as info:
         await aiordma.connect(lab.addr, peer_server, private_data=b"reject please")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -21,6 +22,11 @@ from tests.conftest import PEER_TIMEOUT, ROOT
 from tests.peer import blob
 
 BIG = 64 << 20
+KEEPALIVE = 1.0
+LOSS_BOUND = 30.0
+"""Seconds after the keepalive interval within which a dead peer must be
+noticed: the transport's retries (``timeout`` 14, ``retry_cnt`` 7: about
+0.6 s in theory) with a wide margin for the emulated CPUs."""
 
 
 @asynccontextmanager
@@ -72,3 +78,37 @@ async def test_rpc_across_the_link(fabric: Fabric, family: int) -> None:
         if family == 4:  # 64 MiB from host 2, read by host 1
             got = await client.call("blob", str(BIG).encode(), timeout=PEER_TIMEOUT)
             assert got == blob(BIG)
+
+
+@pytest.mark.asyncio
+async def test_a_crashed_peer_fails_idle_connections_within_the_keepalive_bound(
+    fabric: Fabric,
+) -> None:
+    peer = fabric.peer_addr
+    options = aiordma.QueuePairOptions(keepalive=KEEPALIVE)
+    checksums = fabric.start([sys.executable, "-m", "tests.peer", "checksums", peer, "0"], cwd=ROOT)
+    rpcs = fabric.start([sys.executable, "-m", "tests.peer", "rpc", peer, "0"], cwd=ROOT)
+    try:
+        ports = []
+        for proc in (checksums, rpcs):
+            async with asyncio.timeout(PEER_TIMEOUT):
+                out = await proc.wait_for_output("listening ")
+            ports.append(int(out.split("listening ", 1)[1].split()[0]))
+        channel = await aiordma.open_channel(peer, ports[0], options=options)
+        client = await rpc.connect(peer, ports[1], options=options)
+        assert await client.call("echo", b"before", timeout=PEER_TIMEOUT) == b"before"
+        receiving = asyncio.create_task(channel.recv_message())  # a pending await, idle
+        await fabric.crash_peer()
+        crashed = time.monotonic()
+        async with asyncio.timeout(KEEPALIVE + LOSS_BOUND):
+            with pytest.raises(aiordma.ConnectionLostError, match="keepalive"):
+                await receiving
+            await client.wait_closed()  # no call in flight: only the keepalive can tell
+        noticed = time.monotonic() - crashed
+        with pytest.raises(aiordma.ConnectionLostError):
+            await client.call("echo", b"after")
+        await channel.close()
+        print(f"dead peer noticed {noticed:.1f} s after the crash (keepalive {KEEPALIVE} s)")
+    finally:
+        async with asyncio.timeout(240):
+            await fabric.boot_peer()
