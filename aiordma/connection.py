@@ -157,12 +157,13 @@ class Connection:
     # -- keepalive ---------------------------------------------------------
     #
     # RC only notices a dead peer while work is outstanding: a machine that
-    # lost power leaves an idle connection open forever. So a connection
-    # whose send queue has been empty for ``options.keepalive`` seconds posts
-    # a zero-length RDMA write; the transport retries it (``timeout`` and
-    # ``retry_cnt``) and, if the peer never acknowledges it, the connection
-    # is lost. With sends in flight the transport is watching already, so
-    # busy connections post nothing.
+    # lost power leaves an idle connection open forever. So every
+    # ``options.keepalive`` seconds a connection posts a zero-length RDMA
+    # write; the transport retries it (``timeout`` and ``retry_cnt``) and,
+    # if the peer never acknowledges it, the connection is lost. One such
+    # write per interval costs nothing measurable, busy or idle (whether
+    # sends are "in flight" says little: unsignalled ones stay counted until
+    # a later completion, and this probe is that completion).
 
     def _keep_alive(self) -> None:
         interval = self.qp.options.keepalive
@@ -172,9 +173,6 @@ class Connection:
     def _probe(self) -> None:
         self._keepalive = None
         if self._closing:
-            return
-        if self.qp.sends_in_flight:
-            self._keep_alive()
             return
         try:
             self.qp.post_probe(self._probed)

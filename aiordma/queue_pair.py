@@ -71,7 +71,7 @@ FLUSH_TIMEOUT = 5.0
 
 
 DEFAULT_KEEPALIVE = 10.0
-"""Seconds of send-side idleness after which a connection probes its peer."""
+"""Seconds between a connection's probes of its peer (see ``keepalive``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,16 +93,20 @@ class QueuePairOptions:
     """Outstanding RDMA reads/atomics, each way (clamped to the device's limits)."""
     timeout: int = 14
     """Local ACK timeout exponent: 4.096 us * 2**timeout (14 is about 67 ms)."""
-    retry_cnt: int = 7
+    retry_cnt: int = 6
+    """Transport retries of an unacknowledged packet before the work fails
+    with ``IBV_WC_RETRY_EXC_ERR``: a dead peer is noticed about
+    ``(retry_cnt + 1) * 4.096 us * 2**timeout`` after the first send. Not 7:
+    rxe treats 7 as "retry forever", so work on a dead peer would never fail."""
     rnr_retry: int = 6
     """Receiver-not-ready retries before failing (7 would retry forever)."""
     min_rnr_timer: int = 24
     """How long a sender facing our empty receive queue waits per retry (24 is about 41 ms)."""
     keepalive: float | None = DEFAULT_KEEPALIVE
-    """Seconds a connection may be idle on its send side before it probes the
-    peer (:meth:`QueuePair.post_probe`); a probe the transport gives up on
-    fails the connection with :class:`~aiordma.ConnectionLostError`. None:
-    never probe (a dead peer is then noticed only by work posted to it)."""
+    """Seconds between a connection's probes of its peer
+    (:meth:`QueuePair.post_probe`); a probe the transport gives up on fails
+    the connection with :class:`~aiordma.ConnectionLostError`. None: never
+    probe (a dead peer is then noticed only by work posted to it)."""
 
     def __post_init__(self) -> None:
         if self.keepalive is not None and not self.keepalive > 0:

@@ -25,8 +25,8 @@ BIG = 64 << 20
 KEEPALIVE = 1.0
 LOSS_BOUND = 30.0
 """Seconds after the keepalive interval within which a dead peer must be
-noticed: the transport's retries (``timeout`` 14, ``retry_cnt`` 7: about
-0.6 s in theory) with a wide margin for the emulated CPUs."""
+noticed: the transport's retries (``timeout`` 14, ``retry_cnt`` 6: about
+0.5 s in theory) with a wide margin for the emulated CPUs."""
 
 
 @asynccontextmanager

@@ -111,7 +111,7 @@ def _vng_argv(
     for d in cfg.rwdirs:
         argv += ["--rwdir", str(d)]
     for opt in qemu_opts:
-        argv += ["--qemu-opts", opt]
+        argv.append(f"--qemu-opts={opt}")  # "=": the value starts with a dash
     return [*argv, "--exec", command]
 
 

@@ -21,7 +21,7 @@ from aiordma.lab.remote import Fabric, poll_until
 
 
 @pytest_asyncio.fixture
-async def fabric(tmp_path: Path) -> AsyncIterator[Fabric]:
+async def local_fabric(tmp_path: Path) -> AsyncIterator[Fabric]:
     """A Fabric whose 'host 2' is an agent process on this machine."""
     agent = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "aiordma.lab.agent", str(tmp_path),
@@ -39,17 +39,17 @@ async def fabric(tmp_path: Path) -> AsyncIterator[Fabric]:
 
 
 @pytest.mark.asyncio
-async def test_runs_a_program_and_reports_output_and_status(fabric: Fabric) -> None:
-    assert fabric.peer_info()["nic"] == "eth9"
+async def test_runs_a_program_and_reports_output_and_status(local_fabric: Fabric) -> None:
+    assert local_fabric.peer_info()["nic"] == "eth9"
     async with asyncio.timeout(30):
-        rc, out = await fabric.run(["sh", "-c", "echo hello from 2; echo err >&2; exit 3"])
+        rc, out = await local_fabric.run(["sh", "-c", "echo hello from 2; echo err >&2; exit 3"])
     assert rc == 3
     assert out.splitlines() == ["hello from 2", "err"]
 
 
 @pytest.mark.asyncio
-async def test_a_long_running_program_is_watched_and_stopped(fabric: Fabric) -> None:
-    proc = fabric.start(["sh", "-c", "echo ready; exec sleep 600"])
+async def test_a_long_running_program_is_watched_and_stopped(local_fabric: Fabric) -> None:
+    proc = local_fabric.start(["sh", "-c", "echo ready; exec sleep 600"])
     async with asyncio.timeout(30):
         assert "ready" in await proc.wait_for_output("ready")
         assert proc.returncode is None
@@ -57,17 +57,17 @@ async def test_a_long_running_program_is_watched_and_stopped(fabric: Fabric) -> 
 
 
 @pytest.mark.asyncio
-async def test_a_program_that_exits_early_fails_the_output_wait(fabric: Fabric) -> None:
-    proc = fabric.start(["sh", "-c", "echo oops; exit 1"])
+async def test_a_program_that_exits_early_fails_the_output_wait(local_fabric: Fabric) -> None:
+    proc = local_fabric.start(["sh", "-c", "echo oops; exit 1"])
     async with asyncio.timeout(30):
         with pytest.raises(LabError, match="exited with 1 before printing 'listening'"):
             await proc.wait_for_output("listening")
 
 
 @pytest.mark.asyncio
-async def test_bad_requests_fail_with_status_127(fabric: Fabric, tmp_path: Path) -> None:
+async def test_bad_requests_fail_with_status_127(local_fabric: Fabric, tmp_path: Path) -> None:
     async with asyncio.timeout(30):
-        rc, out = await fabric.run(["/no/such/program"])
+        rc, out = await local_fabric.run(["/no/such/program"])
         assert rc == 127
         assert "cannot start /no/such/program" in out
         (tmp_path / "jobs" / "broken.json").write_text(json.dumps({"no argv": 1}))
