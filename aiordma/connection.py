@@ -111,6 +111,15 @@ class Connection:
         self._established = False
         self._on_established: list[Callable[[], None]] = []
         self._keepalive: asyncio.TimerHandle | None = None
+        self._probing = qp.options.keepalive is not None
+        if self._probing:
+            # Registered now, before either side can see the connection, so
+            # its memory does not appear mid-life.
+            try:
+                qp._ready_probes()
+            except RdmaError as exc:  # 8 bytes per send slot; only a memlock limit refuses
+                log.warning("%r: no keepalive (%s)", self, exc)
+                self._probing = False
         self.device._watch(self)
 
     def __repr__(self) -> str:
@@ -143,13 +152,8 @@ class Connection:
         assert self._cm_id is not None
         self._cm_id.set_handler(self._on_cm_event)
         self._established = True
-        if self.qp.options.keepalive is not None:
-            try:
-                self.qp._ready_probes()
-            except RdmaError as exc:  # 8 bytes per send slot; only a memlock limit refuses
-                log.warning("%r: no keepalive (%s)", self, exc)
-            else:
-                self._keep_alive()
+        if self._probing:
+            self._keep_alive()
         callbacks, self._on_established = self._on_established, []
         for callback in callbacks:
             callback()
