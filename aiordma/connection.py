@@ -182,7 +182,7 @@ class Connection:
             self.qp.post_probe(self._probed)
         except ResourceBusyError:
             self._keep_alive()
-        except (RdmaError, ResourceClosedError) as exc:  # failed or closing: reported there
+        except RdmaError as exc:  # failed or closing: reported there
             log.debug("%r: no keepalive probe: %r", self, exc)
 
     def _probed(self, error: BaseException | None, _length: int) -> None:

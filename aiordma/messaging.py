@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from aiordma._engine import _retrieve
 from aiordma.channel_state import Arrival, ChannelState, Cost
 from aiordma.completion import check_loop
 from aiordma.connection import Connection, Prepare
@@ -69,6 +70,8 @@ DEFAULT_MAX_EXPOSED = 256 << 20
 """Bytes of large messages a channel holds exposed at once, by default
 (raised to ``max_message`` when that is larger)."""
 DEFAULT_EXPOSURE_TIMEOUT = 60.0
+"""Seconds a large message stays readable for the peer, by default; unread
+by then, it is revoked and the send fails with :class:`ExposureTimeoutError`."""
 READ_PIECE = 256 << 10
 """Large messages are read in pieces of this size (see ``READS_IN_FLIGHT``)."""
 READS_IN_FLIGHT = 4
@@ -79,8 +82,6 @@ STAGED_READ_LIMIT = 256 << 10
 register, are read into one registered staging buffer and copied out:
 under rxe a copy of 64 KiB costs about a fifth of registering and
 deregistering the destination (see docs/design.md)."""
-"""Seconds a large message stays readable for the peer, by default; unread
-by then, it is revoked and the send fails with :class:`ExposureTimeoutError`."""
 
 Body = bytes | bytearray | memoryview | MemoryRegion | Segment
 """What can be sent: any contiguous bytes-like object, or registered memory.
@@ -193,11 +194,6 @@ def _release_mr(mr: MemoryRegion) -> None:
 
 
 _background: set[asyncio.Task[None]] = set()
-
-
-def _observe(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 class MessageChannel:
@@ -611,14 +607,14 @@ class MessageChannel:
                 await pending.popleft()
         finally:
             for piece in pending:  # cancelled or failed: nobody awaits the rest
-                piece.add_done_callback(_observe)
+                piece.add_done_callback(_retrieve)
 
     async def recv_message(self) -> bytes | bytearray:
         """The next message, in the order they were sent.
 
         Small messages come back as ``bytes``; larger ones as a
-        ``bytearray`` (above :data:`~aiordma.messaging.STAGED_READ_LIMIT`, the one the RDMA read
-        landed in, with no copy). Cancelling leaves
+        ``bytearray`` (above :data:`~aiordma.messaging.STAGED_READ_LIMIT`,
+        the one the RDMA read landed in, with no copy). Cancelling leaves
         the message queued for the next receive. A head the sender added
         is dropped (see :meth:`recv_message_with_head`).
         """
@@ -631,13 +627,14 @@ class MessageChannel:
 
         Large messages are read by the adapter straight into ``buffer`` when
         it is registered memory, or when larger than
-        :data:`~aiordma.messaging.STAGED_READ_LIMIT` (it is registered for the read); others go
-        through the channel's registered staging buffer and are copied.
-        Raises :class:`BufferTooSmallError`, leaving the message queued,
-        when it does not fit. If cancelled during a large read the message
-        stays queued, but a ``buffer`` read into directly may still be
-        written to until that read completes. Raises ``TypeError``/``ValueError`` at once for a
-        buffer nothing can land in (``bytes``, a closed or read-only region).
+        :data:`~aiordma.messaging.STAGED_READ_LIMIT` (it is registered for
+        the read); others go through the channel's registered staging
+        buffer and are copied. Raises :class:`BufferTooSmallError`, leaving
+        the message queued, when it does not fit. If cancelled during a
+        large read the message stays queued, but a ``buffer`` read into
+        directly may still be written to until that read completes. Raises
+        ``TypeError``/``ValueError`` at once for a buffer nothing can land
+        in (``bytes``, a closed or read-only region).
         """
         check_into(buffer)
         _, n = await self.recv_message_with_head(lambda _head, _n: buffer)

@@ -37,7 +37,9 @@ POLL_INTERVAL = 0.05
 filesystem between two machines: there is no change notification)."""
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` under another name and rename it into place, so the
+    other machine never reads it half-written."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     tmp.rename(path)
@@ -59,7 +61,7 @@ class Agent:
             "addr": os.environ.get("AIORDMA_ADDR"),
             "addr6": os.environ.get("AIORDMA_ADDR6"),
         }
-        _write_atomically(self.control / "host2.ready", json.dumps(ready))
+        write_atomically(self.control / "host2.ready", json.dumps(ready))
         try:
             while not (self.control / "stop").exists():
                 self._start_new()
@@ -71,7 +73,7 @@ class Agent:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                _write_atomically(self.jobs / f"{job_id}.rc", str(proc.returncode))
+                write_atomically(self.jobs / f"{job_id}.rc", str(proc.returncode))
 
     def _start_new(self) -> None:
         for request in sorted(self.jobs.glob("*.json")):
@@ -81,7 +83,7 @@ class Agent:
                 argv = [str(a) for a in spec["argv"]]
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 (self.jobs / f"{job_id}.out").write_text(f"aiordma lab agent: bad request: {exc}\n")
-                _write_atomically(self.jobs / f"{job_id}.rc", "127")
+                write_atomically(self.jobs / f"{job_id}.rc", "127")
                 request.unlink()
                 continue
             request.rename(request.with_suffix(".taken"))
@@ -99,7 +101,7 @@ class Agent:
                     )
                 except OSError as exc:
                     out.write(f"aiordma lab agent: cannot start {argv[0]}: {exc}\n".encode())
-                    _write_atomically(self.jobs / f"{job_id}.rc", "127")
+                    write_atomically(self.jobs / f"{job_id}.rc", "127")
 
     def _deliver_kills(self) -> None:
         for request in self.jobs.glob("*.kill"):
@@ -117,7 +119,7 @@ class Agent:
         for job_id, proc in list(self.running.items()):
             if proc.poll() is not None:
                 del self.running[job_id]
-                _write_atomically(self.jobs / f"{job_id}.rc", str(proc.returncode))
+                write_atomically(self.jobs / f"{job_id}.rc", str(proc.returncode))
 
 
 def main(argv: list[str] | None = None) -> int:

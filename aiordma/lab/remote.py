@@ -25,14 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiordma.exceptions import LabError
-
-POLL_INTERVAL = 0.05
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.rename(path)
+from aiordma.lab.agent import POLL_INTERVAL, write_atomically
 
 
 async def poll_until(check: Callable[[], bool]) -> None:
@@ -97,7 +90,7 @@ class PeerProcess:
 
     def send_signal(self, signum: int = signal.SIGTERM) -> None:
         """Send ``signum`` to its process group (through the agent)."""
-        _write_atomically(self._jobs / f"{self.id}.kill", str(int(signum)))
+        write_atomically(self._jobs / f"{self.id}.kill", str(int(signum)))
 
     async def stop(self, grace: float = 10.0) -> int:
         """Terminate it (SIGTERM, then SIGKILL after ``grace`` seconds) and
@@ -165,7 +158,7 @@ class Fabric:
         """Start ``argv`` on host 2 (in ``cwd``, by default this process's)."""
         job_id = f"{os.getpid()}-{next(self._ids)}"
         spec = {"argv": list(argv), "env": dict(env or {}), "cwd": cwd or os.getcwd()}
-        _write_atomically(self._jobs / f"{job_id}.json", json.dumps(spec))
+        write_atomically(self._jobs / f"{job_id}.json", json.dumps(spec))
         return PeerProcess(self._jobs, job_id, argv)
 
     async def run(self, argv: Sequence[str]) -> tuple[int, str]:
@@ -214,7 +207,7 @@ class Fabric:
     async def _request(self, action: str) -> None:
         requests = self.control / "control"
         request_id = f"{os.getpid()}-{next(self._ids)}"
-        _write_atomically(requests / f"{request_id}.json", json.dumps({"action": action}))
+        write_atomically(requests / f"{request_id}.json", json.dumps({"action": action}))
         await poll_until((requests / f"{request_id}.done").exists)
 
     async def crash_peer(self) -> None:
