@@ -95,9 +95,8 @@ class QueuePairOptions:
     """Local ACK timeout exponent: 4.096 us * 2**timeout (14 is about 67 ms)."""
     retry_cnt: int = 6
     """Transport retries of an unacknowledged packet before the work fails
-    with ``IBV_WC_RETRY_EXC_ERR``: a dead peer is noticed about
-    ``(retry_cnt + 1) * 4.096 us * 2**timeout`` after the first send. Not 7:
-    rxe treats 7 as "retry forever", so work on a dead peer would never fail."""
+    with ``IBV_WC_RETRY_EXC_ERR`` (see :attr:`retry_bound`). Not 7: rxe
+    treats 7 as "retry forever", so work on a dead peer would never fail."""
     rnr_retry: int = 6
     """Receiver-not-ready retries before failing (7 would retry forever)."""
     min_rnr_timer: int = 24
@@ -107,6 +106,15 @@ class QueuePairOptions:
     (:meth:`QueuePair.post_probe`); a probe the transport gives up on fails
     the connection with :class:`~aiordma.ConnectionLostError`. None: never
     probe (a dead peer is then noticed only by work posted to it)."""
+
+    @property
+    def retry_bound(self) -> float:
+        """Seconds the transport keeps resending unacknowledged work before
+        failing it: ``(retry_cnt + 1) * 4.096 us * 2**timeout`` (about 0.47 s
+        for the defaults). A link out for less loses nothing; for longer,
+        work in flight fails about this long after the link went, and an
+        idle connection within ``keepalive + retry_bound``."""
+        return float((self.retry_cnt + 1) * 4.096e-6 * 2**self.timeout)
 
     def __post_init__(self) -> None:
         if self.keepalive is not None and not self.keepalive > 0:

@@ -198,6 +198,20 @@ PEER_TIMEOUT = 120.0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@contextlib.asynccontextmanager
+async def remote_server(fabric: Fabric, mode: str, addr: str, *args: str) -> AsyncIterator[int]:
+    """Run ``python -m tests.peer MODE ADDR 0 ARGS`` on host 2 of the
+    two-host lab for the block; yields its port."""
+    proc = fabric.start([sys.executable, "-m", "tests.peer", mode, addr, "0", *args], cwd=ROOT)
+    try:
+        async with asyncio.timeout(PEER_TIMEOUT):
+            out = await proc.wait_for_output("listening ")
+        yield int(out.split("listening ", 1)[1].split()[0])
+    finally:
+        rc = await proc.stop()
+        assert rc in (0, -15), f"host 2's {mode} server exited with {rc}:\n{proc.output()}"
+
+
 async def spawn_peer(*args: str) -> asyncio.subprocess.Process:
     """Start ``python -m tests.peer ARGS`` (see tests/peer.py) as another process."""
     return await asyncio.create_subprocess_exec(

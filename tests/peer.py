@@ -20,6 +20,19 @@ SHA-256 digest; prints ``listening PORT`` and runs until SIGTERM.
 
 ``rpc``: the RPC service of :func:`rpc_service`; prints ``listening PORT``
 and runs until SIGTERM.
+
+``region SIZE``: a server exposing SIZE bytes of its memory (:func:`blob`
+of SIZE at first, readable and writable) to every client as its accept
+private data, and answering every message with the SHA-256 of that memory
+as it is now; prints ``listening PORT`` and runs until SIGTERM.
+
+``digests SIZE...``: a client sending one message of each SIZE (:func:`blob`
+bytes) to a ``checksums`` server and checking each digest; prints ``ok``.
+
+``hold KEEPALIVE``: a client (keepalive KEEPALIVE seconds) that waits for a
+first message (printing ``holding`` once it came), then waits for another
+one that never comes, and prints ``failed NAME SECONDS``: the exception
+that ended the wait and how long after the first message it came.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ import asyncio
 import hashlib
 import signal
 import sys
+import time
 from collections.abc import Callable, Coroutine
 
 import aiordma
@@ -196,6 +210,45 @@ async def rpc_server(addr: str, port: int) -> None:
     await _serve_until_sigterm(await rpc.start_server(rpc_service(), addr, port))
 
 
+async def region(addr: str, port: int, size: str) -> None:
+    dev = aiordma.Device.shared()
+    exposed = dev.register(bytearray(blob(int(size))), Access.REMOTE_READ | Access.REMOTE_WRITE)
+
+    async def digest_region(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        async for _ in channel:
+            await channel.send_message(hashlib.sha256(exposed.view()).digest())
+
+    server = await aiordma.start_server(
+        digest_region, addr, port, device=dev, prepare=prepare_channel,
+        accept=lambda request: exposed.remote().to_bytes(),
+    )  # fmt: skip
+    await _serve_until_sigterm(server)
+
+
+async def digests(addr: str, port: int, *sizes: str) -> None:
+    channel = await aiordma.open_channel(addr, port, max_message=max(map(int, sizes)))
+    async with channel:
+        for size in map(int, sizes):
+            data = blob(size)
+            await channel.send_message(data)
+            assert await channel.recv_message() == hashlib.sha256(data).digest(), size
+    print("ok", flush=True)
+
+
+async def hold(addr: str, port: int, keepalive: str) -> None:
+    options = aiordma.QueuePairOptions(keepalive=float(keepalive))
+    channel = await aiordma.open_channel(addr, port, options=options)
+    await channel.recv_message()
+    print("holding", flush=True)
+    start = time.monotonic()
+    try:
+        await channel.recv_message()
+    except Exception as exc:  # reported to the test, which judges it
+        print(f"failed {type(exc).__name__} {time.monotonic() - start:.2f}", flush=True)
+    await channel.close()
+
+
 if __name__ == "__main__":
     mode, host, port_text, *rest = sys.argv[1:]
     modes: dict[str, Callable[..., Coroutine[None, None, None]]] = {
@@ -205,5 +258,8 @@ if __name__ == "__main__":
         "try": attempt,
         "checksums": checksums,
         "rpc": rpc_server,
+        "region": region,
+        "digests": digests,
+        "hold": hold,
     }
     asyncio.run(modes[mode](host, int(port_text), *rest))

@@ -2,7 +2,7 @@
 
 :class:`Fabric` runs programs on host 2 through its agent
 (:mod:`aiordma.lab.agent`), changes the link between the hosts (down and
-up, ``tc netem`` loss, delay, reordering, duplication; MTU) on both ends,
+up, ``tc netem`` loss, delay, reordering, duplication; MTU),
 and asks the lab to crash host 2 (kill its QEMU) or boot it again. It is
 what the ``fabric`` test fixture hands out; a command run with
 ``aiordma lab --hosts 2`` finds everything it needs in its environment
@@ -174,35 +174,72 @@ class Fabric:
 
     async def run_both(self, argv: Sequence[str]) -> None:
         """Run a set-up command on both hosts; raise LabError if it fails on either."""
-        here = await asyncio.to_thread(
-            subprocess.run, list(argv), capture_output=True, text=True, timeout=60
-        )
-        if here.returncode != 0:
-            raise LabError(f"{' '.join(argv)} failed on host 1: {here.stderr.strip()}")
+        await self._here(argv)
         rc, out = await self.run(argv)
         if rc != 0:
             raise LabError(f"{' '.join(argv)} failed on host 2: {out.strip()}")
 
-    async def _nic_command(self, *args: str) -> None:
+    @staticmethod
+    async def _here(argv: Sequence[str]) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise LabError(f"{' '.join(argv)} failed on host 1: {err.decode().strip()}")
+
+    def _nic(self) -> str:
         # Each host names its card itself (the same name on both: same QEMU
         # machine), reported by the guest init and the agent.
         nic = self.nic or self.peer_info().get("nic") or ""
         if not nic:
             raise LabError("the lab did not report the name of the link's network card")
-        await self.run_both([a.replace("{nic}", nic) for a in args])
+        return nic
 
     async def netem(self, spec: str | None) -> None:
         """Impair the link both ways with ``tc netem`` (e.g. ``"loss 1%"``,
         ``"delay 5ms"``); None removes the impairment."""
+        nic = self._nic()
         if spec is None:
-            await self._nic_command("sh", "-c", "tc qdisc del dev {nic} root 2>/dev/null || true")
+            await self.run_both(["sh", "-c", f"tc qdisc del dev {nic} root 2>/dev/null || true"])
         else:
-            await self._nic_command("tc", "qdisc", "replace", "dev", "{nic}", "root", "netem",
-                                    *spec.split())  # fmt: skip
+            await self.run_both(["tc", "qdisc", "replace", "dev", nic, "root", "netem",
+                                 *spec.split()])  # fmt: skip
+
+    def _cut_commands(self) -> tuple[str, str]:
+        nic = self._nic()
+        cut = (
+            f"tc qdisc add dev {nic} clsact && "
+            f"tc filter add dev {nic} ingress matchall action drop && "
+            f"tc filter add dev {nic} egress matchall action drop"
+        )
+        return cut, f"tc qdisc del dev {nic} clsact"
 
     async def link(self, up: bool) -> None:
-        """Take the link down on both ends, or bring it back up."""
-        await self._nic_command("ip", "link", "set", "{nic}", "up" if up else "down")
+        """Cut the link, or restore it.
+
+        Host 1 drops every frame it sends or receives on the link, as a
+        pulled cable or a dead switch would; both cards stay up (an
+        interface taken down by its administrator is another fault: rxe then
+        fails every work request at once). Netem impairments are kept.
+        """
+        cut, restore = self._cut_commands()
+        await self._here(["sh", "-c", restore if up else cut])
+
+    async def outage(self, seconds: float) -> None:
+        """Cut the link for ``seconds`` (timed on host 1, to a few milliseconds)."""
+        cut, restore = self._cut_commands()
+        await self._here(["sh", "-c", f"{cut} && sleep {seconds:.3f}; {restore}"])
+
+    async def set_mtu(self, mtu: int, *, host: int = 2) -> None:
+        """Set the MTU of ``host``'s card on the link (rxe follows it)."""
+        argv = ["ip", "link", "set", self._nic(), "mtu", str(mtu)]
+        if host == 1:
+            await self._here(argv)
+            return
+        rc, out = await self.run(argv)
+        if rc != 0:
+            raise LabError(f"{' '.join(argv)} failed on host 2: {out.strip()}")
 
     async def _request(self, action: str) -> None:
         requests = self.control / "control"
