@@ -72,7 +72,7 @@ DEFAULT_MAX_EXPOSED = 256 << 20
 DEFAULT_EXPOSURE_TIMEOUT = 60.0
 """Seconds a large message stays readable for the peer, by default; unread
 by then, it is revoked and the send fails with :class:`ExposureTimeoutError`."""
-READ_PIECE = 256 << 10
+READ_PIECE = 64 << 10
 """Large messages are read in pieces of this size (see ``READS_IN_FLIGHT``)."""
 READS_IN_FLIGHT = 4
 """Pieces of one large message being read at once: 1 MiB in flight paces
@@ -585,29 +585,35 @@ class MessageChannel:
         One read of many megabytes makes the peer's adapter send every
         response packet at once, with nothing to pace it: across a real link
         a receiver that falls behind drops some, and each loss costs a
-        transport timeout (64 MiB took 340 s over the two-host lab's link in
-        one read, against 11 s for perftest's 64 KiB reads). Pieces keep at
-        most ``READ_PIECE * READS_IN_FLIGHT`` bytes coming, and the first
-        bytes land while later pieces are still being asked for.
+        retransmission of everything after it (64 MiB took 340 s over the
+        two-host lab's link in one read). A window of four 64 KiB pieces
+        read fastest there, with and without packet loss (see
+        ``docs/design.md``), and the first bytes land while later pieces are
+        still being asked for.
         """
         qp = self._qp
         size = remote.length
         if size <= READ_PIECE:
             await qp.rdma_read(local, remote)
             return
-        pending: collections.deque[asyncio.Future[Any]] = collections.deque()
+        starts = range(0, size, READ_PIECE)
+
+        def piece(start: int) -> Read:
+            end = min(start + READ_PIECE, size)
+            return Read(local[start:end], remote[start:end])
+
+        pending = collections.deque(
+            await qp.post_batch([piece(start) for start in starts[:READS_IN_FLIGHT]])
+        )
         try:
-            for start in range(0, size, READ_PIECE):
-                if len(pending) >= READS_IN_FLIGHT:
-                    await pending.popleft()
-                end = min(start + READ_PIECE, size)
-                (piece,) = await qp.post_batch([Read(local[start:end], remote[start:end])])
-                pending.append(piece)
+            for start in starts[READS_IN_FLIGHT:]:
+                await pending.popleft()
+                pending.extend(await qp.post_batch([piece(start)]))
             while pending:
                 await pending.popleft()
         finally:
-            for piece in pending:  # cancelled or failed: nobody awaits the rest
-                piece.add_done_callback(_retrieve)
+            for left in pending:  # cancelled or failed: nobody awaits the rest
+                left.add_done_callback(_retrieve)
 
     async def recv_message(self) -> bytes | bytearray:
         """The next message, in the order they were sent.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import subprocess
 import sys
 import time
 
@@ -112,6 +113,10 @@ async def test_one_sided_transfers_cross_the_link_intact(fabric: Fabric, family:
     print(f"{size >> 10} KiB across the link: read {read:.1f} s, written {written:.1f} s")
 
 
+def _active_mtu(devinfo: str) -> int:
+    return int(devinfo.split("active_mtu:", 1)[1].split()[0])
+
+
 @pytest.mark.asyncio
 async def test_hosts_with_different_mtus_transfer_intact(fabric: Fabric) -> None:
     """Host 2's card at 9000 bytes (rxe: 4096-byte packets), host 1's at
@@ -119,6 +124,12 @@ async def test_hosts_with_different_mtus_transfer_intact(fabric: Fabric) -> None
     sizes = [1, 1000, 1024, 4096, 5000, 70_000, 1 << 20]
     await fabric.set_mtu(9000)
     try:
+        rc, theirs = await fabric.run(["ibv_devinfo", "-d", "rxe0"])
+        ours = await asyncio.to_thread(
+            subprocess.run, ["ibv_devinfo", "-d", "rxe0"], capture_output=True, text=True
+        )
+        assert rc == 0, theirs
+        assert (_active_mtu(ours.stdout), _active_mtu(theirs)) == (1024, 4096)
         async with remote_server(fabric, "checksums", fabric.peer_addr) as port:
             channel = await aiordma.open_channel(fabric.peer_addr, port, max_message=1 << 20)
             async with channel:

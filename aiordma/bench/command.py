@@ -6,11 +6,14 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiordma.bench.stats import Result
+from aiordma.lab.remote import Fabric
 
 MODES = (
     "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_rate",
@@ -20,6 +23,9 @@ MODES = (
 
 KINDS = {"rpc_fetch": "bw", "rpc_sink": "bw", "connect": "lat"}
 """Modes whose name does not end in their kind (``_lat``, ``_bw``, ``_rate``)."""
+
+REMOTE_STOP_TIMEOUT = 30.0
+"""Seconds to wait for a perftest server on host 2 to be gone."""
 
 DEFAULT_SIZES = {"lat": [64], "bw": [65536, 1 << 20], "rate": [64]}
 
@@ -51,7 +57,25 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
     )
     progress = Progress(steps)
     plan = Plan(args.iterations, args.warmup, args.depth, args.duration)
-    peer = Peer(args.addr, max(max(s) for s in sizes.values()), args.loop)
+    largest = max(max(s) for s in sizes.values())
+    start_server: Callable[[list[str]], Callable[[], None]] = perftest.start_local
+    fabric = None
+    if args.remote:
+        fabric = Fabric.from_environment()
+        if fabric is None:
+            raise SystemExit(
+                "aiordma bench: --remote runs the peer on host 2 of the two-host lab; "
+                "run it there: aiordma lab --hosts 2 -- aiordma bench --remote ..."
+            )
+        peer = await Peer.start_remote(fabric, largest, args.loop)
+        start_server = _remote_starter(fabric)
+        if args.netem:
+            await fabric.netem(args.netem)
+    else:
+        if args.netem:
+            raise SystemExit("aiordma bench: --netem impairs the two-host lab's link: "
+                             "give --remote too")  # fmt: skip
+        peer = Peer.start(args.addr, largest, args.loop)
     try:
         for mode in args.modes:
             for size in sizes[mode]:
@@ -60,8 +84,9 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
                 if "perftest" in tools and mode in perftest.TOOLS:
                     progress.start(f"{perftest.TOOLS[mode]} {size} B")
                     reference = await asyncio.to_thread(
-                        perftest.run, mode, args.device, args.addr, size,
+                        perftest.run, mode, args.device, peer.addr, size,
                         group[0].iterations, 1 if kind_of(mode) == "lat" else args.depth,
+                        start_server,
                     )  # fmt: skip
                     if reference is not None:
                         group.append(reference)
@@ -72,6 +97,27 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
                 emit(group)
     finally:
         peer.close()
+        if fabric is not None and args.netem:
+            await fabric.netem(None)
+
+
+def _remote_starter(fabric: Fabric) -> Callable[[list[str]], Callable[[], None]]:
+    """Start perftest's servers on host 2 (called from a worker thread)."""
+
+    def start(argv: list[str]) -> Callable[[], None]:
+        proc = fabric.start(argv)
+
+        def stop() -> None:
+            proc.send_signal(signal.SIGKILL)
+            deadline = time.monotonic() + REMOTE_STOP_TIMEOUT
+            # The next server needs its port: wait, in this worker thread,
+            # until the agent on host 2 reports this one gone.
+            while proc.returncode is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+        return stop
+
+    return start
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +140,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="FILE.png",
                         help="draw latency and throughput against size "
                         "(needs aiordma[bench])")  # fmt: skip
+    parser.add_argument("--remote", action="store_true",
+                        help="run the peer and perftest's servers on host 2 of the two-host "
+                        "lab ('aiordma lab --hosts 2'), measuring across its link")  # fmt: skip
+    parser.add_argument("--netem", metavar="SPEC",
+                        help="with --remote: impair the link both ways with tc netem while "
+                        "measuring (e.g. 'loss 1%%')")  # fmt: skip
     parser.add_argument("--device", default=os.environ.get("AIORDMA_DEVICE", "rxe0"))
     parser.add_argument("--addr", default=os.environ.get("AIORDMA_ADDR", "192.0.2.1"))
 

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 
 from aiordma.bench.stats import Latency, Result
 
@@ -63,15 +64,35 @@ def to_result(mode: str, row: list[str], depth: int) -> Result:
                   {"msg_rate_mpps": mpps})  # fmt: skip
 
 
-def run(mode: str, device: str, addr: str, size: int, iterations: int, depth: int) -> Result | None:
-    """Run the matching perftest server and client (over rdma_cm); None if unavailable."""
+def start_local(argv: list[str]) -> Callable[[], None]:
+    """Start perftest's server here; returns what stops it."""
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop() -> None:
+        server.kill()
+        server.wait()
+
+    return stop
+
+
+def run(
+    mode: str,
+    device: str,
+    addr: str,
+    size: int,
+    iterations: int,
+    depth: int,
+    start_server: Callable[[list[str]], Callable[[], None]] = start_local,
+) -> Result | None:
+    """Run the matching perftest server (``start_server``: here, by
+    default) and client (over rdma_cm, to ``addr``); None if unavailable."""
     tool = TOOLS.get(mode)
     if tool is None or shutil.which(tool) is None:
         return None
     base = [tool, "-d", device, "-R", "-F", "-s", str(size), "-n", str(iterations)]
     if not mode.endswith("_lat"):
         base += ["-t", str(depth)]
-    server = subprocess.Popen(base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stop = start_server(base)
     try:
         for _ in range(50):  # the server needs a moment to listen; the client retries
             client = subprocess.run(
@@ -83,7 +104,6 @@ def run(mode: str, device: str, addr: str, size: int, iterations: int, depth: in
         else:
             return None
     finally:
-        server.kill()
-        server.communicate()
+        stop()
     row = parse_row(client.stdout)
     return None if row is None else to_result(mode, row, depth)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import signal
 import subprocess
 import sys
 import time
@@ -16,8 +17,12 @@ import aiordma
 from aiordma import RemoteBuffer, rpc
 from aiordma.bench import tcp
 from aiordma.bench.stats import Latency, Result
+from aiordma.lab.remote import Fabric
 from aiordma.messaging import DEFAULT_MAX_MESSAGE
 from aiordma.queue_pair import Read, Send, Write
+
+REMOTE_START_TIMEOUT = 120.0
+"""Seconds the peer on the lab's host 2 may take to start listening."""
 
 Progress = Callable[[int], None]
 """Told how many measured operations have completed so far."""
@@ -42,25 +47,53 @@ class Peer:
     """The peer process, on ``addr`` for messages up to ``max_size``, running ``loop``.
 
     It serves the RDMA side on :attr:`port` and the TCP baseline on
-    :attr:`tcp_port`.
+    :attr:`tcp_port`. :meth:`start` runs it here; :meth:`start_remote` on
+    host 2 of the two-host lab, across the link.
     """
 
-    def __init__(self, addr: str, max_size: int, loop: str = "asyncio") -> None:
-        self.addr = addr
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "aiordma.bench.peer", addr, str(max_size), loop],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline().split()
-        if line[:1] != ["listening"]:
-            self.close()
-            raise RuntimeError("the benchmark peer did not start")
-        self.port, self.tcp_port = int(line[1]), int(line[2])
+    def __init__(self, addr: str, port: int, tcp_port: int, stop: Callable[[], None]) -> None:
+        self.addr, self.port, self.tcp_port = addr, port, tcp_port
+        self._stop = stop
+
+    @staticmethod
+    def _argv(addr: str, max_size: int, loop: str) -> list[str]:
+        return [sys.executable, "-m", "aiordma.bench.peer", addr, str(max_size), loop]
+
+    @classmethod
+    def _from_line(cls, addr: str, line: str, stop: Callable[[], None]) -> Peer:
+        words = line.split()
+        if words[:1] != ["listening"]:
+            stop()
+            raise RuntimeError(f"the benchmark peer did not start: {line!r}")
+        return cls(addr, int(words[1]), int(words[2]), stop)
+
+    @classmethod
+    def start(cls, addr: str, max_size: int, loop: str = "asyncio") -> Peer:
+        """Run the peer as a process of this machine."""
+        proc = subprocess.Popen(cls._argv(addr, max_size, loop), stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+
+        def stop() -> None:
+            proc.kill()
+            proc.wait()
+
+        return cls._from_line(addr, proc.stdout.readline(), stop)
+
+    @classmethod
+    async def start_remote(cls, fabric: Fabric, max_size: int, loop: str = "asyncio") -> Peer:
+        """Run the peer on host 2 of the two-host lab (``fabric``)."""
+        proc = fabric.start(cls._argv(fabric.peer_addr, max_size, loop))
+        try:
+            async with asyncio.timeout(REMOTE_START_TIMEOUT):
+                out = await proc.wait_for_output("listening ")
+        except BaseException:
+            proc.send_signal(signal.SIGKILL)
+            raise
+        line = "listening " + out.split("listening ", 1)[1].split("\n", 1)[0]
+        return cls._from_line(fabric.peer_addr, line, lambda: proc.send_signal(signal.SIGKILL))
 
     def close(self) -> None:
-        self._proc.kill()
-        self._proc.wait()
+        self._stop()
 
 
 def _report(progress: Progress | None, done: int) -> None:

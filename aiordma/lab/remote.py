@@ -10,6 +10,10 @@ what the ``fabric`` test fixture hands out; a command run with
 
 Every wait polls the shared control directory (the two guests share no
 notification mechanism); bound it with ``asyncio.timeout()``.
+
+From a shell on host 1, ``python -m aiordma.lab.remote CMD [ARG...]`` runs
+CMD on host 2 (in the same directory), shows its output as it comes and
+exits with its status.
 """
 
 from __future__ import annotations
@@ -255,3 +259,34 @@ class Fabric:
         """Boot host 2 again (after :meth:`crash_peer`) and wait for its agent."""
         await self._request("boot")
         await self.wait_for_peer()
+
+
+async def _run_on_peer(argv: Sequence[str]) -> int:
+    fabric = Fabric.from_environment()
+    if fabric is None:
+        raise SystemExit(
+            "python -m aiordma.lab.remote runs a command on host 2 of the two-host lab, "
+            "from host 1: aiordma lab --hosts 2 -- ... python -m aiordma.lab.remote CMD"
+        )
+    proc = fabric.start(argv)
+    shown = 0
+    try:
+        while True:
+            rc = proc.returncode  # read before the output: nothing written after it is missed
+            out = proc.output()
+            print(out[shown:], end="", flush=True)
+            shown = len(out)
+            if rc is not None:
+                return rc
+            await asyncio.sleep(POLL_INTERVAL)
+    except BaseException:
+        proc.send_signal(signal.SIGKILL)
+        raise
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: python -m aiordma.lab.remote CMD [ARG...]")
+    raise SystemExit(asyncio.run(_run_on_peer(sys.argv[1:])))
