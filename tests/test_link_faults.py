@@ -129,11 +129,13 @@ class Holders:
     async def __call__(self, conn: aiordma.Connection) -> None:
         channel: MessageChannel = conn.prepared
         await channel.send_message(b"go")
-        try:
-            async for message in channel:
-                await channel.send_message(message)
-        except TYPED:
-            await self.lost.put(time.monotonic())
+        while True:
+            try:
+                message = await channel.recv_message()
+            except TYPED:
+                await self.lost.put(time.monotonic())
+                return
+            await channel.send_message(message)
 
     async def start(self, fabric: Fabric) -> aiordma.Server:
         return await aiordma.start_server(

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from aiordma.lab.remote import Fabric
 from tests.conftest import Lab
 
 
@@ -88,3 +89,35 @@ def test_message_modes_plain_and_registered(lab: Lab, tmp_path: Path) -> None:
             else:
                 assert ours["depth"] == 4
                 assert float(ours["mb_per_s"]) > 0  # type: ignore[arg-type]
+
+
+def _link_packets(fabric: Fabric) -> int:
+    stats = Path("/sys/class/net") / fabric.nic / "statistics"
+    return sum(int((stats / name).read_text()) for name in ("tx_packets", "rx_packets"))
+
+
+def test_across_the_link_with_perftest_and_tcp(fabric: Fabric, tmp_path: Path) -> None:
+    """``--remote``: the peer and perftest's servers on host 2, every
+    packet across the link (counted on host 1's card), ``--netem`` undone."""
+    out = tmp_path / "bench.json"
+    before = _link_packets(fabric)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiordma", "bench", "--remote", "write_lat", "msg_bw",
+         "--sizes", "4096", "--iterations", "30", "--warmup", "3", "--depth", "2",
+         "--compare", "perftest", "--compare", "tcp", "--netem", "delay 1ms",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=280, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    tools = {(r["mode"], r["tool"]) for r in rows}
+    expected = {(m, t) for m in ("write_lat", "msg_bw") for t in ("aiordma", "tcp")}
+    if shutil.which("ib_write_lat") is not None:
+        expected |= {("write_lat", "perftest"), ("msg_bw", "perftest")}
+    assert tools == expected
+    assert all(r["iterations"] == 30 for r in rows)
+    # Three tools, two modes, 30 round trips or 4 KiB messages each, plus set-up.
+    assert _link_packets(fabric) - before > 6 * 30
+    qdisc = subprocess.run(["tc", "qdisc", "show", "dev", fabric.nic], capture_output=True,
+                           text=True, check=True).stdout  # fmt: skip
+    assert "netem" not in qdisc
