@@ -119,6 +119,7 @@ class Fabric:
     peer_addr: str
     peer_addr6: str
     nic: str
+    _impairment: str | None = None
     _ids = itertools.count(1)
 
     @classmethod
@@ -203,29 +204,37 @@ class Fabric:
     async def netem(self, spec: str | None) -> None:
         """Impair the link both ways with ``tc netem`` (e.g. ``"loss 1%"``,
         ``"delay 5ms"``); None removes the impairment."""
+        await self.run_both(["sh", "-c", self._root_qdisc(spec)])
+        self._impairment = spec
+
+    def _root_qdisc(self, spec: str | None) -> str:
         nic = self._nic()
         if spec is None:
-            await self.run_both(["sh", "-c", f"tc qdisc del dev {nic} root 2>/dev/null || true"])
-        else:
-            await self.run_both(["tc", "qdisc", "replace", "dev", nic, "root", "netem",
-                                 *spec.split()])  # fmt: skip
+            return f"tc qdisc del dev {nic} root 2>/dev/null || true"
+        return f"tc qdisc replace dev {nic} root netem {spec}"
 
     def _cut_commands(self) -> tuple[str, str]:
+        # Frames are dropped where nothing tells their sender: host 1's
+        # incoming ones at ingress, its outgoing ones by netem (a qdisc or
+        # filter that refuses a frame reports it, and rxe would then keep
+        # resending locally instead of counting transport retries).
         nic = self._nic()
         cut = (
             f"tc qdisc add dev {nic} clsact && "
             f"tc filter add dev {nic} ingress matchall action drop && "
-            f"tc filter add dev {nic} egress matchall action drop"
+            f"tc qdisc replace dev {nic} root netem loss 100%"
         )
-        return cut, f"tc qdisc del dev {nic} clsact"
+        restore = f"tc qdisc del dev {nic} clsact; {self._root_qdisc(self._impairment)}"
+        return cut, restore
 
     async def link(self, up: bool) -> None:
         """Cut the link, or restore it.
 
-        Host 1 drops every frame it sends or receives on the link, as a
-        pulled cable or a dead switch would; both cards stay up (an
+        Host 1 silently drops every frame it sends or receives on the link,
+        as a pulled cable or a dead switch would; both cards stay up (an
         interface taken down by its administrator is another fault: rxe then
-        fails every work request at once). Netem impairments are kept.
+        fails every work request at once). A :meth:`netem` impairment comes
+        back with the link.
         """
         cut, restore = self._cut_commands()
         await self._here(["sh", "-c", restore if up else cut])
