@@ -30,9 +30,9 @@ as it is now; prints ``listening PORT`` and runs until SIGTERM.
 bytes) to a ``checksums`` server and checking each digest; prints ``ok``.
 
 ``hold KEEPALIVE``: a client (keepalive KEEPALIVE seconds) that waits for a
-first message (printing ``holding`` once it came), then waits for another
-one that never comes, and prints ``failed NAME SECONDS``: the exception
-that ended the wait and how long after the first message it came.
+first message (printing ``holding`` once it came), then echoes every
+further message until a receive fails, and prints ``failed NAME SECONDS``:
+the exception that ended it and how long after the last message it came.
 """
 
 from __future__ import annotations
@@ -243,7 +243,10 @@ async def hold(addr: str, port: int, keepalive: str) -> None:
     print("holding", flush=True)
     start = time.monotonic()
     try:
-        await channel.recv_message()
+        while True:
+            message = await channel.recv_message()
+            start = time.monotonic()
+            await channel.send_message(message)
     except Exception as exc:  # reported to the test, which judges it
         print(f"failed {type(exc).__name__} {time.monotonic() - start:.2f}", flush=True)
     await channel.close()

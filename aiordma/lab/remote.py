@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import json
 import os
+import shlex
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +39,11 @@ async def poll_until(check: Callable[[], bool]) -> None:
     # awaited, so this polls (every 50 ms; callers bound it with a timeout).
     while not check():  # noqa: ASYNC110
         await asyncio.sleep(POLL_INTERVAL)
+
+
+def _tc_batch(commands: Sequence[str]) -> str:
+    """A shell command running ``commands`` in one ``tc -batch``."""
+    return f"printf '%s\\n' {shlex.join(commands)} | tc -batch -"
 
 
 class PeerProcess:
@@ -185,13 +191,15 @@ class Fabric:
             raise LabError(f"{' '.join(argv)} failed on host 2: {out.strip()}")
 
     @staticmethod
-    async def _here(argv: Sequence[str]) -> None:
+    async def _here(argv: Sequence[str]) -> str:
+        """Run ``argv`` on host 1; its output (LabError if it fails)."""
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-        _, err = await proc.communicate()
+        out, err = await proc.communicate()
         if proc.returncode != 0:
             raise LabError(f"{' '.join(argv)} failed on host 1: {err.decode().strip()}")
+        return out.decode()
 
     def _nic(self) -> str:
         # Each host names its card itself (the same name on both: same QEMU
@@ -217,15 +225,20 @@ class Fabric:
         # Frames are dropped where nothing tells their sender: host 1's
         # incoming ones at ingress, its outgoing ones by netem (a qdisc or
         # filter that refuses a frame reports it, and rxe would then keep
-        # resending locally instead of counting transport retries).
+        # resending locally instead of counting transport retries). One
+        # ``tc -batch`` each way, so an outage starts and ends at once.
         nic = self._nic()
-        cut = (
-            f"tc qdisc add dev {nic} clsact && "
-            f"tc filter add dev {nic} ingress matchall action drop && "
-            f"tc qdisc replace dev {nic} root netem loss 100%"
-        )
-        restore = f"tc qdisc del dev {nic} clsact; {self._root_qdisc(self._impairment)}"
-        return cut, restore
+        cut = [
+            f"qdisc add dev {nic} clsact",
+            f"filter add dev {nic} ingress matchall action drop",
+            f"qdisc replace dev {nic} root netem loss 100%",
+        ]
+        restore = [f"qdisc del dev {nic} clsact"]
+        if self._impairment is None:
+            restore.append(f"qdisc del dev {nic} root")
+        else:
+            restore.append(f"qdisc replace dev {nic} root netem {self._impairment}")
+        return _tc_batch(cut), _tc_batch(restore)
 
     async def link(self, up: bool) -> None:
         """Cut the link, or restore it.
@@ -239,10 +252,14 @@ class Fabric:
         cut, restore = self._cut_commands()
         await self._here(["sh", "-c", restore if up else cut])
 
-    async def outage(self, seconds: float) -> None:
-        """Cut the link for ``seconds`` (timed on host 1, to a few milliseconds)."""
+    async def outage(self, seconds: float) -> float:
+        """Cut the link for ``seconds``, timed on host 1; returns how long it
+        was cut (from before the cut to after the restore, as measured there)."""
         cut, restore = self._cut_commands()
-        await self._here(["sh", "-c", f"{cut} && sleep {seconds:.3f}; {restore}"])
+        out = await self._here(["sh", "-c",
+            f"a=$(date +%s%N); {cut}; rc=$?; sleep {seconds:.3f}; {restore} || rc=1; "
+            f'b=$(date +%s%N); echo $((b - a)); exit $rc'])  # fmt: skip
+        return int(out.split()[-1]) / 1e9
 
     async def set_mtu(self, mtu: int, *, host: int = 2) -> None:
         """Set the MTU of ``host``'s card on the link (rxe follows it)."""
