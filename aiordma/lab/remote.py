@@ -1,9 +1,9 @@
 """Driving the two-host lab from host 1: programs on host 2, and the link.
 
 :class:`Fabric` runs programs on host 2 through its agent
-(:mod:`aiordma.lab.agent`), changes the link between the hosts (down and
-up, ``tc netem`` loss, delay, reordering, duplication; MTU),
-and asks the lab to crash host 2 (kill its QEMU) or boot it again. It is
+(:mod:`aiordma.lab.agent`), changes the link between the hosts (cut and
+restored, timed outages, ``tc netem`` loss, delay, reordering, duplication;
+MTU), and asks the lab to crash host 2 (kill its QEMU) or boot it again. It is
 what the ``fabric`` test fixture hands out; a command run with
 ``aiordma lab --hosts 2`` finds everything it needs in its environment
 (:meth:`Fabric.from_environment`).
