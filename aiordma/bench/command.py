@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiordma.bench.stats import Result
-from aiordma.lab.remote import Fabric
+from aiordma.lab.remote import Fabric, PeerProcess
 
 MODES = (
     "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_rate",
@@ -25,7 +25,7 @@ KINDS = {"rpc_fetch": "bw", "rpc_sink": "bw", "connect": "lat"}
 """Modes whose name does not end in their kind (``_lat``, ``_bw``, ``_rate``)."""
 
 REMOTE_STOP_TIMEOUT = 30.0
-"""Seconds to wait for a perftest server on host 2 to be gone."""
+"""Seconds to wait for a perftest server on host 2 to listen, or to be gone."""
 
 DEFAULT_SIZES = {"lat": [64], "bw": [65536, 1 << 20], "rate": [64]}
 
@@ -101,19 +101,35 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
             await fabric.netem(None)
 
 
+def _wait_remote(proc: PeerProcess, timeout: float) -> int | None:
+    """Poll (from a worker thread) until ``proc`` on host 2 exits; its status."""
+    deadline = time.monotonic() + timeout
+    while proc.returncode is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc.returncode
+
+
 def _remote_starter(fabric: Fabric) -> Callable[[list[str]], Callable[[], None]]:
-    """Start perftest's servers on host 2 (called from a worker thread)."""
+    """Start perftest's servers on host 2 (called from a worker thread).
+
+    A server is started only once its predecessor is gone (it needs the
+    port), and handed over only once it listens: a perftest client that
+    reaches host 2 before its server listens can hang.
+    """
+
+    from aiordma.bench.perftest import PORT
 
     def start(argv: list[str]) -> Callable[[], None]:
         proc = fabric.start(argv)
+        listening = fabric.start(["sh", "-c",
+            f"until rdma resource show cm_id | grep LISTEN | grep -qE ':{PORT}( |$)'; "
+            "do sleep 0.05; done"])  # fmt: skip
+        if _wait_remote(listening, REMOTE_STOP_TIMEOUT) is None:
+            listening.send_signal(signal.SIGKILL)
 
         def stop() -> None:
             proc.send_signal(signal.SIGKILL)
-            deadline = time.monotonic() + REMOTE_STOP_TIMEOUT
-            # The next server needs its port: wait, in this worker thread,
-            # until the agent on host 2 reports this one gone.
-            while proc.returncode is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            _wait_remote(proc, REMOTE_STOP_TIMEOUT)
 
         return stop
 

@@ -64,7 +64,10 @@ def to_result(mode: str, row: list[str], depth: int) -> Result:
                   {"msg_rate_mpps": mpps})  # fmt: skip
 
 
-CLIENT_TIMEOUT = 300.0
+PORT = 18515
+"""perftest's default port (its servers listen there)."""
+
+CLIENT_TIMEOUT = 120.0
 """Seconds one perftest client run may take before its row is given up."""
 
 

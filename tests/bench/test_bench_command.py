@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from aiordma.lab.remote import Fabric
 from tests.conftest import Lab
 
@@ -96,6 +98,7 @@ def _link_packets(fabric: Fabric) -> int:
     return sum(int((stats / name).read_text()) for name in ("tx_packets", "rx_packets"))
 
 
+@pytest.mark.timeout(600)
 def test_across_the_link_with_perftest_and_tcp(fabric: Fabric, tmp_path: Path) -> None:
     """``--remote``: the peer and perftest's servers on host 2, every
     packet across the link (counted on host 1's card), ``--netem`` undone."""
@@ -106,7 +109,7 @@ def test_across_the_link_with_perftest_and_tcp(fabric: Fabric, tmp_path: Path) -
          "--sizes", "4096", "--iterations", "30", "--warmup", "3", "--depth", "2",
          "--compare", "perftest", "--compare", "tcp", "--netem", "delay 1ms",
          "--json", str(out)],
-        capture_output=True, text=True, timeout=280, check=False,
+        capture_output=True, text=True, timeout=540, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())
