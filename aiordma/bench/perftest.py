@@ -6,6 +6,7 @@ import math
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -68,7 +69,15 @@ PORT = 18515
 """perftest's default port (its servers listen there)."""
 
 CLIENT_TIMEOUT = 120.0
-"""Seconds one perftest client run may take before its row is given up."""
+"""Seconds one perftest client run may take before it is given up."""
+
+ATTEMPTS = 2
+"""Server and client pairs tried before a reference row is given up (across
+the two-host lab's link a perftest client now and then hangs or fails)."""
+
+
+def _no_result(tool: str, why: str) -> None:
+    print(f"aiordma bench: {tool} gave no result: {why}", file=sys.stderr, flush=True)
 
 
 def start_local(argv: list[str]) -> Callable[[], None]:
@@ -99,6 +108,25 @@ def run(
     base = [tool, "-d", device, "-R", "-F", "-s", str(size), "-n", str(iterations)]
     if not mode.endswith("_lat"):
         base += ["-t", str(depth)]
+    for attempt in range(ATTEMPTS):
+        output = _client_output(tool, base, addr, start_server)
+        if output is not None:
+            break
+        if attempt + 1 < ATTEMPTS:
+            print(f"aiordma bench: running {tool} again", file=sys.stderr, flush=True)
+    else:
+        return None
+    row = parse_row(output)
+    return None if row is None else to_result(mode, row, depth)
+
+
+def _client_output(
+    tool: str,
+    base: list[str],
+    addr: str,
+    start_server: Callable[[list[str]], Callable[[], None]],
+) -> str | None:
+    """One perftest server and its client's output (None: no result)."""
     stop = start_server(base)
     try:
         for _ in range(50):  # the server needs a moment to listen; the client retries
@@ -108,13 +136,12 @@ def run(
                     check=False,
                 )  # fmt: skip
             except subprocess.TimeoutExpired:
-                return None  # stuck (seen once across the two-host link): no reference row
+                _no_result(tool, f"its client did not finish within {CLIENT_TIMEOUT:.0f} s")
+                return None
             if client.returncode == 0:
-                break
+                return client.stdout
             time.sleep(0.2)
-        else:
-            return None
+        _no_result(tool, client.stderr.strip()[-300:] or f"exit status {client.returncode}")
+        return None
     finally:
         stop()
-    row = parse_row(client.stdout)
-    return None if row is None else to_result(mode, row, depth)

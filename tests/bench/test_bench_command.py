@@ -117,7 +117,7 @@ def test_across_the_link_with_perftest_and_tcp(fabric: Fabric, tmp_path: Path) -
     expected = {(m, t) for m in ("write_lat", "msg_bw") for t in ("aiordma", "tcp")}
     if shutil.which("ib_write_lat") is not None:
         expected |= {("write_lat", "perftest"), ("msg_bw", "perftest")}
-    assert tools == expected
+    assert tools == expected, proc.stderr
     assert all(r["iterations"] == 30 for r in rows)
     # Three tools, two modes, 30 round trips or 4 KiB messages each, plus set-up.
     assert _link_packets(fabric) - before > 6 * 30
