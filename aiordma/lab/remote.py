@@ -186,6 +186,10 @@ class Fabric:
     async def run_both(self, argv: Sequence[str]) -> None:
         """Run a set-up command on both hosts; raise LabError if it fails on either."""
         await self._here(argv)
+        await self._there(argv)
+
+    async def _there(self, argv: Sequence[str]) -> None:
+        """Run ``argv`` on host 2 to completion (LabError if it fails)."""
         rc, out = await self.run(argv)
         if rc != 0:
             raise LabError(f"{' '.join(argv)} failed on host 2: {out.strip()}")
@@ -285,12 +289,7 @@ class Fabric:
     async def set_mtu(self, mtu: int, *, host: int = 2) -> None:
         """Set the MTU of ``host``'s card on the link (rxe follows it)."""
         argv = ["ip", "link", "set", self._nic(), "mtu", str(mtu)]
-        if host == 1:
-            await self._here(argv)
-            return
-        rc, out = await self.run(argv)
-        if rc != 0:
-            raise LabError(f"{' '.join(argv)} failed on host 2: {out.strip()}")
+        await (self._here(argv) if host == 1 else self._there(argv))
 
     async def _request(self, action: str) -> None:
         requests = self.control / "control"
