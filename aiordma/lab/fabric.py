@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -43,6 +42,7 @@ from aiordma.lab.vm import (
     _vng_env,
     find_kernel,
     find_vng,
+    guest_script,
     kvm_works,
 )
 
@@ -134,7 +134,8 @@ class _Fabric:
         ]  # fmt: skip
         local, remote = self.ports if host == 1 else self.ports[::-1]
         opts = _link_opts(host, local, remote)
-        return _vng_argv(self.vng, self.kernel, self.guest, self.kvm, shlex.join(inner), opts)
+        command = guest_script(inner, self.control / f"host{host}.sh")
+        return _vng_argv(self.vng, self.kernel, self.guest, self.kvm, command, opts)
 
     def boot_host2(self) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -113,6 +114,19 @@ def _vng_argv(
     for opt in qemu_opts:
         argv.append(f"--qemu-opts={opt}")  # "=": the value starts with a dash
     return [*argv, "--exec", command]
+
+
+def guest_script(argv: list[str], path: Path) -> str:
+    """Write ``argv`` as a shell script at ``path``; return the command that runs it.
+
+    virtme-ng hands its ``--exec`` command to the guest on the kernel command
+    line, which the kernel cuts at 2,048 bytes: a longer command (a script
+    given to ``sh -c``, many variables carried over) would be cut, and the
+    guest would boot and wait forever with nothing to run. The file has no
+    such limit; ``path`` must be in a directory the guest can see.
+    """
+    path.write_text(f"exec {shlex.join(argv)}\n")
+    return shlex.join(["sh", str(path)])
 
 
 def _relay(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
@@ -253,8 +267,9 @@ def run_in_guest(
     vng = find_vng()
     cwd = (cwd or Path.cwd()).resolve()
     kvm = kvm_works(kernel) if cfg.kvm is None else cfg.kvm
+    scripts = Path(tempfile.mkdtemp(prefix="aiordma-lab-"))  # the guest's command
     rwdirs = list(dict.fromkeys([cwd, *cfg.rwdirs]))
-    cfg = GuestConfig(cfg.cpus, cfg.memory, kvm, rwdirs, kernel)
+    cfg = GuestConfig(cfg.cpus, cfg.memory, kvm, [*rwdirs, scripts], kernel)
 
     env = {k: v for k, v in os.environ.items() if _PASSTHROUGH.match(k)}
     env |= lab_environment()
@@ -270,6 +285,10 @@ def run_in_guest(
     )
     _log(f"writable in the guest: {', '.join(map(str, rwdirs))}")
     started = time.monotonic()
-    rc = _run_group(_vng_argv(vng, kernel, cfg, kvm, shlex.join(inner)), _vng_env(), timeout)
+    try:
+        command = guest_script(inner, scripts / "command.sh")
+        rc = _run_group(_vng_argv(vng, kernel, cfg, kvm, command), _vng_env(), timeout)
+    finally:
+        shutil.rmtree(scripts, ignore_errors=True)
     _log(f"guest finished with exit status {rc} after {time.monotonic() - started:.0f} s")
     return rc

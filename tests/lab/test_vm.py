@@ -13,7 +13,7 @@ import pytest
 
 from aiordma.cli import build_parser
 from aiordma.exceptions import LabError
-from aiordma.lab.vm import find_kernel
+from aiordma.lab.vm import find_kernel, guest_script
 
 
 def _kernel(boot: Path, modules: Path, version: str, rxe: bool) -> None:
@@ -93,3 +93,16 @@ def test_a_signal_to_the_lab_stops_the_whole_guest_process_group(signum: int) ->
     # SIGINT ends Python by SIGINT itself (after KeyboardInterrupt), as usual.
     expected = -signum if signum == signal.SIGINT else 128 + signum
     assert proc.returncode == expected
+
+
+def test_a_long_guest_command_goes_in_a_script_not_on_the_kernel_command_line(
+    tmp_path: Path,
+) -> None:
+    # The demo's sh -c script plus the carried-over variables once passed the
+    # kernel command line's 2,048 bytes: the guest booted and waited forever.
+    script = 'printf "%s|" "$@"; echo "[$0] \'q\' $X"\n' + "# " + "x" * 4000 + "\n"
+    argv = ["env", "X=a b", "sh", "-c", script, "zero", "one two", "$HOME", "\n"]
+    command = guest_script(argv, tmp_path / "command.sh")
+    assert len(command) < 200
+    out = subprocess.run(command, shell=True, capture_output=True, text=True, check=True).stdout
+    assert out == "one two|$HOME|\n|[zero] 'q' a b\n"
