@@ -1,0 +1,339 @@
+"""The ``rdma://`` comm: Dask messages over an aiordma :class:`~aiordma.MessageChannel`.
+
+One Dask comm is one rdma_cm connection with its message channel. Each
+Dask message is serialized to frames by distributed (``to_frames``) and
+sent as :mod:`aiordma.dask.wire` lays out: small frames together in one
+packet, large ones exposed where they are (a NumPy array's own memory)
+and RDMA-read by the receiver into a buffer allocated once for the frame.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from distributed.comm.addressing import parse_host_port, unparse_host_port
+from distributed.comm.core import (
+    BaseListener,
+    Comm,
+    CommClosedError,
+    Connector,
+    FatalCommClosedError,
+)
+from distributed.comm.utils import from_frames, to_frames
+from distributed.protocol.utils import host_array
+from distributed.utils import nbytes
+
+from aiordma.dask import wire
+from aiordma.dask.addresses import rdma_host
+from aiordma.exceptions import ConnectionRejectedError, RdmaError
+from aiordma.messaging import MessageChannel, open_channel, start_channel_server
+from aiordma.server import ConnectionRequest, RejectConnection, Server
+
+log = logging.getLogger(__name__)
+
+SCHEME = "rdma"
+PREFIX = f"{SCHEME}://"
+
+PIECE = 64 << 20
+"""The largest channel message: a frame larger than this is sent in pieces
+of this size (each one registration and one rendezvous)."""
+
+REFUSAL = b"not an aiordma Dask comm"
+"""What a Dask listener rejects other clients with."""
+
+HELLO = b"aiordma-dask/1"
+"""Private data both sides send when connecting, so that a Dask comm
+connects only to a Dask comm listener (anything else is refused at once,
+not left to fail in the middle of distributed's handshake)."""
+
+Handler = Callable[[Comm], Awaitable[None] | None]
+
+
+def _says_hello(private_data: bytes) -> bool:
+    # rdma_cm pads private data with zeros.
+    return private_data.rstrip(b"\0") == HELLO
+
+
+class RdmaComm(Comm):
+    """One established ``rdma://`` connection, as a Dask :class:`~distributed.comm.core.Comm`."""
+
+    def __init__(
+        self, channel: MessageChannel, local_addr: str, peer_addr: str, deserialize: bool = True
+    ) -> None:
+        super().__init__(deserialize=deserialize)
+        self._channel: MessageChannel | None = channel
+        self._local_addr = local_addr
+        self._peer_addr = peer_addr
+        self._closed = False
+
+    @property
+    def local_address(self) -> str:
+        return self._local_addr
+
+    @property
+    def peer_address(self) -> str:
+        return self._peer_addr
+
+    @property
+    def channel(self) -> MessageChannel | None:
+        """The message channel this comm runs on (None once closed)."""
+        return self._channel
+
+    def _live(self) -> MessageChannel:
+        channel = self._channel
+        if channel is None or self._closed or channel.is_closing():
+            self._closed = True
+            raise CommClosedError(f"{self!r} is closed")
+        return channel
+
+    def _failed(self, exc: BaseException) -> CommClosedError:
+        """Abort after a failure in the middle of a message (what is left on the
+        wire can no longer be told apart) and say why, as distributed expects."""
+        self.abort()
+        return CommClosedError(f"in {self!r}: {type(exc).__name__}: {exc}")
+
+    async def read(self, deserializers: Any = None) -> Any:
+        channel = self._live()
+        try:
+            frames = await self._read_frames(channel)
+        except (RdmaError, OSError) as exc:
+            raise self._failed(exc) from exc
+        except BaseException:
+            self.abort()  # cancelled half-way: the rest of the message is lost
+            raise
+        try:
+            return await from_frames(
+                frames,
+                deserialize=self.deserialize,
+                deserializers=deserializers,
+                allow_offload=self.allow_offload,
+            )
+        except EOFError as exc:
+            raise self._failed(exc) from exc
+
+    async def _read_frames(self, channel: MessageChannel) -> list[memoryview]:
+        landed: list[bytearray] = []
+
+        def into(head: bytes, size: int) -> bytearray:
+            # A writable buffer, so that NumPy arrays built on inline frames are too.
+            landed.append(bytearray(size))
+            return landed[0]
+
+        await channel.recv_message_with_head(into)
+        lead = landed[0]
+        layout = wire.unpack_header(lead)
+        frames: list[memoryview | None] = [None] * len(layout.sizes)
+        for index, view in wire.inline_frames(memoryview(lead), layout):
+            frames[index] = view
+        for index, size in enumerate(layout.sizes):
+            if frames[index] is not None:
+                continue
+            frame = host_array(size)
+            for start in wire.pieces(size, PIECE):
+                want = min(PIECE, size - start)
+                got = await channel.recv_message_into(frame[start : start + want])
+                if got != want:
+                    raise RdmaError(f"a piece of {got} bytes where {want} were announced")
+            frames[index] = frame
+        return [f if f is not None else memoryview(b"") for f in frames]
+
+    async def write(self, msg: Any, serializers: Any = None, on_error: str = "message") -> int:
+        channel = self._live()
+        frames = await to_frames(
+            msg,
+            allow_offload=self.allow_offload,
+            serializers=serializers,
+            on_error=on_error,
+            context={
+                "sender": self.local_info,
+                "recipient": self.remote_info,
+                **self.handshake_options,
+            },
+            frame_split_size=PIECE,
+        )
+        sizes = [nbytes(f) for f in frames]
+        layout = wire.plan(sizes, channel.eager_limit)
+        lead = bytearray(wire.pack_header(layout))
+        for frame, inline in zip(frames, layout.inline, strict=True):
+            if inline:
+                lead += frame
+        try:
+            await channel.send_message(lead)
+            for frame, size, inline in zip(frames, sizes, layout.inline, strict=True):
+                if inline:
+                    continue
+                view = memoryview(frame).cast("B")
+                for start in wire.pieces(size, PIECE):
+                    await channel.send_message(view[start : start + PIECE])
+        except (RdmaError, OSError) as exc:
+            raise self._failed(exc) from exc
+        except BaseException:
+            self.abort()  # cancelled half-way: the peer would read a torn message
+            raise
+        return sum(sizes)
+
+    async def close(self) -> None:
+        """Close after the messages already written are delivered (as a socket's close)."""
+        channel, self._channel = self._channel, None
+        self._closed = True
+        if channel is not None:
+            await channel.close()
+
+    def abort(self) -> None:
+        """Close now; the connection's release finishes in the background."""
+        channel, self._channel = self._channel, None
+        self._closed = True
+        if channel is not None:
+            channel.close()
+
+    def closed(self) -> bool:
+        if not self._closed and (self._channel is None or self._channel.is_closing()):
+            self._closed = True
+        return self._closed
+
+    async def _wait_closed(self) -> None:
+        channel = self._channel
+        if channel is not None:
+            await channel.wait_closed()
+
+    @property
+    def extra_info(self) -> dict[str, Any]:
+        return {}
+
+
+def _check_encryption(address: str, connection_args: dict[str, Any]) -> None:
+    if connection_args.get("require_encryption"):
+        raise RuntimeError(
+            "encryption required by Dask configuration, refusing communication from/to "
+            f"{PREFIX}{address}: rdma:// is not encrypted"
+        )
+
+
+def _address(addr: tuple[str, int]) -> str:
+    return PREFIX + unparse_host_port(addr[0], addr[1])
+
+
+class RdmaConnector(Connector):
+    """Opens ``rdma://`` comms; distributed's ``connect`` retries it until its timeout."""
+
+    async def connect(self, address: str, deserialize: bool = True, **connection_args: Any) -> Comm:
+        _check_encryption(address, connection_args)
+        host, port = parse_host_port(address)
+        try:
+            channel = await open_channel(
+                host, port, private_data=HELLO, timeout=None, max_message=PIECE
+            )
+        except ConnectionRejectedError as exc:
+            if exc.private_data.rstrip(b"\0") != REFUSAL:
+                raise  # refused for another reason: distributed retries until its timeout
+            raise FatalCommClosedError(
+                f"{PREFIX}{address} refused the connection: it is a Dask listener that "
+                "does not speak this version's protocol"
+            ) from exc
+        except OSError:
+            raise  # nobody listening yet, no route...: distributed retries until its timeout
+        except RdmaError as exc:
+            # Not a Dask comm listener (it refused our hello, or serves no
+            # message channel): retrying would not help.
+            raise FatalCommClosedError(
+                f"{PREFIX}{address} is not an aiordma Dask comm listener: {exc}"
+            ) from exc
+        conn = channel.conn
+        if not _says_hello(conn.peer_private_data):
+            await channel.close()
+            raise FatalCommClosedError(
+                f"{PREFIX}{address} accepted, but is not an aiordma Dask comm listener"
+            )
+        return RdmaComm(
+            channel, _address(conn.local_address), PREFIX + address, deserialize=deserialize
+        )
+
+
+class RdmaListener(BaseListener):
+    """Listens for ``rdma://`` comms and hands each, after the handshake, to ``comm_handler``."""
+
+    def __init__(
+        self,
+        address: str,
+        comm_handler: Handler,
+        deserialize: bool = True,
+        allow_offload: bool = True,
+        default_host: str | None = None,
+        default_port: int = 0,
+        **connection_args: Any,
+    ) -> None:
+        super().__init__()
+        _check_encryption(address, connection_args)
+        self.ip, self.port = parse_host_port(address, default_port)
+        self.default_host = default_host
+        self.comm_handler = comm_handler
+        self.deserialize = deserialize
+        self.allow_offload = allow_offload
+        self._server: Server | None = None
+        self._bound: tuple[str, int] | None = None
+
+    async def start(self) -> None:
+        host = self.ip or None  # "" listens on every address, as for tcp://
+        self._server = await start_channel_server(
+            self._on_channel, host, self.port, accept=self._accept, max_message=PIECE
+        )
+        self._bound = self._server.addresses[0]
+
+    @staticmethod
+    def _accept(request: ConnectionRequest) -> bytes:
+        if not _says_hello(request.private_data):
+            raise RejectConnection(REFUSAL)
+        return HELLO
+
+    def stop(self) -> None:
+        """Stop listening; comms already established stay open."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            self.abort_handshaking_comms()
+
+    async def _on_channel(self, channel: MessageChannel) -> None:
+        conn = channel.conn
+        comm = RdmaComm(
+            channel,
+            _address(conn.local_address),
+            _address(conn.peer_address),
+            deserialize=self.deserialize,
+        )
+        comm.allow_offload = self.allow_offload
+        if self._server is None:  # stopped after accepting: do not leave the peer waiting
+            comm.abort()
+            return
+        try:
+            await self.on_connection(comm)
+        except CommClosedError:
+            log.info("connection from %s closed before the handshake completed", comm.peer_address)
+            return
+        result = self.comm_handler(comm)
+        if result is not None:
+            await result
+        # The connection lives as long as the comm, which distributed closes
+        # when it is done with it (its handler returns at once).
+        await comm._wait_closed()
+
+    def _bound_address(self) -> tuple[str, int]:
+        if self._bound is None:
+            raise ValueError("invalid operation on a listener that was not started")
+        return self._bound
+
+    def get_host_port(self) -> tuple[str, int]:
+        """The (host, port) listened on; the port is real even if 0 was asked."""
+        return self._bound_address()
+
+    @property
+    def listen_address(self) -> str:
+        return _address(self._bound_address())
+
+    @property
+    def contact_address(self) -> str:
+        host, port = self._bound_address()
+        if host in ("0.0.0.0", "::", ""):
+            host = self.default_host or rdma_host(6 if host == "::" else 4)
+        return PREFIX + unparse_host_port(host, port)
