@@ -1,0 +1,182 @@
+"""A Dask cluster on ``rdma://`` beside the same cluster on ``tcp://``.
+
+    aiordma lab -- python benchmarks/dask_cluster.py [--protocol rdma tcp] [--json]
+
+For each protocol: starts a scheduler and two workers (each behind its
+nanny, which spawns it) as separate processes with the ``dask`` command
+line, connects a client, and measures
+
+- ``workload``: a dask.array rechunk from row slabs to column slabs of a
+  768 MiB integer array, summed per column: every output needs a slice of
+  every input, so hundreds of MiB cross between the workers;
+- ``transfer``: one 64 MiB array fetched by one worker from the other, as
+  the fetching worker timed it (median of three).
+
+It prints a table, or with ``--json`` one JSON line per protocol that
+``tests/dask/test_cluster.py`` checks (the results must agree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROWS, COLS, ROW_CHUNK, COL_CHUNK = 12288, 8192, 1024, 1024
+TRANSFER = 64 << 20
+START_TIMEOUT = 300.0
+"""Seconds for the scheduler and the workers to come up (the lab emulates its CPU)."""
+
+
+def _dask() -> list[str]:
+    found = Path(sys.executable).parent / "dask"
+    return [str(found)] if found.exists() else [sys.executable, "-m", "dask"]
+
+
+@contextlib.contextmanager
+def cluster(protocol: str, host: str, workers: int = 2) -> Iterator[str]:
+    """A scheduler and ``workers`` workers (with nannies) on ``protocol``;
+    yields the scheduler's address. Everything is stopped on exit."""
+    tmp = Path(tempfile.mkdtemp(prefix="aiordma-dask-"))
+    scheduler_file = tmp / "scheduler.json"
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = []
+    common = ["--no-dashboard"]
+
+    def start(name: str, argv: list[str]) -> None:
+        log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed below)
+        logs.append(log)
+        procs.append(
+            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
+
+    try:
+        start("scheduler", [*_dask(), "scheduler", "--protocol", protocol, "--host", host,
+                            "--port", "0", "--scheduler-file", str(scheduler_file),
+                            *common])  # fmt: skip
+        deadline = time.monotonic() + START_TIMEOUT
+        while not scheduler_file.exists():
+            if procs[0].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the scheduler did not start:\n{_tail(tmp)}")
+            time.sleep(0.2)
+        address: str = json.loads(scheduler_file.read_text())["address"]
+        for i in range(workers):
+            start(f"worker{i}", [*_dask(), "worker", address, "--host", host,
+                                 "--nthreads", "1", "--memory-limit", "0", *common])  # fmt: skip
+        yield address
+    except BaseException:
+        print(_tail(tmp), file=sys.stderr)
+        raise
+    finally:
+        for proc in reversed(procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(procs):
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for log in logs:
+            log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _tail(tmp: Path) -> str:
+    parts = []
+    for log in sorted(tmp.glob("*.log")):
+        text = log.read_bytes()[-2000:].decode(errors="replace")
+        parts.append(f"--- {log.name}\n{text}")
+    return "\n".join(parts)
+
+
+def _incoming(dask_worker: Any) -> list[dict[str, Any]]:
+    return [
+        {"total": e["total"], "duration": e["duration"]} for e in dask_worker.transfer_incoming_log
+    ]
+
+
+def _fetched(array: Any) -> int:
+    return int(array.nbytes)
+
+
+def measure(address: str) -> dict[str, Any]:
+    """Run the workload and the transfers on the cluster at ``address``."""
+    import dask.array as da
+    import numpy as np
+    from distributed import Client
+
+    with Client(address, timeout=START_TIMEOUT) as client:
+        client.wait_for_workers(2, timeout=START_TIMEOUT)
+        workers = sorted(client.scheduler_info()["workers"])
+        before = sum(len(v) for v in client.run(_incoming).values())
+
+        rng = da.random.default_rng(2026)
+        x = rng.integers(0, 1000, size=(ROWS, COLS), chunks=(ROW_CHUNK, COLS), dtype=np.int64)
+        y = x.rechunk((ROWS, COL_CHUNK)).sum(axis=0)
+        started = time.perf_counter()
+        column_sums = y.compute()
+        workload = time.perf_counter() - started
+        moved = sum(e["total"] for v in client.run(_incoming).values() for e in v[before:])
+
+        transfers = []
+        for i in range(3):
+            data = client.scatter(np.full(TRANSFER, i, dtype=np.uint8), workers=[workers[0]])
+            seen = len(client.run(_incoming, workers=[workers[1]])[workers[1]])
+            fut = client.submit(_fetched, data, workers=[workers[1]], allow_other_workers=False)
+            assert fut.result() == TRANSFER
+            log = client.run(_incoming, workers=[workers[1]])[workers[1]][seen:]
+            transfers.append(sum(e["duration"] for e in log if e["total"] >= TRANSFER))
+            client.cancel([data, fut])
+    return {
+        "workers": workers,
+        "column_sums_sha": _sha(column_sums),
+        "column_sums_total": int(column_sums.sum()),
+        "workload_s": workload,
+        "moved_bytes": moved,
+        "transfer_s": statistics.median(transfers),
+    }
+
+
+def _sha(array: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(array.tobytes()).hexdigest()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protocol", nargs="+", default=["rdma", "tcp"])
+    parser.add_argument("--host", default=os.environ.get("AIORDMA_ADDR", "192.0.2.1"))
+    parser.add_argument("--json", action="store_true", help="one JSON line per protocol")
+    args = parser.parse_args()
+    rows = []
+    for protocol in args.protocol:
+        with cluster(protocol, args.host) as address:
+            row = {"protocol": protocol, "address": address, **measure(address)}
+        rows.append(row)
+        if args.json:
+            print(json.dumps(row), flush=True)
+    if not args.json:
+        print(f"{'':10} {'workload':>10} {'moved':>9} {'64 MiB transfer':>16} {'MB/s':>7}")
+        for row in rows:
+            print(
+                f"{row['protocol'] + '://':10} {row['workload_s']:9.1f}s "
+                f"{row['moved_bytes'] / 2**20:6.0f}MiB {row['transfer_s'] * 1e3:14.0f}ms "
+                f"{TRANSFER / row['transfer_s'] / 1e6:7.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""A real Dask cluster on ``rdma://``: a scheduler and two workers (each
+spawned by its nanny) as separate processes, checked against ``tcp://``.
+
+The cluster and its client run in ``benchmarks/dask_cluster.py``, as
+subprocesses of this test, which holds nothing of Dask's itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, Lab
+
+MIB = 1 << 20
+
+
+@pytest.mark.timeout(1500)
+def test_a_dask_array_workload_on_rdma_matches_tcp_and_moves_hundreds_of_mib(lab: Lab) -> None:
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/dask_cluster.py", "--json", "--host", lab.addr],
+        cwd=ROOT, capture_output=True, text=True, timeout=1400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    rdma, tcp = (json.loads(line) for line in proc.stdout.splitlines())
+    assert rdma["protocol"] == "rdma"
+    assert tcp["protocol"] == "tcp"
+    assert rdma["address"].startswith(f"rdma://{lab.addr}:")
+    assert len(rdma["workers"]) == 2
+    assert all(w.startswith("rdma://") for w in rdma["workers"])
+    assert rdma["column_sums_sha"] == tcp["column_sums_sha"]
+    assert rdma["column_sums_total"] == tcp["column_sums_total"]
+    assert rdma["moved_bytes"] >= 256 * MIB, rdma
+    assert rdma["transfer_s"] > 0
