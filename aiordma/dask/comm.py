@@ -70,10 +70,12 @@ class RdmaComm(Comm):
 
     @property
     def local_address(self) -> str:
+        """``rdma://host:port`` of this side of the connection."""
         return self._local_addr
 
     @property
     def peer_address(self) -> str:
+        """``rdma://host:port`` of the peer (a listener's address, for a connecting comm)."""
         return self._peer_addr
 
     @property
@@ -95,6 +97,7 @@ class RdmaComm(Comm):
         return CommClosedError(f"in {self!r}: {type(exc).__name__}: {exc}")
 
     async def read(self, deserializers: Any = None) -> Any:
+        """The next message; ``CommClosedError`` once the connection is closed or lost."""
         channel = self._live()
         try:
             frames = await self._read_frames(channel)
@@ -140,6 +143,8 @@ class RdmaComm(Comm):
         return [f if f is not None else memoryview(b"") for f in frames]
 
     async def write(self, msg: Any, serializers: Any = None, on_error: str = "message") -> int:
+        """Send ``msg``; returns once its large frames have been read by the
+        peer (their memory is the message's own). Returns the bytes sent."""
         channel = self._live()
         frames = await to_frames(
             msg,
@@ -189,6 +194,7 @@ class RdmaComm(Comm):
             channel.close()
 
     def closed(self) -> bool:
+        """True once this side closed or aborted, or the connection was lost."""
         if not self._closed and (self._channel is None or self._channel.is_closing()):
             self._closed = True
         return self._closed
@@ -200,6 +206,7 @@ class RdmaComm(Comm):
 
     @property
     def extra_info(self) -> dict[str, Any]:
+        """Nothing beyond the addresses (no certificates: ``rdma://`` is not encrypted)."""
         return {}
 
 
@@ -219,6 +226,8 @@ class RdmaConnector(Connector):
     """Opens ``rdma://`` comms; distributed's ``connect`` retries it until its timeout."""
 
     async def connect(self, address: str, deserialize: bool = True, **connection_args: Any) -> Comm:
+        """Connect to ``address`` (``host:port``); raises ``OSError`` to be
+        retried, ``FatalCommClosedError`` for a peer that is no Dask comm."""
         _check_encryption(address, connection_args)
         host, port = parse_host_port(address)
         try:
@@ -275,6 +284,7 @@ class RdmaListener(BaseListener):
         self._bound: tuple[str, int] | None = None
 
     async def start(self) -> None:
+        """Start listening (``OSError`` for an address of no RDMA device)."""
         host = self.ip or None  # "" listens on every address, as for tcp://
         self._server = await start_channel_server(
             self._on_channel, host, self.port, accept=self._accept, max_message=PIECE
@@ -329,10 +339,13 @@ class RdmaListener(BaseListener):
 
     @property
     def listen_address(self) -> str:
+        """``rdma://host:port`` listened on (the host may be a wildcard)."""
         return _address(self._bound_address())
 
     @property
     def contact_address(self) -> str:
+        """``rdma://host:port`` peers connect to: a wildcard host becomes the
+        address of this machine's first active RDMA port."""
         host, port = self._bound_address()
         if host in ("0.0.0.0", "::", ""):
             host = self.default_host or rdma_host(6 if host == "::" else 4)

@@ -12,10 +12,11 @@ from types import ModuleType
 import pytest
 
 import aiordma
+import aiordma.dask
 from aiordma import rpc
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
-PACKAGES = {"aiordma": aiordma, "aiordma.rpc": rpc}
+PACKAGES = {"aiordma": aiordma, "aiordma.rpc": rpc, "aiordma.dask": aiordma.dask}
 
 
 def _public(module: ModuleType) -> list[tuple[str, object]]:
