@@ -83,9 +83,11 @@ class RdmaComm(Comm):
         """The message channel this comm runs on (None once closed)."""
         return self._channel
 
-    def _live(self) -> MessageChannel:
+    def _live(self, writing: bool) -> MessageChannel:
+        """The channel, unless this side closed it (or, to write, the connection
+        is closing: reads still get what arrived before the peer closed)."""
         channel = self._channel
-        if channel is None or self._closed or channel.is_closing():
+        if channel is None or self._closed or (writing and channel.is_closing()):
             self._closed = True
             raise CommClosedError(f"{self!r} is closed")
         return channel
@@ -98,7 +100,7 @@ class RdmaComm(Comm):
 
     async def read(self, deserializers: Any = None) -> Any:
         """The next message; ``CommClosedError`` once the connection is closed or lost."""
-        channel = self._live()
+        channel = self._live(writing=False)
         try:
             frames = await self._read_frames(channel)
         except (RdmaError, OSError) as exc:
@@ -145,7 +147,7 @@ class RdmaComm(Comm):
     async def write(self, msg: Any, serializers: Any = None, on_error: str = "message") -> int:
         """Send ``msg``; returns once its large frames have been read by the
         peer (their memory is the message's own). Returns the bytes sent."""
-        channel = self._live()
+        channel = self._live(writing=True)
         frames = await to_frames(
             msg,
             allow_offload=self.allow_offload,
@@ -281,6 +283,7 @@ class RdmaListener(BaseListener):
         self.deserialize = deserialize
         self.allow_offload = allow_offload
         self._server: Server | None = None
+        self._started: Server | None = None
         self._bound: tuple[str, int] | None = None
 
     async def start(self) -> None:
@@ -289,6 +292,7 @@ class RdmaListener(BaseListener):
         self._server = await start_channel_server(
             self._on_channel, host, self.port, accept=self._accept, max_message=PIECE
         )
+        self._started = self._server
         self._bound = self._server.addresses[0]
 
     @staticmethod
@@ -303,6 +307,11 @@ class RdmaListener(BaseListener):
         if server is not None:
             server.close()
             self.abort_handshaking_comms()
+
+    async def wait_closed(self) -> None:
+        """Wait until the listener stopped and every comm it accepted is closed."""
+        if self._started is not None:
+            await self._started.wait_closed()
 
     async def _on_channel(self, channel: MessageChannel) -> None:
         conn = channel.conn

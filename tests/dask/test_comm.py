@@ -41,6 +41,7 @@ async def listening(
         yield listener
     finally:
         listener.stop()
+        await asyncio.wait_for(listener.wait_closed(), TIMEOUT)
 
 
 async def echo(comm: Comm) -> None:
@@ -164,6 +165,8 @@ async def test_many_listeners_at_once_each_reach_their_own_handler(lab: Lab) -> 
     finally:
         for listener in listeners:
             listener.stop()
+        for listener in listeners:
+            await asyncio.wait_for(listener.wait_closed(), TIMEOUT)
 
 
 def reader_of(listener_comms: asyncio.Queue[Comm]) -> Handler:
@@ -187,11 +190,13 @@ async def test_the_peers_read_fails_with_commclosederror_when_a_comm_is_closed(
         pending = asyncio.ensure_future(server_side.read())
         await comm.write("last words")
         assert await asyncio.wait_for(pending, TIMEOUT) == "last words"
-        pending = asyncio.ensure_future(server_side.read())
+        await comm.write({"then": "closed"})  # delivered, as a socket delivers before its FIN
         if how == "close":
             await comm.close()
         else:
             comm.abort()
+        assert await asyncio.wait_for(server_side.read(), TIMEOUT) == {"then": "closed"}
+        pending = asyncio.ensure_future(server_side.read())
         with pytest.raises(CommClosedError):
             await asyncio.wait_for(pending, TIMEOUT)
         assert comm.closed()
