@@ -79,7 +79,7 @@ async def test_small_messages_round_trip_with_the_handshake_done(lab: Lab) -> No
             assert isinstance(comm, RdmaComm)
             assert comm.remote_info["address"] == listener.contact_address
             assert "pickle-protocol" in comm.handshake_options
-            for msg in ({"op": "ping"}, [1, 2.5, "three", None], b"x" * 1000, {"k": b"\0" * 7000}):
+            for msg in ({"op": "ping"}, (1, 2.5, "three", None), b"x" * 1000, {"k": b"\0" * 7000}):
                 await comm.write(msg)
                 assert await comm.read() == msg
         finally:
