@@ -96,7 +96,7 @@ def cluster(protocol: str, host: str, workers: int = 2) -> Iterator[str]:
 def _tail(tmp: Path) -> str:
     parts = []
     for log in sorted(tmp.glob("*.log")):
-        text = log.read_bytes()[-2000:].decode(errors="replace")
+        text = log.read_bytes()[-6000:].decode(errors="replace")
         parts.append(f"--- {log.name}\n{text}")
     return "\n".join(parts)
 

@@ -227,6 +227,9 @@ def _address(addr: tuple[str, int]) -> str:
 class RdmaConnector(Connector):
     """Opens ``rdma://`` comms; distributed's ``connect`` retries it until its timeout."""
 
+    prefix = PREFIX
+    """The scheme with its ``://``, as distributed's own connectors have it."""
+
     async def connect(self, address: str, deserialize: bool = True, **connection_args: Any) -> Comm:
         """Connect to ``address`` (``host:port``); raises ``OSError`` to be
         retried, ``FatalCommClosedError`` for a peer that is no Dask comm."""
@@ -264,6 +267,9 @@ class RdmaConnector(Connector):
 
 class RdmaListener(BaseListener):
     """Listens for ``rdma://`` comms and hands each, after the handshake, to ``comm_handler``."""
+
+    prefix = PREFIX
+    """The scheme with its ``://`` (distributed's workers build addresses with it)."""
 
     def __init__(
         self,
