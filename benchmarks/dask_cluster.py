@@ -6,9 +6,9 @@ For each protocol: starts a scheduler and two workers (each behind its
 nanny, which spawns it) as separate processes with the ``dask`` command
 line, connects a client, and measures
 
-- ``workload``: a dask.array rechunk from row slabs to column slabs of a
-  768 MiB integer array, summed per column: every output needs a slice of
-  every input, so hundreds of MiB cross between the workers;
+- ``workload``: a dask.array rechunk (as tasks) from row slabs to column
+  slabs of a 768 MiB integer array, summed per column: every output needs
+  a slice of every input, so hundreds of MiB cross between the workers;
 - ``transfer``: one 64 MiB array fetched by one worker from the other, as
   the fetching worker timed it (median of three).
 
@@ -124,7 +124,9 @@ def measure(address: str) -> dict[str, Any]:
 
         rng = da.random.default_rng(2026)
         x = rng.integers(0, 1000, size=(ROWS, COLS), chunks=(ROW_CHUNK, COLS), dtype=np.int64)
-        y = x.rechunk((ROWS, COL_CHUNK)).sum(axis=0)
+        # "tasks": the slices move as task results, which workers log (a p2p
+        # rechunk moves them inside its own messages, which they do not).
+        y = x.rechunk((ROWS, COL_CHUNK), method="tasks").sum(axis=0)
         started = time.perf_counter()
         column_sums = y.compute()
         workload = time.perf_counter() - started
