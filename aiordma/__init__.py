@@ -48,6 +48,7 @@ from aiordma.queue_pair import (
     connect_loopback_pair,
 )
 from aiordma.server import ConnectionRequest, RejectConnection, Server, start_server
+from aiordma.streams import open_connection, start_stream_server
 
 __all__ = [
     "Access",
@@ -94,9 +95,11 @@ __all__ = [
     "connect_loopback_pair",
     "info",
     "open_channel",
+    "open_connection",
     "prepare_channel",
     "start_channel_server",
     "start_server",
+    "start_stream_server",
 ]
 __version__ = "0.1.0.dev0"
 
