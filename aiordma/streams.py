@@ -63,6 +63,7 @@ class _ChannelTransport(asyncio.Transport):
         self._paused_writing = False
         self._eof_asked = False
         self._eof_sent = False
+        self._eof_received = False
         self._closing = False
         self._lost = False
         self._reading = asyncio.Event()
@@ -88,6 +89,7 @@ class _ChannelTransport(asyncio.Transport):
                 await self._reading.wait()
                 data = await channel.recv_message()
                 if not data:
+                    self._eof_received = True
                     if not self._protocol.eof_received():
                         self.close()
                     # Half closed: this side may still write, until the
@@ -129,8 +131,10 @@ class _ChannelTransport(asyncio.Transport):
 
     async def _flush(self) -> None:
         channel = self._channel
+        sending_data = False
         try:
             while self._buffer:
+                sending_data = True
                 size = min(len(self._buffer), MESSAGE_SIZE, channel.max_message,
                            channel.peer_max_message or channel.max_message)  # fmt: skip
                 chunk = bytes(self._buffer[:size])
@@ -139,6 +143,7 @@ class _ChannelTransport(asyncio.Transport):
                 if self._paused_writing and len(self._buffer) <= self._low:
                     self._paused_writing = False
                     self._protocol.resume_writing()
+            sending_data = False
             if self._eof_asked and not self._eof_sent:
                 self._eof_sent = True
                 await channel.send_message(b"")
@@ -147,7 +152,11 @@ class _ChannelTransport(asyncio.Transport):
                 self._connection_lost(None)
         except (RdmaError, OSError) as exc:
             self._buffer.clear()
-            self._connection_lost(exc)
+            # Once the peer sent its end of file, or when all our data went
+            # and only our end of file or the close was left, the stream
+            # ended cleanly: the peer just went first.
+            clean = self._eof_received or not sending_data
+            self._connection_lost(None if clean else exc)
 
     def get_write_buffer_size(self) -> int:
         return len(self._buffer)
