@@ -51,9 +51,9 @@ not left to fail in the middle of distributed's handshake)."""
 Handler = Callable[[Comm], Awaitable[None] | None]
 
 
-def _says_hello(private_data: bytes) -> bool:
+def _says(private_data: bytes, expected: bytes) -> bool:
     # rdma_cm pads private data with zeros.
-    return private_data.rstrip(b"\0") == HELLO
+    return private_data.rstrip(b"\0") == expected
 
 
 class RdmaComm(Comm):
@@ -129,20 +129,19 @@ class RdmaComm(Comm):
         await channel.recv_message_with_head(into)
         lead = landed[0]
         layout = wire.unpack_header(lead)
-        frames: list[memoryview | None] = [None] * len(layout.sizes)
-        for index, view in wire.inline_frames(memoryview(lead), layout):
-            frames[index] = view
+        inline = dict(wire.inline_frames(memoryview(lead), layout))
+        frames: list[memoryview] = []
         for index, size in enumerate(layout.sizes):
-            if frames[index] is not None:
-                continue
-            frame = host_array(size)
-            for start in wire.pieces(size, PIECE):
-                want = min(PIECE, size - start)
-                got = await channel.recv_message_into(frame[start : start + want])
-                if got != want:
-                    raise RdmaError(f"a piece of {got} bytes where {want} were announced")
-            frames[index] = frame
-        return [f if f is not None else memoryview(b"") for f in frames]
+            frame = inline.get(index)
+            if frame is None:
+                frame = host_array(size)
+                for start in wire.pieces(size, PIECE):
+                    want = min(PIECE, size - start)
+                    got = await channel.recv_message_into(frame[start : start + want])
+                    if got != want:
+                        raise RdmaError(f"a piece of {got} bytes where {want} were announced")
+            frames.append(frame)
+        return frames
 
     async def write(self, msg: Any, serializers: Any = None, on_error: str = "message") -> int:
         """Send ``msg``; returns once its large frames have been read by the
@@ -240,7 +239,7 @@ class RdmaConnector(Connector):
                 host, port, private_data=HELLO, timeout=None, max_message=PIECE
             )
         except ConnectionRejectedError as exc:
-            if exc.private_data.rstrip(b"\0") != REFUSAL:
+            if not _says(exc.private_data, REFUSAL):
                 raise  # refused for another reason: distributed retries until its timeout
             raise FatalCommClosedError(
                 f"{PREFIX}{address} refused the connection: it is a Dask listener that "
@@ -255,7 +254,7 @@ class RdmaConnector(Connector):
                 f"{PREFIX}{address} is not an aiordma Dask comm listener: {exc}"
             ) from exc
         conn = channel.conn
-        if not _says_hello(conn.peer_private_data):
+        if not _says(conn.peer_private_data, HELLO):
             await channel.close()
             raise FatalCommClosedError(
                 f"{PREFIX}{address} accepted, but is not an aiordma Dask comm listener"
@@ -289,7 +288,6 @@ class RdmaListener(BaseListener):
         self.deserialize = deserialize
         self.allow_offload = allow_offload
         self._server: Server | None = None
-        self._started: Server | None = None
         self._bound: tuple[str, int] | None = None
 
     async def start(self) -> None:
@@ -298,26 +296,25 @@ class RdmaListener(BaseListener):
         self._server = await start_channel_server(
             self._on_channel, host, self.port, accept=self._accept, max_message=PIECE
         )
-        self._started = self._server
         self._bound = self._server.addresses[0]
 
     @staticmethod
     def _accept(request: ConnectionRequest) -> bytes:
-        if not _says_hello(request.private_data):
+        if not _says(request.private_data, HELLO):
             raise RejectConnection(REFUSAL)
         return HELLO
 
     def stop(self) -> None:
         """Stop listening; comms already established stay open."""
-        server, self._server = self._server, None
-        if server is not None:
+        server = self._server
+        if server is not None and not server.is_closing():
             server.close()
             self.abort_handshaking_comms()
 
     async def wait_closed(self) -> None:
         """Wait until the listener stopped and every comm it accepted is closed."""
-        if self._started is not None:
-            await self._started.wait_closed()
+        if self._server is not None:
+            await self._server.wait_closed()
 
     async def _on_channel(self, channel: MessageChannel) -> None:
         conn = channel.conn
@@ -328,7 +325,8 @@ class RdmaListener(BaseListener):
             deserialize=self.deserialize,
         )
         comm.allow_offload = self.allow_offload
-        if self._server is None:  # stopped after accepting: do not leave the peer waiting
+        if self._server is None or self._server.is_closing():
+            # Stopped after accepting: do not leave the peer waiting.
             comm.abort()
             return
         try:
