@@ -7,11 +7,13 @@ delivers; see :class:`Device`, :class:`MemoryRegion` and :class:`QueuePair`.
 from __future__ import annotations
 
 from aiordma import _pyverbs  # noqa: F401  (fails early, with install instructions)
+from aiordma.auth import PresharedKey
 from aiordma.completion import CompletionQueue, Opcode, WorkCompletion
 from aiordma.connection import Connection, connect
 from aiordma.device import Device, DeviceAttributes
 from aiordma.endpoint import Endpoint
 from aiordma.exceptions import (
+    AuthenticationError,
     BufferTooSmallError,
     CompletionError,
     ConnectionLostError,
@@ -52,6 +54,7 @@ from aiordma.streams import open_connection, start_stream_server
 
 __all__ = [
     "Access",
+    "AuthenticationError",
     "BufferTooSmallError",
     "CompletionError",
     "CompletionQueue",
@@ -73,6 +76,7 @@ __all__ = [
     "NoListenerError",
     "NotPreparedError",
     "Opcode",
+    "PresharedKey",
     "ProtocolError",
     "QueuePair",
     "QueuePairError",

@@ -15,7 +15,7 @@ import errno
 import logging
 import os
 import socket
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.qp import QPAttr
@@ -23,10 +23,15 @@ from pyverbs.qp import QPAttr
 from aiordma import _ibv, _rdmacm
 from aiordma._cm_events import CMId
 from aiordma._rdmacm import Event, EventType
+from aiordma.auth import failure, refused
 from aiordma.device import Device
 from aiordma.endpoint import gid_to_str
 from aiordma.exceptions import ConnectionRejectedError, DeviceError, NoListenerError
+from aiordma.memory import Segment
 from aiordma.queue_pair import QueuePair, QueuePairOptions
+
+if TYPE_CHECKING:
+    from aiordma.completion import WorkCompletion
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +139,8 @@ def conn_params(qp: QueuePair) -> dict[str, int]:
 def setup_error(event: Event, where: str) -> OSError:
     """The exception an asyncio user expects for a failed connection-setup event."""
     kind, status = event.type, event.status
+    if kind == EventType.REJECTED and (reason := refused(event.private_data)) is not None:
+        return failure(where, reason, event.private_data, status)
     if kind == EventType.REJECTED:
         if status == _REJ_CONSUMER_DEFINED:
             return ConnectionRejectedError(
@@ -184,6 +191,32 @@ _SETUP_FAILURES: Final = frozenset(
         EventType.DISCONNECTED,
     }
 )
+
+
+async def post_handshake_receive(qp: QueuePair, buffer: Segment) -> asyncio.Future[WorkCompletion]:
+    """Post the receive the peer's authentication message lands in."""
+    (arrival,) = await qp.post_recv_batch([buffer])
+    # Its failure (a flush, once setup fails) is reported by handshake_message, if at all.
+    arrival.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return arrival
+
+
+async def handshake_message(
+    cm_id: CMId, arrival: asyncio.Future[WorkCompletion], buffer: Segment
+) -> bytes | None:
+    """The peer's next authentication message, landing in ``buffer``; None if
+    the connection ended (or its receive failed) first."""
+    event = asyncio.ensure_future(cm_id.next_event())
+    try:
+        await asyncio.wait((arrival, event), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        event.cancel()
+    if event.done() and not event.cancelled():
+        log.debug("rdma_cm %s during authentication", event.result()[0].name)
+        return None
+    if not arrival.done() or arrival.exception() is not None:
+        return None
+    return bytes(buffer.view()[: arrival.result().byte_len])
 
 
 async def resolve_address(host: str, port: int) -> tuple[str, int]:

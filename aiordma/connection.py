@@ -27,11 +27,27 @@ from aiordma._setup import (
     conn_params,
     create_qp_for,
     expect,
+    handshake_message,
     move_to_rts,
+    post_handshake_receive,
     resolve_address,
+)
+from aiordma.auth import (
+    MESSAGE_BUFFER,
+    REQUEST_SIZE,
+    VERDICT,
+    Binding,
+    ClientHandshake,
+    PresharedKey,
+    Refusal,
+    Refused,
+    as_key,
+    failure,
+    refusal,
 )
 from aiordma.device import Device
 from aiordma.exceptions import (
+    AuthenticationError,
     ConnectionLostError,
     DeviceError,
     NotPreparedError,
@@ -404,14 +420,22 @@ async def connect(
     device: Device | None = None,
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
+    auth: PresharedKey | bytes | None = None,
 ) -> Connection:
     """Connect to an aiordma (or any rdma_cm) server, like :func:`asyncio.open_connection`.
 
-    ``private_data`` (at most 56 bytes) reaches the server's accept decision.
+    ``private_data`` (at most 56 bytes, 35 with ``auth``) reaches the server's
+    accept decision.
     ``prepare(conn)`` runs once the queue pair is ready but before the server
     can send, which is the moment to post receives; its result is kept as
     ``conn.prepared``. The connection uses ``device`` if given (it must be the
     one the route goes through), else :meth:`Device.shared`.
+
+    With ``auth`` (a :class:`~aiordma.PresharedKey`, or its bytes), the
+    server must prove it holds the same key before anything is sent to it,
+    and this side proves it in turn before ``connect`` returns (see
+    the security guide); failing either way raises
+    :class:`~aiordma.AuthenticationError`.
 
     Raises :class:`~aiordma.NoListenerError` when nothing listens and
     :class:`ConnectionRejectedError` when the server rejects (both are
@@ -421,12 +445,17 @@ async def connect(
     private data that is not bytes. Nothing is left behind on failure.
     """
     check_port(port, listening=False)
-    data = check_private_data(private_data, _rdmacm.MAX_CONNECT_DATA, "connect")
+    key = as_key(auth)
+    limit = _rdmacm.MAX_CONNECT_DATA - (REQUEST_SIZE if key is not None else 0)
+    data = check_private_data(private_data, limit, "connect")
+    handshake = ClientHandshake(key, data) if key is not None else None
     where = f"{host}:{port}"
     try:
         async with asyncio.timeout(timeout):
             deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-            return await _connect(host, port, data, device, options, prepare, where, deadline)
+            return await _connect(
+                host, port, data, handshake, device, options, prepare, where, deadline
+            )
     except TimeoutError as exc:
         if exc.args:
             raise
@@ -450,6 +479,7 @@ async def _connect(
     host: str,
     port: int,
     data: bytes,
+    handshake: ClientHandshake | None,
     device: Device | None,
     options: QueuePairOptions | None,
     prepare: Prepare | None,
@@ -470,17 +500,73 @@ async def _connect(
             raise DeviceError(errno.ENODEV, f"no RDMA device routes to {where}")
         dev = device or Device.shared(name)
         qp = create_qp_for(cm_id, dev, options)
-        _rdmacm.connect(cm_id.id, private_data=data, **conn_params(qp))
+        request = handshake.request() if handshake is not None else data
+        _rdmacm.connect(cm_id.id, private_data=request, **conn_params(qp))
         reply = await expect(cm_id, EventType.CONNECT_RESPONSE, where)
+        peer_data = reply.private_data
+        if handshake is not None:
+            peer_data = _check_server(handshake, cm_id, qp, reply, where)
         move_to_rts(qp, cm_id)
-        conn = Connection(cm_id, qp, reply.private_data)
-        await run_prepare(prepare, conn)
-        _rdmacm.establish(cm_id.id)
+        conn = Connection(cm_id, qp, peer_data)
+        if handshake is None:
+            await run_prepare(prepare, conn)
+            _rdmacm.establish(cm_id.id)
+        else:
+            await _prove(handshake, conn, cm_id, prepare, where)
         conn._activate()
         return conn
     except BaseException:
         abandon_setup(cm_id, qp, conn)
         raise
+
+
+def _check_server(
+    handshake: ClientHandshake, cm_id: CMId, qp: QueuePair, reply: Event, where: str
+) -> bytes:
+    """The server's own private data once its proof of the key checks; else
+    reject the connection, saying why, and raise AuthenticationError."""
+    binding = Binding(qp.qp_num, reply.qp_num, cm_id.local_address, cm_id.peer_address)
+    try:
+        return handshake.check_accept(reply.private_data, binding)
+    except Refused as refused:
+        try:
+            cm_id.reject(refusal(refused.reason))
+        except OSError as exc:  # destroying the cm_id rejects too, without the reason
+            log.debug("rdma_reject after a failed server proof: %s", exc)
+        raise failure(where, refused.reason) from None
+
+
+async def _prove(
+    handshake: ClientHandshake, conn: Connection, cm_id: CMId, prepare: Prepare | None,
+    where: str,
+) -> None:  # fmt: skip
+    """Prove the key to the (verified) server and wait for its verdict.
+
+    The verdict's receive is posted before ``prepare`` posts any, so it is
+    the one the server's first message lands in; the server sends nothing
+    else before it.
+    """
+    scratch = conn.alloc(2 * MESSAGE_BUFFER)
+    verdict = scratch[:MESSAGE_BUFFER]
+    arrival = await post_handshake_receive(conn.qp, verdict)
+    await run_prepare(prepare, conn)
+    _rdmacm.establish(cm_id.id)
+    proof = handshake.proof()
+    scratch.view()[MESSAGE_BUFFER : MESSAGE_BUFFER + len(proof)] = proof
+    try:
+        await conn.qp.post_send(scratch[MESSAGE_BUFFER : MESSAGE_BUFFER + len(proof)])
+    except RdmaError:
+        answer = None
+    else:
+        answer = await handshake_message(cm_id, arrival, verdict)
+    if answer is None:
+        raise AuthenticationError(
+            f"{where} ended the connection during authentication: it refused this "
+            "client's proof of the key, or could not set the connection up"
+        )
+    if answer != VERDICT:
+        raise failure(where, Refusal.MALFORMED)
+    scratch.close()
 
 
 __all__ = ["Connection", "connect"]

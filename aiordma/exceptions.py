@@ -130,6 +130,17 @@ class ConnectionRejectedError(RdmaError, ConnectionRefusedError):
         self.reason = reason
 
 
+class AuthenticationError(ConnectionRejectedError):
+    """Peer authentication failed, so the connection was refused.
+
+    Raised by ``connect(..., auth=)`` when the server did not prove it holds
+    the key (another key, no ``auth=`` on the server, or a forged or replayed
+    answer), and when the server refused this client (no ``auth=`` here, or
+    a malformed request). Servers log it for clients they refuse. The message
+    says which side's check failed; it never contains the key.
+    """
+
+
 class NoListenerError(RdmaError, ConnectionRefusedError):
     """Nothing listens on the address and port connected to (CM reject reason 8,
     "invalid service ID"); ``reason`` is that code."""

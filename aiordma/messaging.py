@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from aiordma._engine import _retrieve
+from aiordma.auth import PresharedKey
 from aiordma.channel_state import Arrival, ChannelState, Cost
 from aiordma.completion import check_loop
 from aiordma.connection import Connection, Prepare
@@ -963,6 +964,7 @@ async def open_channel(
     device: Device | None = None,
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
+    auth: PresharedKey | bytes | None = None,
     **channel_options: Any,
 ) -> MessageChannel:
     """Connect and return the connection's :class:`MessageChannel`, like
@@ -973,6 +975,7 @@ async def open_channel(
     :class:`MessageChannel`'s keyword arguments; the connection is
     ``channel.conn``, and closing the channel closes it. ``prepare``, if
     given, runs after the channel is set up (its result is discarded).
+    ``auth`` authenticates both peers, as for :func:`aiordma.connect`.
     """
     conn = await connect_rdma(
         host,
@@ -982,6 +985,7 @@ async def open_channel(
         device=device,
         options=options,
         prepare=channel_then(prepare, channel_options),
+        auth=auth,
     )
     channel: MessageChannel = conn.prepared
     return channel
@@ -997,6 +1001,7 @@ async def start_channel_server(
     device: Device | None = None,
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
+    auth: PresharedKey | bytes | None = None,
     **channel_options: Any,
 ) -> Server:
     """Like :func:`aiordma.start_server`, handing each client's
@@ -1004,7 +1009,8 @@ async def start_channel_server(
 
     ``channel_options`` are :class:`MessageChannel`'s keyword arguments.
     ``prepare``, if given, runs after the channel is set up (its result is
-    discarded; ``conn.prepared`` stays the channel).
+    discarded; ``conn.prepared`` stays the channel). ``auth`` serves only
+    clients holding the same key, as for :func:`aiordma.start_server`.
     """
     prepare_both = channel_then(prepare, channel_options)
 
@@ -1020,4 +1026,5 @@ async def start_channel_server(
         device=device,
         options=options,
         prepare=prepare_both,
+        auth=auth,
     )

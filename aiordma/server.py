@@ -18,7 +18,7 @@ import logging
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiordma import _rdmacm
 from aiordma._cm_events import CMEventChannel, CMId, release_removed_device
@@ -29,14 +29,33 @@ from aiordma._setup import (
     conn_params,
     create_qp_for,
     expect,
+    handshake_message,
     move_to_rts,
+    post_handshake_receive,
     resolve_address,
+)
+from aiordma.auth import (
+    ACCEPT_SIZE,
+    MESSAGE_BUFFER,
+    VERDICT,
+    Binding,
+    PresharedKey,
+    Refused,
+    ServerHandshake,
+    as_key,
+    explain,
+    failure,
+    refusal,
 )
 from aiordma.connection import Connection, Prepare, abandon_setup, run_prepare
 from aiordma.device import Device
 from aiordma.discovery import list_devices
-from aiordma.exceptions import DeviceError, RdmaError, ResourceClosedError
+from aiordma.exceptions import ConnectionLostError, DeviceError, RdmaError, ResourceClosedError
+from aiordma.memory import MemoryRegion
 from aiordma.queue_pair import QueuePair, QueuePairOptions
+
+if TYPE_CHECKING:
+    from aiordma.completion import WorkCompletion
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +116,10 @@ class Server:
         prepare: Prepare | None,
         handshake_timeout: float | None,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+        auth: PresharedKey | None = None,
     ) -> None:
         self._callback = client_connected_cb
+        self._key = auth
         self._accept = accept
         self._device = device
         self._options = options
@@ -185,16 +206,17 @@ class Server:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _decide(self, child: CMId, event: Event) -> bytes | None:
+    async def _decide(self, child: CMId, private_data: bytes) -> bytes | None:
         """Private data to accept with, or None when the request was rejected."""
         if self._accept is None:
             return b""
-        request = ConnectionRequest(child.peer_address, child.local_address, event.private_data)
+        request = ConnectionRequest(child.peer_address, child.local_address, private_data)
+        limit = _rdmacm.MAX_ACCEPT_DATA - (ACCEPT_SIZE if self._key is not None else 0)
         try:
             reply = self._accept(request)
             if inspect.isawaitable(reply):
                 reply = await reply
-            return check_private_data(reply or b"", _rdmacm.MAX_ACCEPT_DATA, "accept")
+            return check_private_data(reply or b"", limit, "accept")
         except RejectConnection as rejection:
             child.reject(rejection.private_data)
         except Exception:
@@ -206,8 +228,15 @@ class Server:
         qp: QueuePair | None = None
         conn: Connection | None = None
         where = "{}:{}".format(*child.peer_address)
+        handshake: ServerHandshake | None = None
         try:
-            reply = await self._decide(child, event)
+            data = event.private_data
+            if self._key is not None:
+                handshake = self._handshake(child, data, where)
+                if handshake is None:
+                    return
+                data = handshake.private_data
+            reply = await self._decide(child, data)
             if reply is None:
                 child.destroy()
                 return
@@ -215,11 +244,26 @@ class Server:
             device = self._device or Device.shared(name or "")
             qp = create_qp_for(child, device, self._options)
             move_to_rts(qp, child)
-            conn = Connection(child, qp, event.private_data)
-            await run_prepare(self._prepare, conn)
+            conn = Connection(child, qp, data)
+            if handshake is None:
+                await run_prepare(self._prepare, conn)
+            else:
+                scratch = conn.alloc(MESSAGE_BUFFER)
+                arrival = await post_handshake_receive(qp, scratch[:])
+                binding = Binding(event.qp_num, qp.qp_num, child.peer_address,
+                                  child.local_address)  # fmt: skip
+                reply = handshake.accept(reply, binding)
             _rdmacm.accept(child.id, private_data=reply, **conn_params(qp))
-            async with asyncio.timeout(self._handshake_timeout):
-                await expect(child, EventType.ESTABLISHED, where)
+            try:
+                async with asyncio.timeout(self._handshake_timeout):
+                    await expect(child, EventType.ESTABLISHED, where)
+                    if handshake is not None:
+                        await self._verify(handshake, conn, child, scratch, arrival, where)
+            except TimeoutError as exc:
+                step = "prove the key" if handshake is not None else "confirm the connection"
+                raise TimeoutError(
+                    f"{where} did not {step} within {self._handshake_timeout} s"
+                ) from exc
             conn._activate()
         except BaseException as exc:
             abandon_setup(child, qp, conn)
@@ -235,6 +279,38 @@ class Server:
         task = self._loop.create_task(self._run_callback(conn))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
+
+    def _handshake(self, child: CMId, data: bytes, where: str) -> ServerHandshake | None:
+        """The handshake a request starts; None when it started none (it is then rejected)."""
+        assert self._key is not None
+        try:
+            return ServerHandshake(self._key, data)
+        except Refused as refused:
+            log.warning("connection from %s refused: %s", where, explain(refused.reason))
+            child.reject(refusal(refused.reason))
+            child.destroy()
+            return None
+
+    async def _verify(
+        self, handshake: ServerHandshake, conn: Connection, child: CMId, scratch: MemoryRegion,
+        arrival: asyncio.Future[WorkCompletion], where: str,
+    ) -> None:  # fmt: skip
+        """Check the client's proof, then prepare the connection and tell the client.
+
+        Until the proof checks the client has been sent nothing but our own
+        proof: no message, no rkey, and no ``prepare`` has run for it.
+        """
+        proof = await handshake_message(child, arrival, scratch[:])
+        if proof is None:
+            raise ConnectionLostError(f"{where} left during authentication")
+        try:
+            handshake.check_proof(proof)
+        except Refused as refused:
+            raise failure(where, refused.reason) from None
+        await run_prepare(self._prepare, conn)
+        scratch.view()[: len(VERDICT)] = VERDICT
+        await conn.qp.post_send(scratch[: len(VERDICT)])
+        scratch.close()
 
     async def _run_callback(self, conn: Connection) -> None:
         try:
@@ -348,6 +424,7 @@ async def start_server(
     prepare: Prepare | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+    auth: PresharedKey | bytes | None = None,
 ) -> Server:
     """Listen for rdma_cm connections, like :func:`asyncio.start_server`.
 
@@ -361,6 +438,13 @@ async def start_server(
     see :attr:`Server.addresses`. After ``close_clients()``, a handler still
     running ``shutdown_grace`` seconds after its connection closed is
     cancelled (5 s by default).
+
+    With ``auth`` (a :class:`~aiordma.PresharedKey`, or its bytes) only
+    clients that prove they hold the same key are served: the server proves
+    it too, and until the client's proof checks it gets no message, no rkey
+    and no ``prepare`` or callback runs for it (see the security guide).
+    Clients that fail are refused and logged; ``accept`` then sees only the
+    client's own private data, and may answer with at most 143 bytes.
 
     Raises ``ValueError``/``TypeError`` for a port outside 0-65535, and
     ``OSError`` (``EADDRNOTAVAIL``) when ``host`` is an address of no RDMA
@@ -379,6 +463,7 @@ async def start_server(
         prepare=prepare,
         handshake_timeout=handshake_timeout,
         shutdown_grace=shutdown_grace,
+        auth=as_key(auth),
     )
     addr = "::" if host is None else (await resolve_address(host, port))[0]
     server._listen(addr, port, backlog)

@@ -9,6 +9,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiordma.auth import PresharedKey
 from aiordma.connection import Connection, Prepare
 from aiordma.device import Device
 from aiordma.exceptions import (
@@ -258,13 +259,15 @@ async def connect(
     device: Device | None = None,
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
+    auth: PresharedKey | bytes | None = None,
     **channel_options: Any,
 ) -> Client:
     """Connect to an RPC server (see :func:`aiordma.rpc.start_server`).
 
     ``private_data`` (at most 56 bytes) reaches the server's ``accept``
     callback; ``prepare`` runs on the connection after its message channel
-    is set up (its result is discarded). ``channel_options`` are further
+    is set up (its result is discarded). ``auth`` authenticates both peers
+    with a pre-shared key (see :func:`aiordma.connect`). ``channel_options`` are further
     :class:`~aiordma.MessageChannel` options (``max_exposed``,
     ``exposure_timeout``...).
     """
@@ -276,6 +279,7 @@ async def connect(
         device=device,
         options=options,
         prepare=prepare,
+        auth=auth,
         max_message=max_message,
         **channel_options,
     )

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiordma._eager import start_eagerly
+from aiordma.auth import PresharedKey
 from aiordma.connection import Connection, Prepare
 from aiordma.device import Device
 from aiordma.exceptions import (
@@ -211,12 +212,15 @@ async def start_server(
     device: Device | None = None,
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
+    auth: PresharedKey | bytes | None = None,
     **channel_options: Any,
 ) -> Server:
     """Serve ``service`` on ``host``/``port``, like :func:`aiordma.start_server`.
 
     ``prepare`` runs on each connection after its message channel is set up
-    (its result is discarded); ``channel_options`` are further
+    (its result is discarded); ``auth`` serves only clients that prove they
+    hold the same pre-shared key, so unauthenticated peers never reach a
+    method (see :func:`aiordma.start_server`); ``channel_options`` are further
     :class:`~aiordma.MessageChannel` options (``max_exposed``,
     ``exposure_timeout``...). Close the returned :class:`~aiordma.Server`
     and its clients (``close()``, ``close_clients()``) to stop: calls in
@@ -231,6 +235,7 @@ async def start_server(
         device=device,
         options=options,
         prepare=prepare,
+        auth=auth,
         max_message=max_message,
         **channel_options,
     )
