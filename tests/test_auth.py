@@ -425,3 +425,18 @@ def test_private_data_limits_shrink_with_auth() -> None:
             await aiordma.connect("192.0.2.1", 1, auth=KEY, private_data=b"x" * 36)
 
     asyncio.run(main())
+
+
+@pytest.mark.asyncio
+async def test_both_families_on_a_wildcard_server(lab: Lab) -> None:
+    """The proofs bind addresses: a server on every address sees IPv4 clients
+    as IPv4-mapped IPv6, and the client must still agree with it."""
+
+    async def handle(conn: aiordma.Connection) -> None:
+        await conn.wait_closed()
+
+    async with await aiordma.start_server(handle, None, 0, auth=KEY) as server:
+        port = server.addresses[0][1]
+        for host in (lab.addr, lab.addr6):
+            async with await aiordma.connect(host, port, auth=KEY) as conn:
+                assert conn.peer_address[1] == port
