@@ -51,6 +51,7 @@ from aiordma.queue_pair import (
 )
 from aiordma.server import ConnectionRequest, RejectConnection, Server, start_server
 from aiordma.streams import open_connection, start_stream_server
+from aiordma.window import MemoryWindow
 
 __all__ = [
     "Access",
@@ -70,6 +71,7 @@ __all__ = [
     "Local",
     "MemoryLimitError",
     "MemoryRegion",
+    "MemoryWindow",
     "MessageChannel",
     "MessageRevokedError",
     "MessageTooLargeError",

@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import errno
 import functools
 import os
 import socket
@@ -41,6 +42,7 @@ from aiordma.memory import MemoryRegion, Segment
 
 if TYPE_CHECKING:
     from pyverbs.cq import WC
+    from pyverbs.mr import MW
     from pyverbs.qp import QP
 
     from aiordma.completion import CompletionQueue
@@ -442,6 +444,44 @@ class WorkEngine:
             self._silent.append((wr_id, work))
         self.works[wr_id] = work
         seg.mr._acquire()
+
+    def post_bind(
+        self, mw: MW, seg: Segment, access: int, kind: int
+    ) -> tuple[asyncio.Future[WorkCompletion], int]:
+        """Post a signalled bind of memory window ``mw`` (of type ``kind``)
+        over ``seg`` (its send-queue slot already taken); returns the bind's
+        future and the rkey the window will have. Always through pyverbs: a
+        bind is rare, and type 1 binds go through ``ibv_bind_mw``."""
+        from pyverbs.mr import MWBind, MWBindInfo
+
+        try:
+            self.check_usable()
+        except BaseException:
+            self.sq.release(1)
+            raise
+        qp, mr = self.qp, seg.mr._mr
+        assert qp is not None
+        assert mr is not None
+        fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
+        seq, _ = self._next_send(True)
+        work = _Work(self, fut, _ibv.WR_BIND_MW, (seg,), False, None, seq)
+        wr_id = self.cq.register(work)
+        try:
+            info = MWBindInfo(mr, seg.addr, seg.length, access)
+            if kind == _ibv.MW_TYPE_2:
+                wr = SendWR(wr_id=wr_id, opcode=_ibv.WR_BIND_MW, send_flags=_ibv.SEND_SIGNALED)
+                wr.set_bind_wr(mw, info)
+                qp.post_send(wr)
+                rkey = wr.rkey
+            else:
+                qp.bind_mw(mw, MWBind(info, _ibv.SEND_SIGNALED, wr_id))
+                rkey = mw.rkey
+        except PyverbsError as exc:
+            self._unpost([(wr_id, work)], self.sq)
+            self._silent_run = 0
+            code = getattr(exc, "error_code", 0) or errno.EINVAL
+            raise DeviceError(code, f"binding a memory window failed: {exc}") from exc
+        return self._sends_posted([(wr_id, work)])[0], rkey
 
     def post_probe(self, done: Done) -> None:
         """Post a signalled zero-length RDMA write (its send-queue slot

@@ -18,6 +18,7 @@ WR_SEND_WITH_IMM: Final = 3
 WR_RDMA_READ: Final = 4
 WR_ATOMIC_CMP_AND_SWP: Final = 5
 WR_ATOMIC_FETCH_AND_ADD: Final = 6
+WR_BIND_MW: Final = 8
 
 WR_NAMES: Final = {
     WR_RDMA_WRITE: "rdma_write",
@@ -27,6 +28,7 @@ WR_NAMES: Final = {
     WR_RDMA_READ: "rdma_read",
     WR_ATOMIC_CMP_AND_SWP: "atomic_cmp_swap",
     WR_ATOMIC_FETCH_AND_ADD: "atomic_fetch_add",
+    WR_BIND_MW: "bind_window",
 }
 """The names aiordma reports for each work-request opcode (in errors)."""
 
@@ -57,6 +59,13 @@ QP_MIN_RNR_TIMER: Final = 1 << 15
 # enum ibv_wc_status, enum ibv_wc_flags
 WC_SUCCESS: Final = 0
 WC_WITH_IMM: Final = 1 << 1
+
+# enum ibv_mw_type, and the ibv_device_cap_flags that say which are supported
+MW_TYPE_1: Final = 1
+MW_TYPE_2: Final = 2
+DEVICE_MEM_WINDOW: Final = 1 << 17
+DEVICE_MEM_WINDOW_TYPE_2A: Final = 1 << 23
+DEVICE_MEM_WINDOW_TYPE_2B: Final = 1 << 24
 
 # enum ibv_atomic_cap
 ATOMIC_NONE: Final = 0

@@ -55,8 +55,9 @@ from aiordma.exceptions import (
     ResourceBusyError,
     ResourceClosedError,
 )
-from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer
+from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
 from aiordma.queue_pair import QueuePair, QueuePairOptions, SendOp
+from aiordma.window import MemoryWindow
 
 if TYPE_CHECKING:
     from aiordma.completion import WorkCompletion
@@ -367,6 +368,14 @@ class Connection:
         mr = self.device.alloc(size, access)
         self._mrs.add(mr)
         return mr
+
+    async def bind_window(
+        self, local: MemoryRegion | Segment, access: Access = Access.REMOTE_READ
+    ) -> MemoryWindow:
+        """Give the peer revocable access to exactly ``local``'s bytes through a
+        memory window (see :meth:`aiordma.QueuePair.bind_window`); it is revoked
+        at the latest when the connection closes."""
+        return await self.qp.bind_window(local, access)
 
     # -- operations (see QueuePair) -----------------------------------------
 

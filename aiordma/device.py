@@ -11,7 +11,7 @@ import resource
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aiordma import _ibv
 from aiordma._closing import CloseWaiters
@@ -68,6 +68,26 @@ class DeviceAttributes:
     fw_version: str
     vendor_id: int
     vendor_part_id: int
+    memory_windows: int = 0
+    """The memory window type :meth:`QueuePair.bind_window` uses: 2 where the
+    device supports type 2 windows, 1 where only type 1, 0 without windows."""
+    bounded_windows: bool = False
+    """Whether the device confines a window's rkey to the window's bytes.
+    False on rxe, whose responder checks an access against the whole
+    underlying region (revocation and type 2's tie to one queue pair hold)."""
+
+
+_RXE_VENDOR_ID: Final = 0xFFFFFF
+"""Soft-RoCE's vendor id (``RXE_VENDOR_ID`` in the kernel)."""
+
+
+def _window_type(flags: int, max_mw: int) -> int:
+    """The best memory window type a device offers (0: none)."""
+    if not max_mw or not flags & _ibv.DEVICE_MEM_WINDOW:
+        return 0
+    if flags & (_ibv.DEVICE_MEM_WINDOW_TYPE_2A | _ibv.DEVICE_MEM_WINDOW_TYPE_2B):
+        return _ibv.MW_TYPE_2
+    return _ibv.MW_TYPE_1
 
 
 def _default_device_name() -> str:
@@ -117,6 +137,8 @@ class Device:
             fw_version=str(attr.fw_version),
             vendor_id=attr.vendor_id,
             vendor_part_id=attr.vendor_part_id,
+            memory_windows=_window_type(attr.device_cap_flags, attr.max_mw),
+            bounded_windows=attr.vendor_id != _RXE_VENDOR_ID,
         )
         self._cqs: dict[asyncio.AbstractEventLoop, list[CompletionQueue]] = {}
         self._qps: set[QueuePair] = set()

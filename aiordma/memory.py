@@ -15,7 +15,7 @@ import mmap
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Final, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, overload
 
 from aiordma._buffer import BufferExport
 from aiordma._closing import CloseWaiters
@@ -41,6 +41,9 @@ class Access(enum.IntFlag):
     REMOTE_WRITE = 2
     REMOTE_READ = 4
     REMOTE_ATOMIC = 8
+    MW_BIND = 16
+    """Memory windows may be bound over the region. This grants a peer
+    nothing by itself: only a window, bound by this process, does."""
     REMOTE = REMOTE_READ | REMOTE_WRITE
 
 
@@ -53,6 +56,12 @@ def _slice_bounds(key: slice, length: int) -> tuple[int, int]:
     if step != 1:
         raise ValueError("memory slices must be contiguous (step 1)")
     return start, max(start, stop)
+
+
+class Revocable(Protocol):
+    """What a region revokes before it is deregistered (a memory window)."""
+
+    def invalidate(self) -> None: ...
 
 
 class MemoryRegion:
@@ -99,6 +108,8 @@ class MemoryRegion:
         self._idle: asyncio.Event | None = None
         self._owned: mmap.mmap | None = None
         self._close_waiters = CloseWaiters()
+        self._windows: set[Revocable] = set()
+        """Memory windows bound over this region: revoked before it is deregistered."""
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"lkey={self.lkey:#x} rkey={self.rkey:#x}"
@@ -186,6 +197,9 @@ class MemoryRegion:
         if mr is None:
             return
         self._inflight = 0
+        windows, self._windows = self._windows, set()
+        for window in windows:
+            window.invalidate()
         try:
             mr.close()
         finally:

@@ -29,6 +29,7 @@ from aiordma._engine import (
     Done,
     SendRequest,
     WorkEngine,
+    _retrieve,
     closed_error,
     total_length,
 )
@@ -39,12 +40,14 @@ from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedErr
 from aiordma.memory import (
     Access,
     Local,
+    MemoryRegion,
     RemoteBuffer,
     Segment,
     as_segments,
     check_segments,
     check_writable,
 )
+from aiordma.window import MemoryWindow, check_window
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -224,6 +227,9 @@ class QueuePair:
         self.remote_endpoint: Endpoint | None = None
         self._connected = False
         self._engine = WorkEngine(qp, cq, opts.send_depth, opts.recv_depth, device.alloc)
+        self._windows: set[MemoryWindow] = set()
+        """Windows this QP bound: revoked when it is destroyed (a type 2
+        window would otherwise keep the QP alive in the kernel)."""
 
     def __repr__(self) -> str:
         return f"<QueuePair qp_num={self.qp_num} {self.state_name}>"
@@ -501,6 +507,57 @@ class QueuePair:
         assert wc.atomic_value is not None
         return wc.atomic_value
 
+    async def bind_window(
+        self, local: MemoryRegion | Segment, access: Access = Access.REMOTE_READ
+    ) -> MemoryWindow:
+        """Bind a memory window over ``local``: remote access to exactly
+        those bytes, with its own rkey, revocable at once with
+        :meth:`MemoryWindow.invalidate`.
+
+        ``local``'s region must have been registered on this queue pair's
+        device with ``Access.MW_BIND`` (and ``LOCAL_WRITE`` for a writable
+        window); ``access`` is remote access only. Type 2 windows (where the
+        device has them) work only through this queue pair. Raises
+        ``ValueError``/``TypeError`` for what cannot be bound, and
+        :class:`~aiordma.DeviceError` (``EOPNOTSUPP``) on a device without
+        memory windows.
+        """
+        from pyverbs.mr import MW
+
+        segment, access = check_window(local, access)
+        device = self.device
+        if segment.mr not in device._mrs:
+            raise ValueError(
+                f"the region is not registered on {device.name}, this queue pair's device"
+            )
+        kind = device.attributes.memory_windows
+        if not kind:
+            raise DeviceError(95, f"{device.name} does not support memory windows")
+        engine = self._engine
+        engine.check_usable()
+        with verbs_errors(f"allocating a memory window on {device.name}"):
+            mw = MW(device.pd, kind)
+        try:
+            await engine.sq.acquire(1)
+            bound, rkey = engine.post_bind(mw, segment, int(access), kind)
+        except BaseException:
+            mw.close()
+            raise
+        try:
+            await asyncio.shield(bound)
+        except asyncio.CancelledError:
+
+            def release(done: asyncio.Future[WorkCompletion]) -> None:
+                _retrieve(done)
+                mw.close()
+
+            bound.add_done_callback(release)  # once the bind is over
+            raise
+        except BaseException:
+            mw.close()
+            raise
+        return MemoryWindow(mw, segment, access, rkey, kind, self.qp_num, self._windows)
+
     async def flush_sends(self) -> None:
         """Wait until every send-side request posted so far has completed.
 
@@ -600,6 +657,8 @@ class QueuePair:
         if self._engine.qp is None:
             return
         try:
+            for window in list(self._windows):
+                window.invalidate()
             self._engine.destroy()
         finally:
             cq = self._cq
