@@ -59,6 +59,7 @@ from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
 from aiordma.queue_pair import QueuePair, QueuePairOptions, Read
 from aiordma.server import Accept, Server
 from aiordma.server import start_server as start_rdma_server
+from aiordma.window import MemoryWindow
 from aiordma.wire import HEADER_SIZE, Header, Kind
 
 log = logging.getLogger(__name__)
@@ -106,13 +107,29 @@ valid only during the call. Returns False to leave it queued instead."""
 
 @dataclass(slots=True)
 class _Exposure:
-    """The I/O side of a large message's exposure: its registration, the
-    future its sender awaits, and its deadline."""
+    """The I/O side of a large message's exposure: its registration or memory
+    window, the future its sender awaits, and its deadline."""
 
-    mr: MemoryRegion
+    key: MemoryRegion | MemoryWindow
+    """What grants the peer access: a registration of exactly the message's
+    bytes, or a window over them (revoked without deregistering)."""
     size: int
     done: asyncio.Future[None]
     timer: asyncio.TimerHandle | None = None
+
+    @property
+    def remote(self) -> RemoteBuffer:
+        key = self.key
+        return key.remote if isinstance(key, MemoryWindow) else key.remote()
+
+    def revoke(self) -> None:
+        """The peer's access ends now (or, for a registration still in use
+        by local work, once that work completes)."""
+        key = self.key
+        if isinstance(key, MemoryWindow):
+            key.invalidate()
+        elif not key.closed:
+            _release_mr(key)
 
 
 class Link(Protocol):
@@ -711,7 +728,7 @@ class MessageChannel:
                 await self._post_when_possible(eager, head, data, Cost.DATA)
             return
         msg_id, exposure = await self._expose(data, size)
-        header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposure.mr.remote())
+        header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposure.remote)
         try:
             async with self._send_lock:
                 await self._post_when_possible(header, head, None, Cost.DATA)
@@ -734,21 +751,47 @@ class MessageChannel:
             raise
 
     async def _expose(self, body: Body, size: int) -> tuple[int, _Exposure]:
-        """Register exactly ``body``'s bytes for remote reading, once they fit
-        under ``max_exposed``; the peer can read nothing else with the rkey."""
+        """Expose exactly ``body``'s bytes for remote reading, once they fit
+        under ``max_exposed``; the peer can read nothing else with the rkey.
+
+        Memory registered with ``Access.MW_BIND`` is exposed through a memory
+        window bound on this channel's queue pair (nothing is registered);
+        anything else through its own registration.
+        """
         while not self._state.room_for(size):
             self._check()
             await self._changed()
         self._check()
-        source = body.view() if isinstance(body, MemoryRegion | Segment) else body
-        try:
-            mr = self.link.register(source, Access.REMOTE_READ)
-        except TypeError:  # not contiguous
-            mr = self.link.register(bytes(memoryview(source)), Access.REMOTE_READ)
+        key: MemoryRegion | MemoryWindow | None = self._window_over(body)
+        if key is None:
+            source = body.view() if isinstance(body, MemoryRegion | Segment) else body
+            try:
+                key = self.link.register(source, Access.REMOTE_READ)
+            except TypeError:  # not contiguous
+                key = self.link.register(bytes(memoryview(source)), Access.REMOTE_READ)
         msg_id = self._state.expose(size)
-        exposure = _Exposure(mr, size, self._loop.create_future())
+        exposure = _Exposure(key, size, self._loop.create_future())
         self._exposures[msg_id] = exposure
         return msg_id, exposure
+
+    def _window_over(self, body: Body) -> MemoryWindow | None:
+        """A window exposing exactly ``body``, bound (in send-queue order, so
+        before the rendezvous that names it) on this channel's queue pair;
+        None where a window cannot do that."""
+        if not isinstance(body, MemoryRegion | Segment):
+            return None
+        segment = body[:] if isinstance(body, MemoryRegion) else body
+        region = segment.mr
+        qp = self.link.qp
+        attributes = qp.device.attributes
+        if region.closed or not region.access & Access.MW_BIND or not attributes.memory_windows:
+            return None
+        if not attributes.bounded_windows and len(segment) != len(region):
+            return None  # its rkey would reach the whole region (rxe)
+        try:
+            return qp.bind_window_nowait(segment, Access.REMOTE_READ)
+        except (ResourceBusyError, ValueError):  # queue full, or another device's memory
+            return None
 
     def _unexpose(self, exposure: _Exposure) -> None:
         """End an exposure's I/O (the state already stopped counting it): the
@@ -756,8 +799,7 @@ class MessageChannel:
         if exposure.timer is not None:
             exposure.timer.cancel()
             exposure.timer = None
-        if not exposure.mr.closed:
-            _release_mr(exposure.mr)
+        exposure.revoke()
         self._wake()
 
     def _revoke(self, msg_id: int, cause: BaseException | None) -> None:

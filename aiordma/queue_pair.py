@@ -29,7 +29,6 @@ from aiordma._engine import (
     Done,
     SendRequest,
     WorkEngine,
-    _retrieve,
     closed_error,
     total_length,
 )
@@ -517,13 +516,42 @@ class QueuePair:
         ``local``'s region must have been registered on this queue pair's
         device with ``Access.MW_BIND`` (and ``LOCAL_WRITE`` for a writable
         window); ``access`` is remote access only. Type 2 windows (where the
-        device has them) work only through this queue pair. Raises
-        ``ValueError``/``TypeError`` for what cannot be bound, and
-        :class:`~aiordma.DeviceError` (``EOPNOTSUPP``) on a device without
-        memory windows.
+        device has them) work only through this queue pair. Returns once the
+        window is bound. Raises ``ValueError``/``TypeError`` for what cannot
+        be bound, and :class:`~aiordma.DeviceError` (``EOPNOTSUPP``) on a
+        device without memory windows.
         """
-        from pyverbs.mr import MW
+        segment, access, kind = self._window_args(local, access)
+        engine = self._engine
+        if not engine.sq.try_acquire(1):
+            await engine.sq.acquire(1)
+        window = self._bind(segment, access, kind)
+        try:
+            await asyncio.shield(window.bound)
+        except BaseException:
+            window.invalidate()  # once the bind is over, if it is not yet
+            raise
+        return window
 
+    def bind_window_nowait(
+        self, local: MemoryRegion | Segment, access: Access = Access.REMOTE_READ
+    ) -> MemoryWindow:
+        """:meth:`bind_window` without waiting for the bind to complete.
+
+        The window's rkey works for the peer once the bind has run, and the
+        send queue runs in order: a send posted after this call reaches the
+        peer after the window is bound, so the rkey may travel in it. The
+        bind's outcome is ``window.bound``. Raises
+        :class:`~aiordma.ResourceBusyError` when the send queue is full.
+        """
+        segment, access, kind = self._window_args(local, access)
+        if not self._engine.sq.try_acquire(1):
+            raise ResourceBusyError("send queue is full: no room to bind a memory window")
+        return self._bind(segment, access, kind)
+
+    def _window_args(
+        self, local: MemoryRegion | Segment, access: Access
+    ) -> tuple[Segment, Access, int]:
         segment, access = check_window(local, access)
         device = self.device
         if segment.mr not in device._mrs:
@@ -533,30 +561,26 @@ class QueuePair:
         kind = device.attributes.memory_windows
         if not kind:
             raise DeviceError(95, f"{device.name} does not support memory windows")
+        self._engine.check_usable()
+        return segment, access, kind
+
+    def _bind(self, segment: Segment, access: Access, kind: int) -> MemoryWindow:
+        """Allocate a window and post its bind (one send-queue slot already taken)."""
+        from pyverbs.mr import MW
+
         engine = self._engine
-        engine.check_usable()
-        with verbs_errors(f"allocating a memory window on {device.name}"):
-            mw = MW(device.pd, kind)
         try:
-            await engine.sq.acquire(1)
+            with verbs_errors(f"allocating a memory window on {self.device.name}"):
+                mw = MW(self.device.pd, kind)
+        except BaseException:
+            engine.sq.release(1)
+            raise
+        try:
             bound, rkey = engine.post_bind(mw, segment, int(access), kind)
         except BaseException:
             mw.close()
             raise
-        try:
-            await asyncio.shield(bound)
-        except asyncio.CancelledError:
-
-            def release(done: asyncio.Future[WorkCompletion]) -> None:
-                _retrieve(done)
-                mw.close()
-
-            bound.add_done_callback(release)  # once the bind is over
-            raise
-        except BaseException:
-            mw.close()
-            raise
-        return MemoryWindow(mw, segment, access, rkey, kind, self.qp_num, self._windows)
+        return MemoryWindow(mw, segment, access, rkey, kind, self.qp_num, self._windows, bound)
 
     async def flush_sends(self) -> None:
         """Wait until every send-side request posted so far has completed.

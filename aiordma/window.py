@@ -14,6 +14,7 @@ a :class:`~aiordma.Connection`); the region must have been registered with
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Final
 
 from aiordma._pyverbs import verbs_errors
@@ -21,6 +22,8 @@ from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
 
 if TYPE_CHECKING:
     from pyverbs.mr import MW
+
+    from aiordma.completion import WorkCompletion
 
 WINDOW_ACCESS: Final = Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
 """The access a window may grant (a subset of its region's, remote only)."""
@@ -41,7 +44,7 @@ class MemoryWindow:
 
     def __init__(
         self, mw: MW, segment: Segment, access: Access, rkey: int, kind: int, qp_num: int,
-        binder: set[MemoryWindow],
+        binder: set[MemoryWindow], bound: asyncio.Future[WorkCompletion],
     ) -> None:  # fmt: skip
         self._mw: MW | None = mw
         self.segment = segment
@@ -56,6 +59,9 @@ class MemoryWindow:
         """The address, length and rkey a peer accesses the window with."""
         self._binder = binder
         """The binding queue pair's set of windows."""
+        self.bound = bound
+        """The bind's completion: resolved once the window works, failed if
+        the bind failed (which also fails the queue pair)."""
         segment.mr._windows.add(self)
         binder.add(self)
 
@@ -87,8 +93,18 @@ class MemoryWindow:
             return
         self.segment.mr._windows.discard(self)
         self._binder.discard(self)
-        with verbs_errors("deallocating a memory window"):
-            mw.close()
+        if not self.bound.done():
+            # Deallocating under a pending bind would fail the bind, and with
+            # it the queue pair: deallocate as soon as the bind is over (the
+            # peer cannot have the rkey yet: it travels in a later send).
+            def deallocate(bound: asyncio.Future[WorkCompletion]) -> None:
+                if not bound.cancelled():
+                    bound.exception()  # reported to whoever awaits it, if anyone
+                _deallocate(mw)
+
+            self.bound.add_done_callback(deallocate)
+            return
+        _deallocate(mw)
 
     close = invalidate
 
@@ -97,6 +113,11 @@ class MemoryWindow:
 
     def __exit__(self, *exc: object) -> None:
         self.invalidate()
+
+
+def _deallocate(mw: MW) -> None:
+    with verbs_errors("deallocating a memory window"):
+        mw.close()
 
 
 def check_window(local: MemoryRegion | Segment, access: Access) -> tuple[Segment, Access]:

@@ -15,7 +15,13 @@ import pytest
 import aiordma
 from aiordma import Access
 from aiordma.exceptions import BufferTooSmallError, MessageTooLargeError, ProtocolError
-from aiordma.messaging import MessageChannel, channel_factory, prepare_channel
+from aiordma.messaging import (
+    Body,
+    MessageChannel,
+    _Exposure,
+    channel_factory,
+    prepare_channel,
+)
 from aiordma.wire import Header, Kind
 from tests.conftest import Lab, rdma_counts, start_peer_server
 
@@ -380,6 +386,145 @@ async def test_a_slice_of_a_readable_pool_exposes_only_its_bytes_and_only_until_
         assert channel.exposed_bytes == 0
         with pytest.raises(aiordma.RemoteAccessError):
             await _prober_read(remote, lab)
+
+
+@pytest.mark.asyncio
+async def test_bindable_memory_is_exposed_through_a_window_until_done(lab: Lab) -> None:
+    """A region registered with MW_BIND is exposed through a memory window on
+    the channel's queue pair: nothing is registered, the rkey is not the
+    region's, the region itself stays closed to peers, and after DONE the
+    rkey is refused even on the very connection it was given to."""
+    size = 256 << 10
+    seen: dict[str, object] = {}
+    reread = asyncio.Event()
+
+    async def receive(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        real_read = channel._read
+
+        async def recording_read(target: object, remote: aiordma.RemoteBuffer) -> None:
+            seen["remote"] = remote
+            await real_read(target, remote)  # type: ignore[arg-type]
+
+        channel._read = recording_read  # type: ignore[method-assign]
+        seen["message"] = bytes(await channel.recv_message())
+        await channel.send_message(b"ok")
+        await reread.wait()
+        remote = seen["remote"]
+        assert isinstance(remote, aiordma.RemoteBuffer)
+        try:
+            await asyncio.wait_for(conn.rdma_read(conn.alloc(size), remote), 30)
+            seen["after"] = "read"
+        except aiordma.RdmaError as exc:
+            seen["after"] = exc
+
+    async with channel_to(lab, receive) as channel:
+        conn = channel.conn
+        region = conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
+        region.view()[:] = _payload(5, size)
+        registered: list[object] = []
+        register = conn.register
+
+        def recording_register(obj: object, *args: Access) -> aiordma.MemoryRegion:
+            registered.append(obj)
+            return register(obj, *args)
+
+        conn.register = recording_register  # type: ignore[assignment,method-assign]
+        await asyncio.wait_for(channel.send_message(region), 60)
+        assert await asyncio.wait_for(channel.recv_message(), 60) == b"ok"
+        assert seen["message"] == _payload(5, size)
+        remote = seen["remote"]
+        assert isinstance(remote, aiordma.RemoteBuffer)
+        assert (remote.addr, remote.length) == (region.addr, size)
+        assert remote.rkey != region.rkey
+        assert registered == []  # a window, not a registration
+        assert not conn.qp._windows  # revoked at DONE
+        reread.set()
+        await asyncio.wait_for(channel.conn.wait_closed(), 30)  # the failed read broke it
+    assert isinstance(seen["after"], aiordma.RemoteAccessError), seen["after"]
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_send_revokes_its_window(lab: Lab) -> None:
+    size = 256 << 10
+    announced, finished, probe = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    got: list[object] = []
+    shared: dict[str, aiordma.RemoteBuffer] = {}
+
+    async def slow(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        await channel.wait_message()  # the large message is announced, not yet read
+        announced.set()
+        while len(channel._state.ready) < 2:  # "next" came, so the REVOKE sent before it did
+            await channel._changed()
+        try:
+            got.append(await channel.recv_message())
+        except aiordma.MessageRevokedError as exc:
+            got.append(exc)
+        got.append(bytes(await channel.recv_message()))
+        finished.set()
+        await probe.wait()
+        try:  # through the very connection the rkey was given to
+            await asyncio.wait_for(conn.rdma_read(conn.alloc(size), shared["remote"]), 30)
+            got.append("read")
+        except aiordma.RdmaError as exc:
+            got.append(exc)
+
+    async with channel_to(lab, slow) as channel:
+        region = channel.conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
+        exposed: list[object] = []
+        real_expose = channel._expose
+
+        async def watched(body: Body, size: int) -> tuple[int, _Exposure]:
+            result = await real_expose(body, size)
+            exposed.append(result[1].key)
+            return result
+
+        channel._expose = watched  # type: ignore[method-assign]
+        send = asyncio.ensure_future(channel.send_message(region))
+        await asyncio.wait_for(announced.wait(), 60)
+        (window,) = exposed
+        assert isinstance(window, aiordma.MemoryWindow)
+        assert window.valid
+        send.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await send
+        assert not window.valid
+        assert channel.exposed_bytes == 0
+        await channel.send_message(b"next")
+        await asyncio.wait_for(finished.wait(), 60)
+        shared["remote"] = window.remote
+        probe.set()
+        await asyncio.wait_for(channel.conn.wait_closed(), 30)  # the refused read broke it
+    assert isinstance(got[0], aiordma.MessageRevokedError)
+    assert got[1] == b"next"
+    assert isinstance(got[2], aiordma.RemoteAccessError), got[2]
+
+
+@pytest.mark.asyncio
+async def test_a_slice_of_bindable_memory_uses_a_window_only_where_windows_are_bounded(
+    lab: Lab,
+) -> None:
+    """On rxe a window's rkey reaches its whole region, so a slice of a
+    bindable region is registered on its own instead."""
+    size = 128 << 10
+    async with channel_to(lab, echo) as channel:
+        conn = channel.conn
+        pool = conn.alloc(2 * size, Access.LOCAL_WRITE | Access.MW_BIND)
+        pool.view()[size:] = _payload(6, size)
+        registered: list[object] = []
+        register = conn.register
+
+        def recording_register(obj: object, *args: Access) -> aiordma.MemoryRegion:
+            registered.append(obj)
+            return register(obj, *args)
+
+        conn.register = recording_register  # type: ignore[assignment,method-assign]
+        await asyncio.wait_for(channel.send_message(pool[size:]), 60)
+        assert await asyncio.wait_for(channel.recv_message(), 60) == _payload(6, size)
+        windows_used = not any(isinstance(obj, memoryview) and len(obj) == size
+                               for obj in registered)  # fmt: skip
+        assert windows_used == conn.device.attributes.bounded_windows
 
 
 @pytest.mark.asyncio
