@@ -39,6 +39,7 @@ from aiordma._slots import SlotPool
 from aiordma.completion import Opcode, WorkCompletion, completion_error, to_work_completion
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
 from aiordma.memory import MemoryRegion, Segment
+from aiordma.metrics import Stats
 
 if TYPE_CHECKING:
     from pyverbs.cq import WC
@@ -275,6 +276,8 @@ class WorkEngine:
         self._silent: collections.deque[tuple[int, _Work]] = collections.deque()
         self._silent_run = 0
         self._signal_every = max(1, send_depth // SIGNAL_FRACTION)
+        self.stats = Stats("queue_pair")
+        """Operations by kind, errors by status, latency of awaited verbs."""
 
     # -- state -------------------------------------------------------------
 
@@ -668,6 +671,7 @@ class WorkEngine:
         else:
             opname = "recv" if work.recv else _ibv.WR_NAMES.get(work.opcode, str(work.opcode))
             exc: BaseException = completion_error(wc, opname)
+            self.stats.add("errors:" + exc.status_name)  # type: ignore[attr-defined]
             if not exc.flushed:  # type: ignore[attr-defined]
                 self._fail(exc)
             elif self.closing:

@@ -15,10 +15,10 @@ import inspect
 import logging
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from aiordma import _rdmacm
+from aiordma import _rdmacm, metrics
 from aiordma._cm_events import CMEventChannel, CMId, release_removed_device
 from aiordma._rdmacm import Event, EventType
 from aiordma._setup import (
@@ -56,6 +56,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
+from aiordma.metrics import Stats, merged
 from aiordma.queue_pair import QueuePair, QueuePairOptions, SendOp
 from aiordma.window import MemoryWindow
 
@@ -128,6 +129,8 @@ class Connection:
         self._established = False
         self._on_established: list[Callable[[], None]] = []
         self._keepalive: asyncio.TimerHandle | None = None
+        self._stat_parts: list[Stats] = [qp._stats]
+        """The stats of what runs on this connection (its QP, channel, RPC)."""
         self._probing = qp.options.keepalive is not None
         if self._probing:
             # Registered now, before either side can see the connection, so
@@ -339,6 +342,7 @@ class Connection:
                 cm_id.destroy()
         finally:
             self.device._unwatch(self)
+            metrics.unwatch(self)
             self._closed.set_result(None)
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
@@ -351,6 +355,31 @@ class Connection:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    # -- metrics -----------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """What this connection has done, as plain data (see :mod:`aiordma.metrics`).
+
+        ``counters`` sums its queue pair's (awaited verbs by kind, failed
+        completions by status), its message channel's (messages, bytes and
+        large messages each way, credit stalls, revocations) and its RPC
+        client's or service's (calls, failures); ``gauges`` are current
+        values (bytes and messages exposed); ``latency`` has a histogram
+        per awaited verb and for RPC calls. Zero while metrics are off.
+        """
+        snapshot = merged("connection", self._stat_parts).snapshot()
+        snapshot["peer_address"] = self.peer_address
+        snapshot["qp_num"] = self.qp.qp_num
+        return snapshot
+
+    def _add_stats(self, stats: Stats) -> None:
+        """Internal entry: count ``stats`` (a channel's, an RPC side's) as this connection's."""
+        self._stat_parts.append(stats)
+
+    def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:
+        """For exporters (a client connection: servers export their own)."""
+        yield {"peer": "{}:{}".format(*self.peer_address)}, merged("connection", self._stat_parts)
 
     # -- memory ------------------------------------------------------------
 
@@ -523,6 +552,7 @@ async def _connect(
         else:
             await _prove(handshake, conn, cm_id, prepare, where)
         conn._activate()
+        metrics.watch(conn)
         return conn
     except BaseException:
         abandon_setup(cm_id, qp, conn)

@@ -56,6 +56,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
+from aiordma.metrics import Stats
 from aiordma.queue_pair import QueuePair, QueuePairOptions, Read
 from aiordma.server import Accept, Server
 from aiordma.server import start_server as start_rdma_server
@@ -138,7 +139,8 @@ class Link(Protocol):
     A connected queue pair, memory registration on its device (released
     with the link), and closing. :class:`~aiordma.Connection` is one;
     ``_when_established`` is the internal entry through which the link says
-    when both peers can send (see ``docs/design.md``).
+    when both peers can send (see ``docs/design.md``). A link may also have
+    ``_add_stats(stats)``, to count the channel's metrics as its own.
     """
 
     @property
@@ -287,6 +289,36 @@ class MessageChannel:
         self._silent_run = 0
         self._deliver: Deliver | None = None
         self._staging: MemoryRegion | None = None
+        self._stats = Stats("channel", self._gauges)
+        add_stats = getattr(conn, "_add_stats", None)  # optional for a Link
+        if add_stats is not None:
+            add_stats(self._stats)
+
+    def stats(self) -> dict[str, Any]:
+        """This channel's metrics, as plain data (see :mod:`aiordma.metrics`):
+        ``messages_sent``/``_received``, ``bytes_sent``/``_received`` (bodies),
+        ``large_sent``/``_received`` (by rendezvous), ``credit_stalls`` (sends
+        that waited for credit), ``large_revoked`` and ``exposure_timeouts``;
+        gauges ``exposed_bytes`` and ``exposures``. The connection's
+        :meth:`~aiordma.Connection.stats` includes them."""
+        return self._stats.snapshot()
+
+    def _gauges(self) -> dict[str, int]:
+        return {"exposed_bytes": self._state.exposed_bytes, "exposures": len(self._exposures)}
+
+    def _count_received(self, header: Header) -> None:
+        stats = self._stats
+        stats.add("messages_received")
+        stats.add("bytes_received", header.length)
+        if header.kind == Kind.RENDEZVOUS:
+            stats.add("large_received")
+
+    def _count_sent(self, size: int, large: bool) -> None:
+        stats = self._stats
+        stats.add("messages_sent")
+        stats.add("bytes_sent", size)
+        if large:
+            stats.add("large_sent")
 
     def __repr__(self) -> str:
         state = (
@@ -422,7 +454,10 @@ class MessageChannel:
         end = start + header.head_length
         try:
             with self._recv_mr.view() as whole, whole[end : end + header.length] as body:
-                return self._deliver(bytes(whole[start:end]), body)
+                taken = self._deliver(bytes(whole[start:end]), body)
+            if taken:
+                self._count_received(header)
+            return taken
         except ProtocolError as err:
             self._protocol_error(err)
         except Exception as exc:  # the hook's bug must not stall the channel
@@ -515,6 +550,7 @@ class MessageChannel:
             head, into = self._chosen(arrival, choose)
             small = self._small_body(arrival, into)
             self._consumed()
+            self._count_received(arrival.header)
             return head, small
         async with self._recv_lock:
             arrival = await self._next_arrival()
@@ -533,6 +569,7 @@ class MessageChannel:
                 await self._read(into, header.remote)
                 body = header.length
             self._consumed()
+            self._count_received(header)
             return head, body
 
     def _chosen(self, arrival: Arrival, choose: Chooser | None) -> tuple[bytes, Into | None]:
@@ -723,9 +760,11 @@ class MessageChannel:
                 # Nobody is ahead of us and there is credit: post without a task switch.
                 with contextlib.suppress(ResourceBusyError):  # send queue full: wait below
                     self._post(eager, head, data, Cost.DATA)
+                    self._count_sent(size, False)
                     return
             async with self._send_lock:
                 await self._post_when_possible(eager, head, data, Cost.DATA)
+            self._count_sent(size, False)
             return
         msg_id, exposure = await self._expose(data, size)
         header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposure.remote)
@@ -749,6 +788,7 @@ class MessageChannel:
             if not exposure.done.done():
                 self._revoke(msg_id, asyncio.CancelledError())
             raise
+        self._count_sent(size, True)
 
     async def _expose(self, body: Body, size: int) -> tuple[int, _Exposure]:
         """Expose exactly ``body``'s bytes for remote reading, once they fit
@@ -807,6 +847,7 @@ class MessageChannel:
         is None: it timed out) and tell the peer."""
         if not self._state.revoke(msg_id):
             return
+        self._stats.add("large_revoked" if cause is not None else "exposure_timeouts")
         exposure = self._exposures.pop(msg_id)
         self._unexpose(exposure)
         if not exposure.done.done():
@@ -826,6 +867,7 @@ class MessageChannel:
         self, header: Header, head: bytes, body: Body | None, cost: Cost
     ) -> None:
         """Post a packet once a send slot, the credit it costs and send-queue room are there."""
+        stalled = False
         while True:
             self._check()
             if self._state.affordable(cost):
@@ -835,6 +877,9 @@ class MessageChannel:
                 except ResourceBusyError:
                     await self._qp.wait_send_room()
                     continue
+            if not stalled:
+                stalled = True
+                self._stats.add("credit_stalls")
             await self._changed()
 
     def _post(self, header: Header, head: bytes, body: Body | None, cost: Cost) -> None:

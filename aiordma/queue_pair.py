@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
-from aiordma import _ibv
+from aiordma import _ibv, metrics
 from aiordma._engine import (
     RECV_WR_CACHE,
     SIGNAL_FRACTION,
@@ -226,6 +227,7 @@ class QueuePair:
         self.remote_endpoint: Endpoint | None = None
         self._connected = False
         self._engine = WorkEngine(qp, cq, opts.send_depth, opts.recv_depth, device.alloc)
+        self._stats = self._engine.stats
         self._windows: set[MemoryWindow] = set()
         """Windows this QP bound: revoked when it is destroyed (a type 2
         window would otherwise keep the QP alive in the kernel)."""
@@ -365,6 +367,7 @@ class QueuePair:
         engine = self._engine
         engine.check_usable()
         built = [self._build(op) for op in ops]
+        engine.stats.add("ops:batched", len(built))
         futures: list[asyncio.Future[WorkCompletion]] = []
         size = engine.sq.size
         for start in range(0, len(built), size):
@@ -381,6 +384,7 @@ class QueuePair:
         built = [self._build(op) for op in ops]
         if not engine.sq.try_acquire(len(built)):
             raise ResourceBusyError(f"send queue has no room for {len(built)} work requests")
+        engine.stats.add("ops:batched", len(built))
         return engine.post_sends(built)
 
     def post_send_callback(self, local: Segment, done: Done, *, signaled: bool = True) -> None:
@@ -446,6 +450,26 @@ class QueuePair:
         await sq.acquire(n)
         sq.release(n)
 
+    def stats(self) -> dict[str, Any]:
+        """What this queue pair did, as plain data (see :mod:`aiordma.metrics`):
+        awaited verbs by kind (``ops:rdma_read``...) with their latency,
+        batched and received work requests, windows bound, and failed
+        completions by status (``errors:IBV_WC_...``)."""
+        return self._stats.snapshot()
+
+    async def _run(self, kind: str, request: SendRequest) -> WorkCompletion:
+        """Post ``request`` and await its completion, counting it as ``kind``
+        and timing it (from posting to completion) while metrics are on."""
+        stats = self._engine.stats
+        if not metrics.enabled():
+            return await (await self._one(request))
+        stats.add("ops:" + kind)
+        start = time.perf_counter()
+        try:
+            return await (await self._one(request))
+        finally:
+            stats.observe(kind, time.perf_counter() - start)
+
     async def _one(self, request: SendRequest) -> asyncio.Future[WorkCompletion]:
         engine = self._engine
         engine.check_usable()
@@ -456,7 +480,7 @@ class QueuePair:
     async def post_send(self, local: Local, *, imm: int | None = None,
                         inline: bool | None = None) -> WorkCompletion:  # fmt: skip
         """Send ``local`` to the peer's next posted receive; resolves when acknowledged."""
-        return await (await self._one(self._build(Send(local, imm, inline))))
+        return await self._run("send", self._build(Send(local, imm, inline)))
 
     async def send_with_imm(self, local: Local, imm: int) -> WorkCompletion:
         """Send with 32-bit immediate data, delivered in the receiver's completion."""
@@ -469,11 +493,11 @@ class QueuePair:
         With ``imm`` the write also consumes one of the peer's posted
         receives, whose completion carries the immediate data.
         """
-        return await (await self._one(self._build(Write(local, remote, imm, inline))))
+        return await self._run("rdma_write", self._build(Write(local, remote, imm, inline)))
 
     async def rdma_read(self, local: Local, remote: RemoteBuffer) -> WorkCompletion:
         """Read the peer's ``remote`` buffer into ``local`` (``len(local)`` bytes)."""
-        return await (await self._one(self._build(Read(local, remote))))
+        return await self._run("rdma_read", self._build(Read(local, remote)))
 
     def _atomic_remote(self, remote: RemoteBuffer) -> RemoteBuffer:
         if not self.device.attributes.atomic:
@@ -502,7 +526,7 @@ class QueuePair:
 
     async def _atomic_result(self, request: SendRequest) -> int:
         self._engine.ensure_scratch()
-        wc = await (await self._one(request))
+        wc = await self._run(_ibv.WR_NAMES[request.opcode], request)
         assert wc.atomic_value is not None
         return wc.atomic_value
 
@@ -580,6 +604,7 @@ class QueuePair:
         except BaseException:
             mw.close()
             raise
+        engine.stats.add("ops:bind_window")
         return MemoryWindow(mw, segment, access, rkey, kind, self.qp_num, self._windows, bound)
 
     async def flush_sends(self) -> None:
@@ -623,6 +648,7 @@ class QueuePair:
         """Post receives for ``locals_``; one future per buffer, resolved when a message lands."""
         seglists = self._recv_lists(locals_)
         engine = self._engine
+        engine.stats.add("ops:recv", len(seglists))
         futures: list[asyncio.Future[WorkCompletion]] = []
         size = engine.rq.size
         for start in range(0, len(seglists), size):
@@ -637,6 +663,7 @@ class QueuePair:
         seglists = self._recv_lists(locals_)
         if not self._engine.rq.try_acquire(len(seglists)):
             raise ResourceBusyError(f"receive queue has no room for {len(seglists)} buffers")
+        self._stats.add("ops:recv", len(seglists))
         return self._engine.post_recvs(seglists)
 
     async def post_recv(self, local: Local) -> WorkCompletion:

@@ -16,11 +16,11 @@ import errno
 import inspect
 import logging
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aiordma import _rdmacm
+from aiordma import _rdmacm, metrics
 from aiordma._cm_events import CMEventChannel, CMId, release_removed_device
 from aiordma._rdmacm import Event, EventType
 from aiordma._setup import (
@@ -50,8 +50,15 @@ from aiordma.auth import (
 from aiordma.connection import Connection, Prepare, abandon_setup, run_prepare
 from aiordma.device import Device
 from aiordma.discovery import list_devices
-from aiordma.exceptions import ConnectionLostError, DeviceError, RdmaError, ResourceClosedError
+from aiordma.exceptions import (
+    AuthenticationError,
+    ConnectionLostError,
+    DeviceError,
+    RdmaError,
+    ResourceClosedError,
+)
 from aiordma.memory import MemoryRegion
+from aiordma.metrics import Stats, merged
 from aiordma.queue_pair import QueuePair, QueuePairOptions
 
 if TYPE_CHECKING:
@@ -136,6 +143,9 @@ class Server:
         self._stopped: asyncio.Future[None] = self._loop.create_future()
         self._error: BaseException | None = None
         self._clients_closing = False
+        self._totals = Stats("server", lambda: {"connections": len(self._connections)})
+        """Counts of closed connections, and the server's own (requests,
+        refusals, set-up failures)."""
 
     def __repr__(self) -> str:
         where = ", ".join(f"{h}:{p}" for h, p in self._addresses)
@@ -218,6 +228,7 @@ class Server:
                 reply = await reply
             return check_private_data(reply or b"", limit, "accept")
         except RejectConnection as rejection:
+            self._totals.add("connections_rejected")
             child.reject(rejection.private_data)
         except Exception:
             log.exception("accept callback failed; request from %s rejected", request.peer_address)
@@ -268,6 +279,8 @@ class Server:
         except BaseException as exc:
             abandon_setup(child, qp, conn)
             if isinstance(exc, Exception):
+                self._totals.add("auth_failed" if isinstance(exc, AuthenticationError)
+                                 else "setup_failed")  # fmt: skip
                 log.warning("connection from %s failed during setup: %r", where, exc)
                 return
             raise
@@ -275,7 +288,8 @@ class Server:
             await conn.close()
             return
         self._connections.add(conn)
-        conn._when_closed(lambda: self._connections.discard(conn))
+        self._totals.add("connections_accepted")
+        conn._when_closed(lambda: self._retire(conn))
         task = self._loop.create_task(self._run_callback(conn))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
@@ -286,6 +300,7 @@ class Server:
         try:
             return ServerHandshake(self._key, data)
         except Refused as refused:
+            self._totals.add("auth_refused")
             log.warning("connection from %s refused: %s", where, explain(refused.reason))
             child.reject(refusal(refused.reason))
             child.destroy()
@@ -311,6 +326,36 @@ class Server:
         scratch.view()[: len(VERDICT)] = VERDICT
         await conn.qp.post_send(scratch[: len(VERDICT)])
         scratch.close()
+
+    def _retire(self, conn: Connection) -> None:
+        """A connection closed: its counts stay in the server's."""
+        self._connections.discard(conn)
+        for part in conn._stat_parts:
+            self._totals.merge(part, gauges=False)
+
+    # -- metrics -----------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """What this server and its connections have done, as plain data.
+
+        As :meth:`aiordma.Connection.stats`, summed over every connection it
+        accepted (open or closed), plus the server's own counters:
+        ``connections_accepted``, ``connections_rejected`` (by ``accept``),
+        ``auth_refused`` and ``auth_failed`` (see ``auth=``), ``setup_failed``;
+        and the ``connections`` gauge (open now).
+        """
+        snapshot = self._merged().snapshot()
+        snapshot["addresses"] = self.addresses
+        return snapshot
+
+    def _merged(self) -> Stats:
+        parts = [part for conn in list(self._connections) for part in conn._stat_parts]
+        return merged("server", [self._totals, *parts])
+
+    def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:
+        """For exporters: this server's figures, summed over its connections."""
+        where = ",".join("{}:{}".format(*address) for address in self._addresses)
+        yield {"server": where}, self._merged()
 
     async def _run_callback(self, conn: Connection) -> None:
         try:
@@ -469,6 +514,7 @@ async def start_server(
     server._listen(addr, port, backlog)
     if device is not None:
         device._watch(server)
+    metrics.watch(server)
     return server
 
 

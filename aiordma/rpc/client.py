@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiordma import metrics
 from aiordma.auth import PresharedKey
 from aiordma.connection import Connection, Prepare
 from aiordma.device import Device
@@ -27,6 +29,7 @@ from aiordma.messaging import (
     check_into,
     open_channel,
 )
+from aiordma.metrics import Stats
 from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
@@ -56,6 +59,8 @@ class Client:
         if not isinstance(channel, MessageChannel):
             raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
         self.conn = conn
+        self._stats = Stats("rpc_client")
+        conn._add_stats(self._stats)
         self._channel: MessageChannel = channel
         self._codec: Codec = codec or RawCodec()
         self._ids = itertools.count(1)
@@ -102,6 +107,23 @@ class Client:
         body = self._codec.encode(payload)
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._pending[call_id] = _Call(method, fut, into)
+        if not metrics.enabled():
+            return await self._call(method, call_id, head, body, fut, timeout)
+        stats = self._stats
+        stats.add("calls")
+        start = time.perf_counter()
+        try:
+            return await self._call(method, call_id, head, body, fut, timeout)
+        except BaseException:
+            stats.add("calls_failed")
+            raise
+        finally:
+            stats.observe("call", time.perf_counter() - start)
+
+    async def _call(
+        self, method: str, call_id: int, head: bytes, body: Any, fut: asyncio.Future[Any],
+        timeout: float | None,  # noqa: ASYNC109
+    ) -> Any:  # fmt: skip
         try:
             if timeout is None:  # no asyncio.timeout: it costs two getpid calls on 3.11
                 await self._channel.send_message(body, head=head)
@@ -118,6 +140,12 @@ class Client:
             if self._pending.pop(call_id, None) is not None and self._error is None:
                 self._spawn(self._send_cancel(call_id))
             raise
+
+    def stats(self) -> dict[str, Any]:
+        """The connection's metrics (:meth:`aiordma.Connection.stats`), which
+        include this client's: ``calls``, ``calls_failed`` and the ``call``
+        latency histogram (from sending to the reply)."""
+        return self.conn.stats()
 
     async def _send_cancel(self, call_id: int) -> None:
         try:

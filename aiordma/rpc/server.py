@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from aiordma import metrics
 from aiordma._eager import start_eagerly
 from aiordma.auth import PresharedKey
 from aiordma.connection import Connection, Prepare
@@ -22,6 +24,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.messaging import DEFAULT_MAX_MESSAGE, MessageChannel, start_channel_server
+from aiordma.metrics import Stats
 from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.frames import Frame, FrameKind, error_body
@@ -89,7 +92,9 @@ class Service:
         channel = getattr(conn, "prepared", None)
         if not isinstance(channel, MessageChannel):
             raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
-        calls = _Calls(self, channel)
+        stats = Stats("rpc_server")
+        conn._add_stats(stats)
+        calls = _Calls(self, channel, stats)
         channel.deliver_to(calls.on_message)
         try:
             while True:
@@ -111,9 +116,13 @@ class Service:
             channel.deliver_to(None)
             await calls.cancel_all()
 
-    async def _run(self, channel: MessageChannel, frame: Frame, body: bytes | bytearray) -> None:
+    async def _run(
+        self, channel: MessageChannel, frame: Frame, body: bytes | bytearray, stats: Stats
+    ) -> None:
         handler = self._handlers.get(frame.method)
         head = Frame(FrameKind.REPLY, frame.call_id).pack()
+        timed = metrics.enabled()
+        start = time.perf_counter() if timed else 0.0
         try:
             if handler is None:
                 raise _Unknown(f"no method named {frame.method!r}")
@@ -121,11 +130,16 @@ class Service:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            stats.add("requests_failed")
             name = "UnknownMethodError" if isinstance(exc, _Unknown) else type(exc).__qualname__
             if not isinstance(exc, _Unknown):
                 log.debug("%s raised %r", frame.method, exc)
             head = Frame(FrameKind.ERROR, frame.call_id).pack()
             result = error_body(name, str(exc))
+        finally:
+            if timed:
+                stats.add("requests")
+                stats.observe("handler", time.perf_counter() - start)
         try:
             await channel.send_message(result, head=head)
         except (MessageTooLargeError, TypeError, ValueError) as exc:
@@ -148,9 +162,10 @@ class _Unknown(Exception):
 class _Calls:
     """The calls running on one connection, at most ``max_concurrency`` at once."""
 
-    def __init__(self, service: Service, channel: MessageChannel) -> None:
+    def __init__(self, service: Service, channel: MessageChannel, stats: Stats) -> None:
         self._service = service
         self._channel = channel
+        self._stats = stats
         self._loop = channel.link.qp.loop
         self._running: dict[int, asyncio.Task[None]] = {}
         self._freed: asyncio.Future[None] | None = None
@@ -164,7 +179,7 @@ class _Calls:
 
     def dispatch(self, frame: Frame, body: bytes | bytearray) -> None:
         if frame.kind == FrameKind.REQUEST:
-            coro = self._service._run(self._channel, frame, body)
+            coro = self._service._run(self._channel, frame, body, self._stats)
             if self._running:
                 # Other calls (or cancellations) are scheduled: queue behind them.
                 task: asyncio.Task[None] | None = self._loop.create_task(coro)

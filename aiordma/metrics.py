@@ -1,0 +1,176 @@
+"""Counters and latency histograms: what a connection, a server or an RPC client is doing.
+
+Every queue pair, message channel, RPC client and server keeps a
+:class:`Stats` (plain integers and fixed-bucket histograms, updated where
+the event happens); ``stats()`` on each returns a snapshot as a dict, and
+:mod:`aiordma.prometheus` exports them all. Recording is on by default; set
+``AIORDMA_METRICS=0`` in the environment (read at import) or call
+:func:`enable` to turn it off, which leaves every count at zero.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
+
+BUCKETS: Final = tuple(1e-6 * 2**i for i in range(0, 25))
+"""Upper bounds of the latency histograms' buckets, in seconds: 1 us to
+about 16.8 s, doubling (the last bucket also takes anything slower)."""
+
+_on: bool = os.environ.get("AIORDMA_METRICS", "1").strip().lower() not in (
+    "0",
+    "false",
+    "no",
+    "off",
+)
+
+
+def enabled() -> bool:
+    """Whether counters and histograms are being recorded."""
+    return _on
+
+
+def enable(on: bool = True) -> None:
+    """Turn recording on or off for the whole process (it is on unless
+    ``AIORDMA_METRICS=0``). Counts already made are kept."""
+    global _on
+    _on = bool(on)
+
+
+class Histogram:
+    """Latencies in fixed power-of-two buckets (see :data:`BUCKETS`)."""
+
+    __slots__ = ("count", "counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(BUCKETS)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        index = bisect.bisect_left(BUCKETS, seconds)
+        self.counts[min(index, len(BUCKETS) - 1)] += 1
+        self.count += 1
+        self.sum += seconds
+
+    def merge(self, other: Histogram) -> None:
+        for i, n in enumerate(other.counts):
+            self.counts[i] += n
+        self.count += other.count
+        self.sum += other.sum
+
+    def quantile(self, q: float) -> float | None:
+        """An upper bound of the ``q`` quantile (the bucket it falls in), or None if empty."""
+        if not self.count:
+            return None
+        rank = q * self.count
+        seen = 0
+        for bound, n in zip(BUCKETS, self.counts, strict=True):
+            seen += n
+            if seen >= rank:
+                return float(bound)
+        return float(BUCKETS[-1])
+
+    def snapshot(self) -> dict[str, Any]:
+        """``count``, ``sum`` (seconds), ``p50``/``p99`` upper bounds and the
+        non-empty ``buckets`` as ``{upper bound: count}``."""
+        return {
+            "count": self.count,
+            "sum": self.sum,
+            "p50": self.quantile(0.5),
+            "p99": self.quantile(0.99),
+            "buckets": {b: n for b, n in zip(BUCKETS, self.counts, strict=True) if n},
+        }
+
+
+class Stats:
+    """Named counters and latency histograms of one object.
+
+    ``add(name, n)`` and ``observe(name, seconds)`` record (when recording
+    is on); :meth:`snapshot` gives ``{"counters": {...}, "latency": {...}}``.
+    Counter names are ``snake_case``; a counter per kind (operations by
+    opcode, errors by status) is ``"family:kind"`` (``"errors:IBV_WC_REM_ACCESS_ERR"``).
+    """
+
+    __slots__ = ("__weakref__", "counters", "gauge_sources", "histograms", "kind")
+
+    def __init__(self, kind: str, gauges: Callable[[], dict[str, int]] | None = None) -> None:
+        self.kind = kind
+        """What the stats belong to (``"queue_pair"``, ``"channel"``...)."""
+        self.counters: Counter[str] = Counter()
+        self.histograms: dict[str, Histogram] = {}
+        self.gauge_sources: list[Callable[[], dict[str, int]]] = [gauges] if gauges else []
+        """Functions giving current values (exposed bytes...), read at snapshot time."""
+
+    def gauges(self) -> dict[str, int]:
+        """Current values, summed over the gauge sources."""
+        total: Counter[str] = Counter()
+        for source in self.gauge_sources:
+            total.update(source())
+        return dict(total)
+
+    def add(self, name: str, n: int = 1) -> None:
+        if _on:
+            self.counters[name] += n
+
+    def observe(self, name: str, seconds: float) -> None:
+        if _on:
+            histogram = self.histograms.get(name)
+            if histogram is None:
+                histogram = self.histograms[name] = Histogram()
+            histogram.observe(seconds)
+
+    def merge(self, other: Stats, *, gauges: bool = True) -> None:
+        """Add ``other``'s counts (and, with ``gauges``, its live values) to these."""
+        self.counters.update(other.counters)
+        if gauges:
+            self.gauge_sources.extend(other.gauge_sources)
+        for name, histogram in other.histograms.items():
+            mine = self.histograms.get(name)
+            if mine is None:
+                mine = self.histograms[name] = Histogram()
+            mine.merge(histogram)
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{"counters": ..., "gauges": ..., "latency": ...}`` as plain data."""
+        return {
+            "counters": dict(self.counters),
+            "gauges": self.gauges(),
+            "latency": {name: h.snapshot() for name, h in self.histograms.items()},
+        }
+
+
+def merged(kind: str, parts: Iterable[Stats]) -> Stats:
+    """One :class:`Stats` summing ``parts``."""
+    total = Stats(kind)
+    for part in parts:
+        total.merge(part)
+    return total
+
+
+# -- what the exporter walks ---------------------------------------------------
+
+_sources: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def watch(owner: Any) -> None:
+    """Let exporters see ``owner``, which has a ``_metric_sources()`` method
+    yielding ``(labels, stats)`` pairs (a server, or a client connection)."""
+    _sources.add(owner)
+
+
+def unwatch(owner: Any) -> None:
+    _sources.discard(owner)
+
+
+def collect() -> Iterator[tuple[dict[str, str], Stats]]:
+    """Every watched object's ``(labels, stats)``, for an exporter."""
+    for owner in list(_sources):
+        yield from owner._metric_sources()
+
+
+__all__ = ["BUCKETS", "Histogram", "Stats", "collect", "enable", "enabled"]

@@ -1,0 +1,222 @@
+"""Metrics: the counting logic on the host, and counts against real traffic on rxe."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+import aiordma
+import aiordma.prometheus
+from aiordma import Access, metrics, rpc
+from aiordma.metrics import BUCKETS, Histogram, Stats
+from tests.conftest import Lab
+
+
+@pytest.fixture
+def recording() -> Iterator[None]:
+    was = metrics.enabled()
+    metrics.enable(True)
+    yield
+    metrics.enable(was)
+
+
+# -- logic (host) --------------------------------------------------------------
+
+
+def test_histogram_buckets_and_quantiles() -> None:
+    h = Histogram()
+    assert h.quantile(0.5) is None
+    for seconds in (0.5e-6, 3e-6, 3e-6, 1e-3, 100.0):
+        h.observe(seconds)
+    assert h.count == 5
+    assert h.sum == pytest.approx(100.0010065)
+    snap = h.snapshot()
+    assert snap["buckets"] == {1e-6: 1, 4e-6: 2, BUCKETS[10]: 1, BUCKETS[-1]: 1}
+    assert snap["p50"] == 4e-6  # the third of five falls in the 4 us bucket
+    assert snap["p99"] == BUCKETS[-1]
+
+
+def test_stats_count_merge_and_switch_off(recording: None) -> None:
+    a, b = Stats("a", lambda: {"exposed_bytes": 5}), Stats("b", lambda: {"exposed_bytes": 2})
+    a.add("messages_sent")
+    a.add("bytes_sent", 100)
+    b.add("bytes_sent", 11)
+    b.observe("call", 2e-3)
+    total = metrics.merged("t", [a, b])
+    assert total.snapshot()["counters"] == {"messages_sent": 1, "bytes_sent": 111}
+    assert total.snapshot()["gauges"] == {"exposed_bytes": 7}
+    assert total.snapshot()["latency"]["call"]["count"] == 1
+    closed = Stats("server")
+    closed.merge(a, gauges=False)
+    assert closed.gauges() == {}
+    metrics.enable(False)
+    a.add("messages_sent")
+    a.observe("call", 1.0)
+    assert a.counters["messages_sent"] == 1
+    assert "call" not in a.histograms
+
+
+# -- on rxe --------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_queue_pair_counts_verbs_latency_and_errors(
+    device: aiordma.Device, recording: None
+) -> None:
+    a, b = await aiordma.connect_loopback_pair(device)
+    try:
+        target = device.alloc(
+            64, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
+        )
+        local = device.alloc(64)
+        for _ in range(3):
+            await a.rdma_write(local[:8], target.remote()[:8])
+        for _ in range(2):
+            await a.rdma_read(local[:8], target.remote()[:8])
+        if device.attributes.atomic:
+            await a.atomic_fetch_add(target.remote()[:8], 1)
+        receives = await b.post_recv_batch([local[:8], local[8:16]])
+        bad = aiordma.RemoteBuffer(target.addr, 8, target.rkey ^ 0xFF)
+        with pytest.raises(aiordma.RemoteAccessError):
+            await a.rdma_read(local[:8], bad)
+        counters = a.stats()["counters"]
+        assert counters["ops:rdma_write"] == 3
+        assert counters["ops:rdma_read"] == 3  # the refused one included
+        assert counters.get("ops:atomic_fetch_add", 0) == (1 if device.attributes.atomic else 0)
+        assert counters["errors:IBV_WC_REM_ACCESS_ERR"] == 1
+        latency = a.stats()["latency"]
+        assert latency["rdma_write"]["count"] == 3
+        assert latency["rdma_read"]["count"] == 3
+        assert 0 < latency["rdma_write"]["sum"] < 60
+        assert b.stats()["counters"]["ops:recv"] == 2
+        b.close()
+        flushed = await asyncio.gather(*receives, return_exceptions=True)
+        assert all(isinstance(r, aiordma.RdmaError) for r in flushed)
+    finally:
+        for qp in (a, b):
+            qp.close()
+            await qp.wait_closed()
+
+
+SMALL = [0, 10, 1000]
+LARGE = [100_000, 300_000]
+
+
+@pytest.mark.asyncio
+async def test_channel_counters_match_the_traffic_on_both_sides(lab: Lab, recording: None) -> None:
+    served, gone = asyncio.Event(), asyncio.Event()
+
+    async def handle(channel: aiordma.MessageChannel) -> None:
+        for _ in SMALL + LARGE:
+            await channel.recv_message()
+        await channel.send_message(b"x" * 50)
+        served.set()
+        await channel.conn.wait_closed()
+        gone.set()  # the server retired the connection first (an earlier callback)
+
+    async with await aiordma.start_channel_server(handle, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.open_channel(lab.addr, port) as channel:
+            for size in SMALL + LARGE:
+                await channel.send_message(bytes(size))
+            assert await asyncio.wait_for(channel.recv_message(), 30) == b"x" * 50
+            await asyncio.wait_for(served.wait(), 30)
+            mine = channel.conn.stats()["counters"]
+            assert mine["messages_sent"] == 5
+            assert mine["bytes_sent"] == sum(SMALL + LARGE)
+            assert mine["large_sent"] == 2
+            assert mine["messages_received"] == 1
+            assert mine["bytes_received"] == 50
+            assert "large_received" not in mine
+            assert channel.stats()["counters"]["messages_sent"] == 5
+            theirs = server.stats()
+            assert theirs["counters"]["messages_received"] == 5
+            assert theirs["counters"]["bytes_received"] == sum(SMALL + LARGE)
+            assert theirs["counters"]["large_received"] == 2
+            assert theirs["counters"]["messages_sent"] == 1
+            assert theirs["gauges"]["connections"] == 1
+        await asyncio.wait_for(gone.wait(), 30)
+        assert not server.connections
+        # Closed connections' counts stay in the server's.
+        after = server.stats()
+        assert after["counters"]["messages_received"] == 5
+        assert after["counters"]["connections_accepted"] == 1
+        assert after["gauges"] == {"connections": 0}
+
+
+@pytest.mark.asyncio
+async def test_exposed_bytes_gauge_follows_a_large_send(lab: Lab, recording: None) -> None:
+    size = 200_000
+    announced, release = asyncio.Event(), asyncio.Event()
+
+    async def late(channel: aiordma.MessageChannel) -> None:
+        await channel.wait_message()
+        announced.set()
+        await release.wait()
+        await channel.recv_message()
+        await channel.conn.wait_closed()
+
+    async with await aiordma.start_channel_server(late, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.open_channel(lab.addr, port) as channel:
+            sending = asyncio.ensure_future(channel.send_message(bytes(size)))
+            await asyncio.wait_for(announced.wait(), 30)
+            assert channel.stats()["gauges"] == {"exposed_bytes": size, "exposures": 1}
+            release.set()
+            await asyncio.wait_for(sending, 30)
+            assert channel.stats()["gauges"] == {"exposed_bytes": 0, "exposures": 0}
+
+
+@pytest.mark.asyncio
+async def test_rpc_counts_and_prometheus_export(lab: Lab, recording: None) -> None:
+    service = rpc.Service()
+
+    @service.method()
+    async def echo(data: bytes) -> bytes:
+        return data
+
+    registry = CollectorRegistry()
+    aiordma.prometheus.register(registry)
+    async with await rpc.start_server(service, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await rpc.connect(lab.addr, port) as client:
+            for _ in range(2):
+                await asyncio.wait_for(client.call("echo", b"hi"), 30)
+            with pytest.raises(rpc.UnknownMethodError):
+                await asyncio.wait_for(client.call("nope", b""), 30)
+            counters = client.stats()["counters"]
+            assert counters["calls"] == 3
+            assert counters["calls_failed"] == 1
+            assert client.stats()["latency"]["call"]["count"] == 3
+            served = server.stats()["counters"]
+            assert served["requests"] == 3
+            assert served["requests_failed"] == 1
+            text = generate_latest(registry).decode()
+            where = f'server="{lab.addr}:{port}"'
+            assert f"aiordma_requests_total{{{where}}} 3.0" in text
+            assert f"aiordma_connections{{{where}}} 1.0" in text
+            peer = "{}:{}".format(*client.conn.peer_address)
+            assert f'aiordma_calls_total{{peer="{peer}"}} 3.0' in text
+            assert f'aiordma_call_seconds_count{{peer="{peer}"}} 3.0' in text
+
+
+@pytest.mark.asyncio
+async def test_nothing_is_counted_while_metrics_are_off(lab: Lab) -> None:
+    async def handle(channel: aiordma.MessageChannel) -> None:
+        await channel.send_message(await channel.recv_message())
+
+    was = metrics.enabled()
+    metrics.enable(False)
+    try:
+        async with await aiordma.start_channel_server(handle, lab.addr, 0) as server:
+            port = server.addresses[0][1]
+            async with await aiordma.open_channel(lab.addr, port) as channel:
+                await channel.send_message(b"quiet")
+                assert await asyncio.wait_for(channel.recv_message(), 30) == b"quiet"
+                assert channel.stats()["counters"] == {}
+                assert channel.conn.stats()["latency"] == {}
+    finally:
+        metrics.enable(was)
