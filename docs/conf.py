@@ -36,7 +36,7 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 nitpick_ignore_regex = [
     ("py:.*", r"(collections\.abc|asyncio|_asyncio|enum|typing|ipaddress)\..*"),
     ("py:class", r"pyverbs\..*|Context|PD|CQ|QP|MW|CMId"),
-    ("py:class", r"distributed\..*|aiordma\.dask\.comm\.Handler"),
+    ("py:class", r"distributed\..*|aiordma\.dask\.comm\.Handler|prometheus_client\..*"),
     ("py:class", r"aiordma\.rpc\.server\.H|aiordma\.completion\.CompletionHandler"),
     ("py:data", r"LINGER|DEFAULT_POLL"),
 ]
