@@ -1,4 +1,4 @@
-"""The ``aiordma`` command: device listing, Soft-RoCE set-up, the lab and benchmarks."""
+"""The ``aiordma`` command: device listing, Soft-RoCE set-up, the lab, benchmarks and metrics."""
 
 from __future__ import annotations
 
@@ -87,6 +87,22 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         return 128 + exc.signum
 
 
+def _cmd_stats(args: argparse.Namespace) -> int:
+    import urllib.error
+    import urllib.request
+
+    from aiordma.metrics import format_exposition
+
+    try:
+        with urllib.request.urlopen(args.url, timeout=args.timeout) as reply:
+            text = reply.read().decode()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        print(f"aiordma: cannot read metrics from {args.url}: {exc}", file=sys.stderr)
+        return 1
+    print(format_exposition(text))
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from aiordma.bench.command import run
 
@@ -152,6 +168,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many s")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=_cmd_lab)
+
+    p = sub.add_parser(
+        "stats",
+        help="print the metrics of a running process (from its Prometheus endpoint)",
+        description="Read the aiordma metrics a process exports (aiordma.prometheus.register() "
+        "and prometheus_client's HTTP server) and print them per server and connection.",
+    )
+    p.add_argument(
+        "url",
+        nargs="?",
+        default="http://127.0.0.1:9464/metrics",
+        help="the process's metrics URL (default: http://127.0.0.1:9464/metrics)",
+    )
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for it")
+    p.set_defaults(func=_cmd_stats)
 
     from aiordma.bench.command import add_arguments
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -173,4 +174,54 @@ def collect() -> Iterator[tuple[dict[str, str], Stats]]:
         yield from owner._metric_sources()
 
 
-__all__ = ["BUCKETS", "Histogram", "Stats", "collect", "enable", "enabled"]
+# -- reading an exposition back (``aiordma stats``) ---------------------------------
+
+_SAMPLE = re.compile(r"^(aiordma_[a-zA-Z0-9_]+)(?:\{(.*)\})? (\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def format_exposition(text: str) -> str:
+    """aiordma's samples in Prometheus text ``text``, as a table per labelled source.
+
+    Counters and gauges are listed by name (a ``op``/``status``/``kind``
+    label folded into it); histograms as count and mean.
+    """
+    groups: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        name, raw_labels, raw_value = match.groups()
+        labels = dict(_LABEL.findall(raw_labels or ""))
+        if name.endswith("_bucket") or name.endswith("_created"):
+            continue
+        source = ", ".join(f"{k}={labels.pop(k)}" for k in ("server", "peer") if k in labels)
+        for key in ("op", "status", "kind"):
+            if key in labels:
+                name = f"{name}:{labels.pop(key)}"
+        try:
+            value = float(raw_value)
+        except ValueError:
+            continue
+        groups.setdefault(source or "(process)", {})[name.removeprefix("aiordma_")] = value
+    if not groups:
+        return "no aiordma metrics there (is aiordma.prometheus.register() called?)"
+    out = []
+    for source in sorted(groups):
+        out.append(source)
+        values = groups[source]
+        for name in sorted(values):
+            if name.endswith("_seconds_sum"):
+                continue
+            if name.endswith("_seconds_count"):
+                base = name.removesuffix("_count")
+                count = values[name]
+                total = values.get(base + "_sum", 0.0)
+                mean = f"mean {total / count * 1e6:,.1f} us" if count else "no samples"
+                out.append(f"  {base:<40} {count:>14,.0f}  {mean}")
+            else:
+                out.append(f"  {name:<40} {values[name]:>14,.0f}")
+    return "\n".join(out)
+
+
+__all__ = ["BUCKETS", "Histogram", "Stats", "collect", "enable", "enabled", "format_exposition"]

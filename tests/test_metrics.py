@@ -220,3 +220,48 @@ async def test_nothing_is_counted_while_metrics_are_off(lab: Lab) -> None:
                 assert channel.conn.stats()["latency"] == {}
     finally:
         metrics.enable(was)
+
+
+class _Source:
+    """A watched object, as a server or client connection is."""
+
+    def __init__(self, labels: dict[str, str], stats: Stats) -> None:
+        self.labels, self.stats = labels, stats
+
+    def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:
+        yield self.labels, self.stats
+
+
+def test_the_stats_command_prints_a_running_processs_metrics(
+    recording: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``aiordma stats URL`` reads what the exporter serves over HTTP."""
+    from prometheus_client import start_http_server
+
+    from aiordma.cli import main
+
+    stats = Stats("server", lambda: {"connections": 2})
+    stats.add("messages_sent", 7)
+    stats.add("errors:IBV_WC_REM_ACCESS_ERR")
+    stats.observe("call", 0.002)
+    stats.observe("call", 0.004)
+    source = _Source({"server": "192.0.2.1:7471"}, stats)
+    metrics.watch(source)
+    registry = CollectorRegistry()
+    aiordma.prometheus.register(registry)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        port = server.server_address[1]
+        assert main(["stats", f"http://127.0.0.1:{port}/metrics"]) == 0
+    finally:
+        server.shutdown()
+        thread.join(5)
+        metrics.unwatch(source)
+    out = capsys.readouterr().out
+    assert "server=192.0.2.1:7471" in out
+    assert "messages_sent_total" in out
+    assert "errors_total:IBV_WC_REM_ACCESS_ERR" in out
+    assert "call_seconds" in out
+    assert "mean 3,000.0 us" in out
+    assert main(["stats", "http://127.0.0.1:9/metrics", "--timeout", "1"]) == 1
+    assert "cannot read metrics" in capsys.readouterr().err
