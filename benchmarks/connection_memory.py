@@ -1,0 +1,150 @@
+"""Memory per connection: what N message-channel connections cost each side.
+
+    aiordma lab -- python benchmarks/connection_memory.py [--count 1000] [--json]
+
+Starts a channel server in a child process, opens ``--count`` channels to
+it from this process (``--batch`` at a time), sends one message each way on
+every channel so both sides are fully set up, then reads both processes'
+resident memory (``VmRSS``) and the bytes they have registered. Prints the
+increase per connection on each side, next to the registered bytes per
+channel that the defaults imply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+import aiordma
+from aiordma.discovery import find_roce_endpoint
+from aiordma.messaging import DEFAULT_BUFFER, DEFAULT_CONTROL_WINDOW, DEFAULT_WINDOW
+
+
+def rss() -> int:
+    """This process's resident memory in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def registered() -> int:
+    """Bytes registered by this process on the shared device."""
+    device = aiordma.Device.shared_if_open(find_roce_endpoint().device)  # type: ignore[union-attr]
+    return 0 if device is None else sum(len(mr) for mr in list(device._mrs) if not mr.closed)
+
+
+async def serve(host: str) -> None:
+    """The child: echo one message per channel; answer ``rss`` on stdin."""
+
+    async def echo(channel: aiordma.MessageChannel) -> None:
+        await channel.send_message(await channel.recv_message())
+        await channel.conn.wait_closed()
+
+    server = await aiordma.start_channel_server(echo, host, 0, backlog=1024)
+    print(json.dumps({"port": server.addresses[0][1], "rss": rss()}), flush=True)
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        if line.strip() == "rss":
+            print(json.dumps({"rss": rss(), "registered": registered()}), flush=True)
+    server.close()
+    server.close_clients()
+    await server.wait_closed()
+
+
+async def measure(host: str, count: int, batch: int) -> dict[str, float]:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve", host,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdin is not None
+    assert child.stdout is not None
+
+    async def ask() -> dict[str, int]:
+        assert child.stdin is not None
+        assert child.stdout is not None
+        child.stdin.write(b"rss\n")
+        await child.stdin.drain()
+        return dict(json.loads(await child.stdout.readline()))
+
+    first = json.loads(await child.stdout.readline())
+    port = first["port"]
+    server_before = await ask()
+    # One connection first, so what every process pays once (the device,
+    # its completion queue, imports) is not counted per connection.
+    warm = await aiordma.open_channel(host, port)
+    await warm.send_message(b"w")
+    await warm.recv_message()
+    client_before, client_registered_before = rss(), registered()
+    server_before = await ask()
+    channels: list[aiordma.MessageChannel] = []
+
+    async def one() -> aiordma.MessageChannel:
+        channel = await aiordma.open_channel(host, port, timeout=60)
+        await channel.send_message(b"x")
+        await channel.recv_message()
+        return channel
+
+    for start in range(0, count, batch):
+        channels += await asyncio.gather(*(one() for _ in range(min(batch, count - start))))
+    client_after, client_registered_after = rss(), registered()
+    server_after = await ask()
+    for channel in [warm, *channels]:
+        channel.close()
+    await asyncio.gather(*(c.wait_closed() for c in [warm, *channels]), return_exceptions=True)
+    child.stdin.close()
+    await child.wait()
+    return {
+        "connections": count,
+        "client_rss_per_connection": (client_after - client_before) / count,
+        "server_rss_per_connection": (server_after["rss"] - server_before["rss"]) / count,
+        "client_registered_per_connection": (client_registered_after - client_registered_before)
+        / count,
+        "server_registered_per_connection": (
+            server_after["registered"] - server_before["registered"]
+        )
+        / count,
+        "default_channel_buffers": 2 * (DEFAULT_WINDOW + DEFAULT_CONTROL_WINDOW) * DEFAULT_BUFFER,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--serve", metavar="HOST", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(serve(args.serve))
+        return
+    endpoint = find_roce_endpoint()
+    if endpoint is None:
+        raise SystemExit("no RoCE device with an IPv4 address (run it in 'aiordma lab')")
+    row = asyncio.run(measure(str(endpoint.address), args.count, args.batch))
+    if args.json:
+        print(json.dumps(row))
+        return
+    kib = 1024
+    print(f"{args.count} connections, per connection:")
+    print(
+        f"  client: {row['client_rss_per_connection'] / kib:8.1f} KiB resident, "
+        f"{row['client_registered_per_connection'] / kib:8.1f} KiB registered"
+    )
+    print(
+        f"  server: {row['server_rss_per_connection'] / kib:8.1f} KiB resident, "
+        f"{row['server_registered_per_connection'] / kib:8.1f} KiB registered"
+    )
+    print(
+        f"  (a channel's send and receive buffers by default: "
+        f"{row['default_channel_buffers'] / kib:.0f} KiB)"
+    )
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
