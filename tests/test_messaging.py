@@ -388,6 +388,19 @@ async def test_a_slice_of_a_readable_pool_exposes_only_its_bytes_and_only_until_
             await _prober_read(remote, lab)
 
 
+def _recording_registrations(conn: aiordma.Connection) -> list[object]:
+    """What ``conn.register`` is asked to register from now on (it still registers)."""
+    registered: list[object] = []
+    register = conn.register
+
+    def recording_register(obj: object, *args: Access) -> aiordma.MemoryRegion:
+        registered.append(obj)
+        return register(obj, *args)
+
+    conn.register = recording_register  # type: ignore[assignment,method-assign]
+    return registered
+
+
 @pytest.mark.asyncio
 async def test_bindable_memory_is_exposed_through_a_window_until_done(lab: Lab) -> None:
     """A region registered with MW_BIND is exposed through a memory window on
@@ -422,14 +435,7 @@ async def test_bindable_memory_is_exposed_through_a_window_until_done(lab: Lab) 
         conn = channel.conn
         region = conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
         region.view()[:] = _payload(5, size)
-        registered: list[object] = []
-        register = conn.register
-
-        def recording_register(obj: object, *args: Access) -> aiordma.MemoryRegion:
-            registered.append(obj)
-            return register(obj, *args)
-
-        conn.register = recording_register  # type: ignore[assignment,method-assign]
+        registered = _recording_registrations(conn)
         await asyncio.wait_for(channel.send_message(region), 60)
         assert await asyncio.wait_for(channel.recv_message(), 60) == b"ok"
         assert seen["message"] == _payload(5, size)
@@ -444,6 +450,24 @@ async def test_bindable_memory_is_exposed_through_a_window_until_done(lab: Lab) 
     assert isinstance(seen["after"], aiordma.RemoteAccessError), seen["after"]
 
 
+async def _take_withdrawn_then_next(
+    channel: MessageChannel, announced: asyncio.Event, got: list[object]
+) -> None:
+    """The receiver of a large send its sender withdraws, then of a small
+    message after it: say when the large one is announced, wait until the
+    small one arrived (so the REVOKE sent before it did), then take both
+    (the outcome of each goes to ``got``)."""
+    await channel.wait_message()  # the large message is announced, not yet read
+    announced.set()
+    while len(channel._state.ready) < 2:
+        await channel._changed()
+    try:
+        got.append(await channel.recv_message())
+    except aiordma.MessageRevokedError as exc:
+        got.append(exc)
+    got.append(bytes(await channel.recv_message()))
+
+
 @pytest.mark.asyncio
 async def test_a_cancelled_send_revokes_its_window(lab: Lab) -> None:
     size = 256 << 10
@@ -452,16 +476,7 @@ async def test_a_cancelled_send_revokes_its_window(lab: Lab) -> None:
     shared: dict[str, aiordma.RemoteBuffer] = {}
 
     async def slow(conn: aiordma.Connection) -> None:
-        channel: MessageChannel = conn.prepared
-        await channel.wait_message()  # the large message is announced, not yet read
-        announced.set()
-        while len(channel._state.ready) < 2:  # "next" came, so the REVOKE sent before it did
-            await channel._changed()
-        try:
-            got.append(await channel.recv_message())
-        except aiordma.MessageRevokedError as exc:
-            got.append(exc)
-        got.append(bytes(await channel.recv_message()))
+        await _take_withdrawn_then_next(conn.prepared, announced, got)
         finished.set()
         await probe.wait()
         try:  # through the very connection the rkey was given to
@@ -512,14 +527,7 @@ async def test_a_slice_of_bindable_memory_uses_a_window_only_where_windows_are_b
         conn = channel.conn
         pool = conn.alloc(2 * size, Access.LOCAL_WRITE | Access.MW_BIND)
         pool.view()[size:] = _payload(6, size)
-        registered: list[object] = []
-        register = conn.register
-
-        def recording_register(obj: object, *args: Access) -> aiordma.MemoryRegion:
-            registered.append(obj)
-            return register(obj, *args)
-
-        conn.register = recording_register  # type: ignore[assignment,method-assign]
+        registered = _recording_registrations(conn)
         await asyncio.wait_for(channel.send_message(pool[size:]), 60)
         assert await asyncio.wait_for(channel.recv_message(), 60) == _payload(6, size)
         windows_used = not any(isinstance(obj, memoryview) and len(obj) == size
@@ -579,16 +587,7 @@ async def test_cancelling_a_large_send_revokes_it(lab: Lab) -> None:
     got: list[object] = []
 
     async def slow(conn: aiordma.Connection) -> None:
-        channel: MessageChannel = conn.prepared
-        await channel.wait_message()  # the large message is announced, not yet read
-        announced.set()
-        while len(channel._state.ready) < 2:  # "next" came, so the REVOKE sent before it did
-            await channel._changed()
-        try:
-            got.append(await channel.recv_message())
-        except aiordma.MessageRevokedError as exc:
-            got.append(exc)
-        got.append(bytes(await channel.recv_message()))
+        await _take_withdrawn_then_next(conn.prepared, announced, got)
         finished.set()
 
     async with channel_to(lab, slow) as channel:
