@@ -267,7 +267,7 @@ class Server:
             _rdmacm.accept(child.id, private_data=reply, **conn_params(qp))
             try:
                 async with asyncio.timeout(self._handshake_timeout):
-                    await expect(child, EventType.ESTABLISHED, where)
+                    await self._established(child, conn, where)
                     if handshake is not None:
                         await self._verify(handshake, conn, child, scratch, arrival, where)
             except TimeoutError as exc:
@@ -293,6 +293,26 @@ class Server:
         task = self._loop.create_task(self._run_callback(conn))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
+
+    @staticmethod
+    async def _established(child: CMId, conn: Connection, where: str) -> None:
+        """Wait for ``child``'s ESTABLISHED event, unless ``conn`` closes first.
+
+        A connection can close before it is established: the ``prepare``
+        hook's receives may take the client's first packets, and a message
+        channel closes a connection whose packet breaks the protocol. Its
+        cm_id is then gone and no event will come, so stop waiting at once.
+        """
+        established = asyncio.ensure_future(expect(child, EventType.ESTABLISHED, where))
+        closed = asyncio.ensure_future(conn.wait_closed())
+        try:
+            await asyncio.wait((established, closed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            established.cancel()
+            closed.cancel()
+        if closed.done() and not closed.cancelled():
+            raise ConnectionLostError(f"the connection from {where} closed during set-up")
+        established.result()
 
     def _handshake(self, child: CMId, data: bytes, where: str) -> ServerHandshake | None:
         """The handshake a request starts; None when it started none (it is then rejected)."""

@@ -277,8 +277,13 @@ async def test_malformed_packet_closes_only_that_connection(
     lab: Lab, garbage: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
     errors: list[BaseException] = []
+    handlers: list[aiordma.Connection] = []
+    both = asyncio.Event()
 
     async def serve(conn: aiordma.Connection) -> None:
+        handlers.append(conn)
+        if len(handlers) == 2:
+            both.set()
         channel: MessageChannel = conn.prepared
         try:
             async for message in channel:
@@ -292,6 +297,9 @@ async def test_malformed_packet_closes_only_that_connection(
         async with await aiordma.connect(lab.addr, port, prepare=prepare_channel) as good:
             channel: MessageChannel = good.prepared
             async with await aiordma.connect(lab.addr, port) as bad:
+                # Once the server handed it over (else the packet may beat the
+                # connection's ESTABLISHED event: see the next test).
+                await asyncio.wait_for(both.wait(), 30)
                 packet = bad.alloc(len(garbage))
                 packet.view()[:] = garbage
                 await bad.post_send(packet)
@@ -300,6 +308,34 @@ async def test_malformed_packet_closes_only_that_connection(
             assert await asyncio.wait_for(channel.recv_message(), 30) == b"unaffected"
     assert len(errors) == 1
     assert "broke the message protocol" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_a_bad_first_packet_ends_the_set_up_at_once(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A packet that breaks the protocol may arrive before the server saw the
+    connection established: the channel closes the connection, and the
+    server's set-up stops waiting for the ESTABLISHED that will never come
+    (it used to wait out the handshake timeout, here a minute)."""
+    caplog.set_level(logging.WARNING, "aiordma")
+    garbage = b"certainly not a packet header, but long enough to be taken for one"
+    server = await aiordma.start_server(
+        lambda conn: None, lab.addr, 0, prepare=prepare_channel, handshake_timeout=60
+    )
+    try:
+        for _ in range(3):
+            async with await aiordma.connect(lab.addr, server.addresses[0][1]) as bad:
+                packet = bad.alloc(len(garbage))
+                packet.view()[:] = garbage
+                await bad.post_send(packet)  # at once: it may beat ESTABLISHED
+                await asyncio.wait_for(bad.wait_closed(), 30)
+    finally:
+        server.close()
+        server.close_clients()
+        await asyncio.wait_for(server.wait_closed(), 20)  # no set-up left waiting
+    assert caplog.text.count("broke the message protocol") == 3
+    assert "did not confirm the connection" not in caplog.text
 
 
 @pytest.mark.asyncio
