@@ -18,7 +18,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -54,6 +54,17 @@ if TYPE_CHECKING:
 
     from aiordma.completion import CompletionQueue
     from aiordma.device import Device
+
+_OP_COUNTERS: Final = {
+    kind: "ops:" + kind
+    for kind in (
+        "send",
+        "rdma_write",
+        "rdma_read",
+        *(_ibv.WR_NAMES[op] for op in _ibv.ATOMIC_OPCODES),
+    )
+}
+"""The counter of each awaited verb, named once rather than per operation."""
 
 __all__ = [
     "FLUSH_TIMEOUT",
@@ -367,7 +378,7 @@ class QueuePair:
         engine = self._engine
         engine.check_usable()
         built = [self._build(op) for op in ops]
-        engine.stats.add("ops:batched", len(built))
+        self._stats.add("ops:batched", len(built))
         futures: list[asyncio.Future[WorkCompletion]] = []
         size = engine.sq.size
         for start in range(0, len(built), size):
@@ -384,7 +395,7 @@ class QueuePair:
         built = [self._build(op) for op in ops]
         if not engine.sq.try_acquire(len(built)):
             raise ResourceBusyError(f"send queue has no room for {len(built)} work requests")
-        engine.stats.add("ops:batched", len(built))
+        self._stats.add("ops:batched", len(built))
         return engine.post_sends(built)
 
     def post_send_callback(self, local: Segment, done: Done, *, signaled: bool = True) -> None:
@@ -460,10 +471,10 @@ class QueuePair:
     async def _run(self, kind: str, request: SendRequest) -> WorkCompletion:
         """Post ``request`` and await its completion, counting it as ``kind``
         and timing it (from posting to completion) while metrics are on."""
-        stats = self._engine.stats
         if not metrics.enabled():
             return await (await self._one(request))
-        stats.add("ops:" + kind)
+        stats = self._stats
+        stats.add(_OP_COUNTERS[kind])
         start = time.perf_counter()
         try:
             return await (await self._one(request))
@@ -604,7 +615,7 @@ class QueuePair:
         except BaseException:
             mw.close()
             raise
-        engine.stats.add("ops:bind_window")
+        self._stats.add("ops:bind_window")
         return MemoryWindow(mw, segment, access, rkey, kind, self.qp_num, self._windows, bound)
 
     async def flush_sends(self) -> None:
@@ -648,7 +659,7 @@ class QueuePair:
         """Post receives for ``locals_``; one future per buffer, resolved when a message lands."""
         seglists = self._recv_lists(locals_)
         engine = self._engine
-        engine.stats.add("ops:recv", len(seglists))
+        self._stats.add("ops:recv", len(seglists))
         futures: list[asyncio.Future[WorkCompletion]] = []
         size = engine.rq.size
         for start in range(0, len(seglists), size):
