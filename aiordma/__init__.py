@@ -50,6 +50,7 @@ from aiordma.queue_pair import (
     connect_loopback_pair,
 )
 from aiordma.server import ConnectionRequest, RejectConnection, Server, start_server
+from aiordma.shared_receive import SharedReceiveQueue
 from aiordma.streams import open_connection, start_stream_server
 from aiordma.window import MemoryWindow
 
@@ -93,6 +94,7 @@ __all__ = [
     "Segment",
     "Send",
     "Server",
+    "SharedReceiveQueue",
     "WorkCompletion",
     "Write",
     "WrongLoopError",

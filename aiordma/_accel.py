@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 PURE_ENV: Final = "AIORDMA_PURE"
 """Set to 1 to force the pure-Python path (for comparison or debugging)."""
-ABI: Final = 1
+ABI: Final = 2
 """The :mod:`aiordma._core` interface version this Python side expects."""
 
 
@@ -53,9 +53,9 @@ def cq_driver(cq: CQ, fd: int) -> CQDriver | None:
     return core.CQDriver(address) if address else None
 
 
-def qp_driver(qp: QP, cq: CQDriver | None) -> QPDriver | None:
-    """A :class:`~aiordma._core.QPDriver` for ``qp`` on ``cq``, or None (pure path)."""
-    if core is None or cq is None:
+def qp_driver(qp: QP, send_cq: CQDriver | None, recv_cq: CQDriver | None) -> QPDriver | None:
+    """A :class:`~aiordma._core.QPDriver` for ``qp`` on those CQs, or None (pure path)."""
+    if core is None or send_cq is None or recv_cq is None:
         return None
-    address = core.find_qp(qp, cq.address)
+    address = core.find_qp(qp, send_cq.address, recv_cq.address)
     return core.QPDriver(address) if address else None

@@ -56,10 +56,13 @@ cdef extern from "infiniband/verbs.h" nogil:
         ibv_context *context
         ibv_comp_channel *channel
         int cqe
+    struct ibv_srq:
+        ibv_context *context
     struct ibv_qp:
         ibv_context *context
         ibv_cq *send_cq
         ibv_cq *recv_cq
+        ibv_srq *srq
         uint32_t qp_num
         int qp_type
     struct ibv_sge:
@@ -103,6 +106,7 @@ cdef extern from "infiniband/verbs.h" nogil:
         unsigned int wc_flags
     int ibv_post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr)
     int ibv_post_recv(ibv_qp *qp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr)
+    int ibv_post_srq_recv(ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad_wr)
     int ibv_poll_cq(ibv_cq *cq, int num_entries, ibv_wc *wc)
     int ibv_req_notify_cq(ibv_cq *cq, int solicited_only)
     int ibv_get_cq_event(ibv_comp_channel *channel, ibv_cq **cq, void **cq_context)
@@ -117,7 +121,7 @@ cdef enum:
     WR_ATOMIC_CMP_AND_SWP = 5
     WR_ATOMIC_FETCH_AND_ADD = 6
 
-ABI = 1
+ABI = 2
 """Bumped whenever the Python side's expectations of this module change."""
 
 
@@ -175,18 +179,19 @@ def find_cq(object cq, int fd):
     return found
 
 
-def find_qp(object qp, uintptr_t cq_addr):
+def find_qp(object qp, uintptr_t cq_addr, uintptr_t recv_cq_addr):
     """The address of the ``ibv_qp`` inside the pyverbs ``qp``, or 0.
 
     Accepted only if exactly one candidate carries the QP's number and type
-    and uses the CQ at ``cq_addr`` (found by :func:`find_cq`) for both queues.
+    and uses the CQs at ``cq_addr`` and ``recv_cq_addr`` (found by
+    :func:`find_cq`) for its send and receive completions.
     """
     cdef ibv_qp q
     cdef uint32_t qp_num
     cdef int qp_type
     cdef uintptr_t found = 0
     cdef uintptr_t p
-    if cq_addr == 0 or not isinstance(getattr(qp, "qp_num", None), int):
+    if cq_addr == 0 or recv_cq_addr == 0 or not isinstance(getattr(qp, "qp_num", None), int):
         return 0  # no CQ to match, or not a QP
     qp_num = qp.qp_num
     qp_type = qp.qp_type
@@ -195,7 +200,7 @@ def find_qp(object qp, uintptr_t cq_addr):
             continue
         if q.qp_num != qp_num or q.qp_type != qp_type:
             continue
-        if <uintptr_t>q.send_cq != cq_addr or <uintptr_t>q.recv_cq != cq_addr:
+        if <uintptr_t>q.send_cq != cq_addr or <uintptr_t>q.recv_cq != recv_cq_addr:
             continue
         if found != 0 and found != p:
             return 0
@@ -497,6 +502,24 @@ cdef class QPDriver:
         wr.sg_list = &sge
         wr.num_sge = 1
         return ibv_post_recv(self.qp, &wr, &bad)
+
+    def post_srq_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length, uint32_t lkey):
+        """Post one receive into one buffer on the shared receive queue this
+        QP receives from; 0 or the provider's errno (EINVAL: it has none)."""
+        cdef ibv_recv_wr wr
+        cdef ibv_sge sge
+        cdef ibv_recv_wr *bad = NULL
+        self._check()
+        if self.qp.srq == NULL:
+            return 22
+        sge.addr = addr
+        sge.length = length
+        sge.lkey = lkey
+        wr.wr_id = wr_id
+        wr.next = NULL
+        wr.sg_list = &sge
+        wr.num_sge = 1
+        return ibv_post_srq_recv(self.qp.srq, &wr, &bad)
 
     def post_recvs(self, list requests):
         """Post ``(wr_id, segments)`` receives as one linked list; 0 or errno."""

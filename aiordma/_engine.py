@@ -248,6 +248,7 @@ class WorkEngine:
         send_depth: int,
         recv_depth: int,
         alloc: Callable[[int], MemoryRegion],
+        recv_cq: CompletionQueue | None = None,
     ) -> None:
         self.qp: QP | None = qp
         """The pyverbs handle (None once destroyed)."""
@@ -268,7 +269,7 @@ class WorkEngine:
         self._alloc = alloc
         self._scratch: MemoryRegion | None = None
         self._scratch_free: list[int] = []
-        self.driver = _accel.qp_driver(qp, cq._driver)
+        self.driver = _accel.qp_driver(qp, cq._driver, (recv_cq or cq)._driver)
         """The compiled core's handle on this QP (None: posts go through pyverbs)."""
         self._chain = _SendChain() if _CHAIN_SUPPORTED and self.driver is None else None
         self._recv_wrs: dict[tuple[int, int, int], RecvWR] = {}

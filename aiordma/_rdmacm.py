@@ -415,8 +415,9 @@ def resolve_route(cm_id: int, timeout_ms: int) -> None:
 
 
 def _conn_param(
-    qp_num: int, private_data: bytes, resources: int, depth: int, retry: int, rnr_retry: int
-) -> tuple[ConnParam, Any]:
+    qp_num: int, private_data: bytes, resources: int, depth: int, retry: int, rnr_retry: int,
+    srq: int,
+) -> tuple[ConnParam, Any]:  # fmt: skip
     data = ctypes.create_string_buffer(private_data, len(private_data)) if private_data else None
     param = ConnParam(
         private_data=ctypes.cast(data, c_void_p) if data is not None else None,
@@ -426,21 +427,21 @@ def _conn_param(
         flow_control=1,
         retry_count=retry,
         rnr_retry_count=rnr_retry,
-        srq=0,
+        srq=srq,
         qp_num=qp_num,
     )
     return param, data
 
 
 def connect(cm_id: int, qp_num: int, private_data: bytes, resources: int, depth: int,
-            retry: int, rnr_retry: int) -> None:  # fmt: skip
-    param, _keep = _conn_param(qp_num, private_data, resources, depth, retry, rnr_retry)
+            retry: int, rnr_retry: int, srq: int = 0) -> None:  # fmt: skip
+    param, _keep = _conn_param(qp_num, private_data, resources, depth, retry, rnr_retry, srq)
     _check(_connect(cm_id, ctypes.byref(param)), "rdma_connect")
 
 
 def accept(cm_id: int, qp_num: int, private_data: bytes, resources: int, depth: int,
-           retry: int, rnr_retry: int) -> None:  # fmt: skip
-    param, _keep = _conn_param(qp_num, private_data, resources, depth, retry, rnr_retry)
+           retry: int, rnr_retry: int, srq: int = 0) -> None:  # fmt: skip
+    param, _keep = _conn_param(qp_num, private_data, resources, depth, retry, rnr_retry, srq)
     _check(_accept(cm_id, ctypes.byref(param)), "rdma_accept")
 
 

@@ -26,12 +26,18 @@ from aiordma._rdmacm import Event, EventType
 from aiordma.auth import failure, refused
 from aiordma.device import Device
 from aiordma.endpoint import gid_to_str
-from aiordma.exceptions import ConnectionRejectedError, DeviceError, NoListenerError
+from aiordma.exceptions import (
+    ConnectionRejectedError,
+    DeviceError,
+    NoListenerError,
+    ResourceClosedError,
+)
 from aiordma.memory import Segment
 from aiordma.queue_pair import QueuePair, QueuePairOptions
 
 if TYPE_CHECKING:
     from aiordma.completion import WorkCompletion
+    from aiordma.shared_receive import SharedReceiveQueue
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +102,30 @@ def _to_pyverbs(raw: _rdmacm.QpAttr, opts: QueuePairOptions) -> QPAttr:
     return attr
 
 
-def create_qp_for(cm_id: CMId, device: Device, options: QueuePairOptions | None) -> QueuePair:
-    """A queue pair on ``cm_id``'s port, in INIT."""
+def check_shared_receive(
+    shared_receive: SharedReceiveQueue | None, key: object, device: Device | None
+) -> None:
+    """Refuse a ``shared_receive`` that cannot serve these connections."""
+    if shared_receive is None:
+        return
+    if key is not None:
+        raise ValueError(
+            "auth= and shared_receive= cannot be combined yet: the authentication "
+            "handshake receives on the connection's own receive queue"
+        )
+    if device is not None and device is not shared_receive.device:
+        raise ValueError(f"{shared_receive!r} is on {shared_receive.device!r}, not {device!r}")
+    if shared_receive.is_closing():
+        raise ResourceClosedError("the shared receive queue is closed")
+
+
+def create_qp_for(
+    cm_id: CMId,
+    device: Device,
+    options: QueuePairOptions | None,
+    shared_receive: SharedReceiveQueue | None = None,
+) -> QueuePair:
+    """A queue pair on ``cm_id``'s port, in INIT (receiving from ``shared_receive`` if given)."""
     name = cm_id.device_name
     if name != device.name:
         raise DeviceError(
@@ -105,7 +133,7 @@ def create_qp_for(cm_id: CMId, device: Device, options: QueuePairOptions | None)
         )
     init, _ = _rdmacm.init_qp_attr(cm_id.id, _ibv.QPS_INIT)
     opts = dataclasses.replace(options or QueuePairOptions(), port=init.port_num)
-    return device.create_qp(opts)
+    return device.create_qp(opts, shared_receive)
 
 
 def move_to_rts(qp: QueuePair, cm_id: CMId) -> None:
@@ -133,6 +161,7 @@ def conn_params(qp: QueuePair) -> dict[str, int]:
         "depth": min(depth, attrs.max_qp_init_rd_atom),
         "retry": qp.options.retry_cnt,
         "rnr_retry": qp.options.rnr_retry,
+        "srq": int(qp.shared_receive is not None),
     }
 
 

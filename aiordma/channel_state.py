@@ -23,6 +23,11 @@ from aiordma.exceptions import ProtocolError
 from aiordma.wire import Header, Kind
 
 
+def hello_windows(header: Header) -> tuple[int, int]:
+    """The data and control windows a HELLO announces (in its ``msg_id``)."""
+    return header.msg_id & 0xFFFFFFFF, header.msg_id >> 32
+
+
 class Cost(enum.Enum):
     """What sending a packet spends."""
 
@@ -49,15 +54,32 @@ class Arrival:
 class ChannelState:
     """Credits, send slots, arrivals and exposures of one channel side.
 
-    ``buffers`` receive (and as many send) slots are split into a data
-    ``window`` and a ``control_window`` (see :mod:`aiordma.credits`).
+    ``buffers`` receive slots are split into a data ``window`` and a
+    ``control_window`` (see :mod:`aiordma.credits`); ``send_slots`` (as many
+    by default) hold packets being sent. ``data`` replaces the data credits
+    of a side whose receive buffers come from a shared pool.
     """
 
-    def __init__(self, window: int, control_window: int, max_exposed: int) -> None:
-        self.data = DataCredits(window)
+    def __init__(
+        self,
+        window: int,
+        control_window: int,
+        max_exposed: int,
+        *,
+        send_slots: int | None = None,
+        data: DataCredits | None = None,
+    ) -> None:
+        self.data = DataCredits(window) if data is None else data
         self.control = CreditWindow(control_window)
         self.buffers = window + control_window
-        self.free_slots = list(range(self.buffers))
+        send_slots = self.buffers if send_slots is None else send_slots
+        if send_slots < 2:
+            raise ValueError("a channel needs at least 2 send slots")
+        self.send_slots = send_slots
+        self.free_slots = list(range(send_slots))
+        self.said_hello = False
+        """Whether our HELLO went: it carries our first grants, so no credit
+        update may go before it."""
         self.ready: collections.deque[Arrival] = collections.deque()
         self.max_exposed = max_exposed
         self.exposed: dict[int, int] = {}
@@ -78,10 +100,19 @@ class ChannelState:
         :class:`ProtocolError` (or ValueError, for impossible credits) when
         the peer broke the protocol.
         """
+        kind = header.kind
+        if kind == Kind.HELLO:
+            if self.peer_max_message is not None:
+                raise ProtocolError("a second HELLO")
+            data_window, control_window = hello_windows(header)
+            self.data.announced(data_window)
+            self.control.announced(control_window)
+            self.peer_max_message = header.length
         self.data.granted(header.credits)
         self.control.granted(header.control_credits)
-        kind = header.kind
-        if kind == Kind.DONE:
+        if kind == Kind.EAGER or kind == Kind.RENDEZVOUS:
+            self.data.arrived()
+        elif kind == Kind.DONE:
             if header.msg_id in self.exposed:
                 self._unexposed(header.msg_id)
                 return header.msg_id
@@ -94,8 +125,6 @@ class ChannelState:
                     header.msg_id
                 ):
                     arrival.revoked = True
-        elif kind == Kind.HELLO:
-            self.peer_max_message = header.length
         return None
 
     @staticmethod
@@ -123,6 +152,12 @@ class ChannelState:
 
     # -- sending -----------------------------------------------------------
 
+    def hello(self, max_message: int) -> Header:
+        """Our HELLO: ``max_message``, and our windows (the grants ride on it
+        as on any packet)."""
+        windows = self.control.window << 32 | self.data.window
+        return Header(Kind.HELLO, 0, windows, max_message)
+
     def affordable(self, cost: Cost) -> bool:
         """Whether a packet costing ``cost`` may be posted now (slot and credit)."""
         if not self.free_slots:
@@ -138,9 +173,11 @@ class ChannelState:
         return Header(header.kind, self.data.owed, header.msg_id, header.length, header.remote,
                       head_length, self.control.owed)  # fmt: skip
 
-    def posted(self, cost: Cost) -> None:
-        """A stamped packet costing ``cost`` was posted: its credits are spent,
-        the owed credits it carried are paid."""
+    def posted(self, cost: Cost, kind: Kind) -> None:
+        """A stamped packet of ``kind`` costing ``cost`` was posted: its credits
+        are spent, the owed credits it carried are paid."""
+        if kind == Kind.HELLO:
+            self.said_hello = True
         self.data.piggyback()
         if cost is Cost.DATA:
             self.data.take()
@@ -152,6 +189,8 @@ class ChannelState:
 
     def update_due(self) -> tuple[Kind, Cost] | None:
         """The credit-only packet to send now, if one is due and affordable."""
+        if not self.said_hello:
+            return None
         if self.data.should_send_update() and self.affordable(Cost.CONTROL):
             return Kind.CREDIT, Cost.CONTROL
         if self.control.should_send_update() and self.affordable(Cost.CONTROL_UPDATE):

@@ -24,6 +24,7 @@ from aiordma._rdmacm import Event, EventType
 from aiordma._setup import (
     check_port,
     check_private_data,
+    check_shared_receive,
     conn_params,
     create_qp_for,
     expect,
@@ -62,6 +63,7 @@ from aiordma.window import MemoryWindow
 
 if TYPE_CHECKING:
     from aiordma.completion import WorkCompletion
+    from aiordma.shared_receive import SharedReceiveQueue
 
 log = logging.getLogger(__name__)
 
@@ -459,6 +461,7 @@ async def connect(
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
     auth: PresharedKey | bytes | None = None,
+    shared_receive: SharedReceiveQueue | None = None,
 ) -> Connection:
     """Connect to an aiordma (or any rdma_cm) server, like :func:`asyncio.open_connection`.
 
@@ -475,6 +478,10 @@ async def connect(
     the security guide); failing either way raises
     :class:`~aiordma.AuthenticationError`.
 
+    With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) the
+    queue pair receives from that pool, on its device; a message channel
+    made in ``prepare`` then draws its receive buffers from it.
+
     Raises :class:`~aiordma.NoListenerError` when nothing listens and
     :class:`ConnectionRejectedError` when the server rejects (both are
     ``ConnectionRefusedError``), ``TimeoutError`` when no answer comes within
@@ -484,6 +491,7 @@ async def connect(
     """
     check_port(port, listening=False)
     key = as_key(auth)
+    check_shared_receive(shared_receive, key, device)
     limit = _rdmacm.MAX_CONNECT_DATA - (REQUEST_SIZE if key is not None else 0)
     data = check_private_data(private_data, limit, "connect")
     handshake = ClientHandshake(key, data) if key is not None else None
@@ -492,8 +500,9 @@ async def connect(
         async with asyncio.timeout(timeout):
             deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
             return await _connect(
-                host, port, data, handshake, device, options, prepare, where, deadline
-            )
+                host, port, data, handshake, device, options, prepare, where, deadline,
+                shared_receive,
+            )  # fmt: skip
     except TimeoutError as exc:
         if exc.args:
             raise
@@ -523,6 +532,7 @@ async def _connect(
     prepare: Prepare | None,
     where: str,
     deadline: float | None,
+    shared_receive: SharedReceiveQueue | None,
 ) -> Connection:
     dst = await resolve_address(host, port)
     cm_id = CMEventChannel.for_running_loop().create_id()
@@ -536,8 +546,8 @@ async def _connect(
         name = cm_id.device_name
         if name is None:
             raise DeviceError(errno.ENODEV, f"no RDMA device routes to {where}")
-        dev = device or Device.shared(name)
-        qp = create_qp_for(cm_id, dev, options)
+        dev = device or (shared_receive.device if shared_receive else Device.shared(name))
+        qp = create_qp_for(cm_id, dev, options, shared_receive)
         request = handshake.request() if handshake is not None else data
         _rdmacm.connect(cm_id.id, private_data=request, **conn_params(qp))
         reply = await expect(cm_id, EventType.CONNECT_RESPONSE, where)

@@ -18,11 +18,24 @@ sides have used every other credit, each can still return the credits it
 owes, so the exchange cannot deadlock. Buffers consumed by credit-only
 packets are owed back but never trigger a credit-only packet of their own,
 so two idle peers do not ping-pong credits forever.
+
+Neither side assumes the other's windows. Each starts with
+:data:`CONTROL_BASE` control credits (every side posts at least that many
+control buffers) and no data credits, and grants the rest in its first
+packet (HELLO), which also says how large its windows are, so a grant
+beyond them is caught as a protocol error. A side whose receive buffers
+come from a shared pool (:class:`SharedDataCredits`) grants as many data
+credits as the pool lends it, which may change while it runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
+
+CONTROL_BASE: Final = 4
+"""Control credits each side holds before the peer's HELLO: every side posts
+at least this many control buffers (the smallest control window)."""
 
 
 @dataclass
@@ -34,14 +47,24 @@ class CreditWindow:
     """
 
     window: int
+    """Control buffers this side posts for the peer."""
     available: int = field(init=False)
-    owed: int = 0
+    limit: int = field(init=False)
+    """Control buffers the peer posts for us (:data:`CONTROL_BASE` until its HELLO)."""
+    owed: int = field(init=False)
     _owed_by_data: int = 0
 
     def __post_init__(self) -> None:
-        if self.window < 4:
-            raise ValueError("a credit window needs at least 4 buffers")
-        self.available = self.window
+        if self.window < CONTROL_BASE:
+            raise ValueError(f"a credit window needs at least {CONTROL_BASE} buffers")
+        self.available = self.limit = CONTROL_BASE
+        self.owed = self.window - CONTROL_BASE  # granted in our HELLO
+
+    def announced(self, peer_window: int) -> None:
+        """The peer's HELLO said how many control buffers it posts."""
+        if peer_window < CONTROL_BASE:
+            raise ValueError(f"peer announced a control window of {peer_window}")
+        self.limit = peer_window
 
     def can_send_data(self) -> bool:
         """Whether a data packet may go now (the last credit is kept for credit updates)."""
@@ -75,9 +98,9 @@ class CreditWindow:
 
     def granted(self, credits: int) -> None:
         """The peer re-posted ``credits`` buffers for us."""
-        if credits < 0 or self.available + credits > self.window:
+        if credits < 0 or self.available + credits > self.limit:
             raise ValueError(
-                f"peer granted {credits} credits with {self.available} of {self.window} unused"
+                f"peer granted {credits} credits with {self.available} of {self.limit} unused"
             )
         self.available += credits
 
@@ -100,13 +123,23 @@ class DataCredits:
     """
 
     window: int
+    """Data buffers this side posts for the peer (all granted in its HELLO)."""
     available: int = field(init=False)
-    owed: int = 0
+    limit: int = field(init=False)
+    """The most data credits the peer may grant us (0 until its HELLO)."""
+    owed: int = field(init=False)
 
     def __post_init__(self) -> None:
         if self.window < 2:
             raise ValueError("a data window needs at least 2 buffers")
-        self.available = self.window
+        self.available = self.limit = 0
+        self.owed = self.window  # granted in our HELLO
+
+    def announced(self, peer_window: int) -> None:
+        """The peer's HELLO said how many data credits it may grant at most."""
+        if peer_window < 1:
+            raise ValueError(f"peer announced a data window of {peer_window}")
+        self.limit = peer_window
 
     def can_send(self) -> bool:
         return self.available > 0
@@ -124,12 +157,118 @@ class DataCredits:
         return owed
 
     def granted(self, credits: int) -> None:
-        if credits < 0 or self.available + credits > self.window:
+        if credits < 0 or self.available + credits > self.limit:
             raise ValueError(
-                f"peer granted {credits} data credits with {self.available} of {self.window} unused"
+                f"peer granted {credits} data credits with {self.available} of {self.limit} unused"
             )
         self.available += credits
+
+    def arrived(self) -> None:
+        """A data message of the peer took one of our buffers."""
 
     def reposted(self) -> None:
         """The application consumed a data message and its buffer is posted again."""
         self.owed += 1
+
+
+class ReceivePool:
+    """The buffers of a shared receive queue, as credits its members grant (pure logic).
+
+    Every posted buffer is either ``free`` or a token of one member, which
+    has granted it to its peer or holds a message in it. A member never
+    grants more than its tokens, so the queue always has a buffer for every
+    credit outstanding: no sender meets an empty queue. Each member keeps
+    ``base`` tokens for as long as it is attached; beyond them it borrows
+    free buffers while its peer uses all it was granted, and gives them
+    back as the peer slows down, or at once while the pool is ``pressed``
+    (a member found nothing to borrow, until a quarter is free again).
+    """
+
+    def __init__(self, buffers: int) -> None:
+        if buffers < 1:
+            raise ValueError("a receive pool needs at least one buffer")
+        self.buffers = buffers
+        self.free = buffers
+        self.pressed = False
+
+    def take(self, n: int) -> bool:
+        """Take ``n`` free buffers if there are that many."""
+        if self.free < n:
+            return False
+        self.free -= n
+        return True
+
+    def give(self, n: int) -> None:
+        """``n`` buffers are free again."""
+        self.free += n
+        if self.pressed and self.free * 4 >= self.buffers:  # a quarter free again
+            self.pressed = False
+
+    def borrow(self) -> bool:
+        """Take one free buffer for a member beyond its base (False: none, and
+        the pool is now pressed)."""
+        if self.free > 0 and not self.pressed:
+            self.free -= 1
+            return True
+        self.pressed = True
+        return False
+
+
+@dataclass
+class SharedDataCredits(DataCredits):
+    """The data credits a member of a :class:`ReceivePool` grants its peer (pure logic).
+
+    ``window`` bounds what it grants at once; it starts with ``base`` (taken
+    from the pool when it joined) and doubles its ``share`` each time the
+    peer used every credit it had, as far as the pool lends.
+    """
+
+    pool: ReceivePool = field(kw_only=True)
+    base: int = field(kw_only=True)
+    tokens: int = field(init=False)
+    """Buffers this member owns: granted to the peer, or holding a message."""
+    held: int = field(init=False)
+    """Credits granted (or owed) to the peer whose messages have not arrived."""
+    share: int = field(init=False)
+    """The tokens it aims for now (``base`` to ``window``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 1 <= self.base <= self.window:
+            raise ValueError(f"base ({self.base}) must be between 1 and window ({self.window})")
+        self.tokens = self.held = self.share = self.owed = self.base
+
+    def should_send_update(self) -> bool:
+        # Return credits once the peer holds no more than we owe it.
+        return self.owed >= max(1, self.held // 2)
+
+    def arrived(self) -> None:
+        if self.held < 1:
+            raise ValueError("peer sent a data message without a credit")
+        self.held -= 1
+        if self.held == 0:  # the peer used everything: lend it more
+            self.share = min(self.window, self.share * 2)
+        elif self.held > self.share // 2:  # it has plenty left: lend it less
+            self.share = max(self.base, self.share - 1)
+
+    def reposted(self) -> None:
+        pool = self.pool
+        if self.tokens > self.share or (pool.pressed and self.tokens > self.base):
+            self.tokens -= 1
+            pool.give(1)
+            return
+        self.held += 1
+        self.owed += 1
+        while self.tokens < self.share and not pool.pressed:
+            if not pool.borrow():
+                self.share = self.tokens
+                break
+            self.tokens += 1
+            self.held += 1
+            self.owed += 1
+
+    def leave(self) -> int:
+        """The member detaches: the tokens it gives back (its queued messages'
+        buffers, and those granted to its peer, which is gone)."""
+        tokens, self.tokens, self.held, self.owed = self.tokens, 0, 0, 0
+        return tokens

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from pyverbs.device import Context
     from pyverbs.pd import PD
 
+    from aiordma.shared_receive import SharedReceiveQueue
+
 
 class _RemovalWatcher(Protocol):
     def _device_removed(self, device: Device) -> None: ...
@@ -142,6 +144,7 @@ class Device:
         )
         self._cqs: dict[asyncio.AbstractEventLoop, list[CompletionQueue]] = {}
         self._qps: set[QueuePair] = set()
+        self._srqs: set[SharedReceiveQueue] = set()
         self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
         # Weak: a watcher that was collected needs no news of a removal.
         self._watchers: weakref.WeakSet[_RemovalWatcher] = weakref.WeakSet()
@@ -279,10 +282,16 @@ class Device:
         cqs.append(cq)
         return cq
 
-    def create_qp(self, options: QueuePairOptions | None = None) -> QueuePair:
-        """A new reliable-connected queue pair on the running loop (in INIT state)."""
+    def create_qp(
+        self,
+        options: QueuePairOptions | None = None,
+        shared_receive: SharedReceiveQueue | None = None,
+    ) -> QueuePair:
+        """A new reliable-connected queue pair on the running loop (in INIT
+        state), receiving from ``shared_receive`` if given."""
         opts = options or QueuePairOptions()
-        qp = QueuePair(self, self.completion_queue(opts.send_depth + opts.recv_depth), opts)
+        entries = opts.send_depth + (0 if shared_receive is not None else opts.recv_depth)
+        qp = QueuePair(self, self.completion_queue(entries), opts, shared_receive)
         self._qps.add(qp)
         return qp
 
@@ -335,6 +344,8 @@ class Device:
         for qp in list(self._qps):
             qp.destroy()
         self._qps.clear()
+        for srq in list(self._srqs):
+            srq._release()
         for mr in list(self._mrs):
             mr._deregister()
         for cqs in self._cqs.values():

@@ -43,6 +43,7 @@ from aiordma.channel_state import Arrival, ChannelState, Cost
 from aiordma.completion import check_loop
 from aiordma.connection import Connection, Prepare
 from aiordma.connection import connect as connect_rdma
+from aiordma.credits import CONTROL_BASE, DataCredits
 from aiordma.device import Device
 from aiordma.exceptions import (
     BufferTooSmallError,
@@ -60,6 +61,7 @@ from aiordma.metrics import Stats
 from aiordma.queue_pair import QueuePair, QueuePairOptions, Read
 from aiordma.server import Accept, Server
 from aiordma.server import start_server as start_rdma_server
+from aiordma.shared_receive import SharedReceiveQueue
 from aiordma.window import MemoryWindow
 from aiordma.wire import HEADER_SIZE, Header, Kind
 
@@ -68,6 +70,10 @@ log = logging.getLogger(__name__)
 DEFAULT_WINDOW = 32
 DEFAULT_CONTROL_WINDOW = 8
 DEFAULT_BUFFER = 8192
+SHARED_SEND_SLOTS = 8
+"""Send slots of a channel receiving from a shared queue, by default: few,
+since such a channel is one of many (a channel of its own has one per
+receive buffer)."""
 DEFAULT_MAX_MESSAGE = 64 << 20
 DEFAULT_MAX_EXPOSED = 256 << 20
 """Bytes of large messages a channel holds exposed at once, by default
@@ -244,48 +250,78 @@ class MessageChannel:
         conn: Link,
         *,
         window: int = DEFAULT_WINDOW,
-        control_window: int = DEFAULT_CONTROL_WINDOW,
-        buffer_size: int = DEFAULT_BUFFER,
+        control_window: int | None = None,
+        buffer_size: int | None = None,
         max_message: int = DEFAULT_MAX_MESSAGE,
         max_exposed: int | None = None,
         exposure_timeout: float | None = DEFAULT_EXPOSURE_TIMEOUT,
+        send_slots: int | None = None,
     ) -> None:
         max_exposed = _check_limits(max_message, max_exposed, exposure_timeout)
+        qp = conn.qp
+        shared = qp.shared_receive
+        if shared is not None:
+            if buffer_size is not None and buffer_size != shared.buffer_size:
+                raise ValueError(
+                    f"buffer_size ({buffer_size}) must be that of the shared receive "
+                    f"queue the connection receives from ({shared.buffer_size})"
+                )
+            buffer_size = shared.buffer_size
+            control_window = CONTROL_BASE if control_window is None else control_window
+            send_slots = SHARED_SEND_SLOTS if send_slots is None else send_slots
+        else:
+            buffer_size = DEFAULT_BUFFER if buffer_size is None else buffer_size
+            control_window = DEFAULT_CONTROL_WINDOW if control_window is None else control_window
         if buffer_size <= HEADER_SIZE:
             raise ValueError(f"buffer_size must exceed the {HEADER_SIZE}-byte header")
-        qp = conn.qp
         buffers = window + control_window
-        if buffers > min(qp.options.recv_depth, qp.options.send_depth):
+        send_slots = buffers if send_slots is None else send_slots
+        if shared is None and buffers > qp.options.recv_depth:
             raise ValueError(
-                f"window + control_window ({buffers}) exceeds the queue pair's send or "
-                f"receive depth ({qp.options.send_depth}, {qp.options.recv_depth})"
+                f"window + control_window ({buffers}) exceeds the queue pair's "
+                f"receive depth ({qp.options.recv_depth})"
+            )
+        if send_slots > qp.options.send_depth:
+            raise ValueError(
+                f"send_slots ({send_slots}, by default window + control_window) exceeds "
+                f"the queue pair's send depth ({qp.options.send_depth})"
             )
         self.link: Link = conn
         """The connection (or other :class:`~aiordma.messaging.Link`) the channel runs on."""
         self.max_message = max_message
         self.exposure_timeout = exposure_timeout
         """Seconds a large message stays readable for the peer (None: no limit)."""
-        self._state = ChannelState(window, control_window, max_exposed)
         self._qp = qp
         self._loop = qp.loop
         self.eager_limit = buffer_size - HEADER_SIZE
         """Messages (head included) up to this size travel in a single packet."""
         self._size = buffer_size
-        self._recv_mr = conn.alloc(buffers * buffer_size)
-        self._send_mr = conn.alloc(buffers * buffer_size)
-        # Per-slot segments and completion callbacks, made once: each packet
-        # is posted with them and reported straight from the completion drain.
-        self._recv_slots = [self._recv_mr[i * buffer_size : (i + 1) * buffer_size]
-                            for i in range(buffers)]  # fmt: skip
-        self._on_packets = [functools.partial(self._on_packet, i) for i in range(buffers)]
-        self._on_sent = [functools.partial(self._sent, i) for i in range(buffers)]
+        self._shared = shared
+        data: DataCredits | None = None
+        if shared is not None:
+            data = shared.join(qp, self._on_packet, self._fail, window, control_window)
+            self._recv_mr = shared.mr
+            self._recv_slots: list[Segment] = []
+            self._on_packets: list[Callable[[BaseException | None, int], None]] = []
+        else:
+            self._recv_mr = conn.alloc(buffers * buffer_size)
+            # Per-slot segments and completion callbacks, made once: each packet
+            # is posted with them and reported straight from the completion drain.
+            self._recv_slots = [self._recv_mr[i * buffer_size : (i + 1) * buffer_size]
+                                for i in range(buffers)]  # fmt: skip
+            self._on_packets = [functools.partial(self._on_packet, i) for i in range(buffers)]
+        self._state = ChannelState(
+            window, control_window, max_exposed, send_slots=send_slots, data=data
+        )
+        self._send_mr = conn.alloc(send_slots * buffer_size)
+        self._on_sent = [functools.partial(self._sent, i) for i in range(send_slots)]
         self._waiters: list[asyncio.Future[None]] = []
         self._exposures: dict[int, _Exposure] = {}
         self._send_lock = asyncio.Lock()
         self._recv_lock = asyncio.Lock()
         self._room_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
-        self._signal_every = max(1, buffers // 2)
+        self._signal_every = max(1, send_slots // 2)
         self._silent_run = 0
         self._deliver: Deliver | None = None
         self._staging: MemoryRegion | None = None
@@ -352,14 +388,15 @@ class MessageChannel:
         return self._state.exposed_bytes
 
     async def _start(self) -> None:
-        for index in range(self._state.buffers):
-            self._qp.post_recv_callback(self._recv_slots[index], self._on_packets[index])
+        if self._shared is None:  # a shared queue's buffers are posted already
+            for index in range(self._state.buffers):
+                self._qp.post_recv_callback(self._recv_slots[index], self._on_packets[index])
         self.link._when_established(self._say_hello)
 
     def _say_hello(self) -> None:
         """Announce our max_message (both peers' receives are posted by now)."""
         if self._error is None:
-            self._spawn(self._send_control(Header(Kind.HELLO, 0, 0, self.max_message)))
+            self._spawn(self._send_control(self._state.hello(self.max_message)))
 
     async def _peer_limit(self) -> int:
         """The peer's max_message (waiting for its announcement if need be)."""
@@ -396,6 +433,11 @@ class MessageChannel:
                     if arrival.header.kind == Kind.EAGER:
                         start = arrival.slot * self._size
                         arrival.saved = bytes(whole[start + HEADER_SIZE : start + arrival.size])
+        if self._shared is not None:  # a shared buffer goes back to the pool now
+            for arrival in self._state.ready:
+                if arrival.slot >= 0:
+                    self._shared.repost(arrival.slot)
+                    arrival.slot = -1
         for msg_id in self._state.clear_exposures():
             exposure = self._exposures.pop(msg_id)
             if not exposure.done.done():
@@ -418,6 +460,8 @@ class MessageChannel:
             self._fail(error)
             return
         if self._error is not None:
+            if self._shared is not None:
+                self._shared.repost(index)
             return
         state = self._state
         try:
@@ -479,6 +523,17 @@ class MessageChannel:
         self._deliver = deliver
 
     def _repost(self, index: int) -> bool:
+        """Post receive buffer ``index`` again; whether its credit may be granted."""
+        shared = self._shared
+        if shared is not None:
+            if index < 0:  # given back to the pool when the channel failed
+                return False
+            try:
+                shared.repost(index, self._qp)
+            except (RdmaError, ResourceClosedError) as exc:
+                self._fail(exc)
+                return False
+            return self._error is None
         if self._error is not None:
             return False
         try:
@@ -904,7 +959,7 @@ class MessageChannel:
             state.free_slots.append(slot)
             raise
         self._silent_run = 0 if signal else self._silent_run + 1
-        state.posted(cost)
+        state.posted(cost, header.kind)
 
     def _sent(self, slot: int, error: BaseException | None, _length: int) -> None:
         """The packet in send slot ``slot`` went (called from the completion drain)."""
@@ -990,8 +1045,9 @@ def channel_factory(**options: Any) -> Callable[[Connection], Any]:
 
 
 _OPTIONS: Final = frozenset(
-    {"window", "control_window", "buffer_size", "max_message", "max_exposed", "exposure_timeout"}
-)
+    {"window", "control_window", "buffer_size", "max_message", "max_exposed", "exposure_timeout",
+     "send_slots"}
+)  # fmt: skip
 
 
 def channel_then(
@@ -1026,6 +1082,16 @@ def _check_options(options: dict[str, Any]) -> None:
     )
 
 
+def _check_shared(shared: SharedReceiveQueue | None, options: dict[str, Any]) -> None:
+    """Refuse a ``buffer_size`` the shared receive queue's buffers do not have."""
+    size = options.get("buffer_size")
+    if shared is not None and size is not None and size != shared.buffer_size:
+        raise ValueError(
+            f"buffer_size ({size}) must be that of the shared receive queue's "
+            f"buffers ({shared.buffer_size}), or left out"
+        )
+
+
 def _check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:
     """The effective ``max_exposed``; ValueError for limits that cannot work together."""
     if max_message < 0:
@@ -1052,6 +1118,7 @@ async def open_channel(
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
     auth: PresharedKey | bytes | None = None,
+    shared_receive: SharedReceiveQueue | None = None,
     **channel_options: Any,
 ) -> MessageChannel:
     """Connect and return the connection's :class:`MessageChannel`, like
@@ -1063,7 +1130,10 @@ async def open_channel(
     ``channel.conn``, and closing the channel closes it. ``prepare``, if
     given, runs after the channel is set up (its result is discarded).
     ``auth`` authenticates both peers, as for :func:`aiordma.connect`.
+    With ``shared_receive`` the channel draws its receive buffers from that
+    :class:`~aiordma.SharedReceiveQueue` (for clients of many servers).
     """
+    _check_shared(shared_receive, channel_options)
     conn = await connect_rdma(
         host,
         port,
@@ -1073,6 +1143,7 @@ async def open_channel(
         options=options,
         prepare=channel_then(prepare, channel_options),
         auth=auth,
+        shared_receive=shared_receive,
     )
     channel: MessageChannel = conn.prepared
     return channel
@@ -1089,6 +1160,7 @@ async def start_channel_server(
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
     auth: PresharedKey | bytes | None = None,
+    shared_receive: SharedReceiveQueue | None = None,
     **channel_options: Any,
 ) -> Server:
     """Like :func:`aiordma.start_server`, handing each client's
@@ -1098,7 +1170,13 @@ async def start_channel_server(
     ``prepare``, if given, runs after the channel is set up (its result is
     discarded; ``conn.prepared`` stays the channel). ``auth`` serves only
     clients holding the same key, as for :func:`aiordma.start_server`.
+
+    With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) every
+    client's channel draws its receive buffers from that one pool instead
+    of posting its own: memory grows with the traffic, not with the number
+    of clients (see the scaling guide).
     """
+    _check_shared(shared_receive, channel_options)
     prepare_both = channel_then(prepare, channel_options)
 
     def handle(conn: Connection) -> Awaitable[object] | None:
@@ -1114,4 +1192,5 @@ async def start_channel_server(
         options=options,
         prepare=prepare_both,
         auth=auth,
+        shared_receive=shared_receive,
     )

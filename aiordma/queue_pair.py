@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from aiordma.completion import CompletionQueue
     from aiordma.device import Device
+    from aiordma.shared_receive import SharedReceiveQueue
 
 _OP_COUNTERS: Final = {
     kind: "ops:" + kind
@@ -195,7 +196,11 @@ class QueuePair:
     """
 
     def __init__(
-        self, device: Device, cq: CompletionQueue, options: QueuePairOptions | None = None
+        self,
+        device: Device,
+        cq: CompletionQueue,
+        options: QueuePairOptions | None = None,
+        shared_receive: SharedReceiveQueue | None = None,
     ) -> None:
         opts = options or QueuePairOptions()
         attrs = device.attributes
@@ -210,12 +215,23 @@ class QueuePair:
         self._cq = cq
         self._loop = cq.loop
         self._rd_atomic = max(1, min(opts.max_rd_atomic, attrs.max_qp_rd_atom))
-        cq.reserve(opts.send_depth + opts.recv_depth)
+        self.shared_receive = shared_receive
+        """The :class:`~aiordma.SharedReceiveQueue` this QP receives from (None: its own queue)."""
+        recv_cq = cq
+        if shared_receive is not None:
+            if shared_receive.device is not device:
+                raise ValueError(f"{shared_receive!r} belongs to {shared_receive.device!r}")
+            if shared_receive.is_closing():
+                raise ResourceClosedError("the shared receive queue is closed")
+            recv_cq = shared_receive.cq
+        self._reserved = opts.send_depth + (0 if shared_receive else opts.recv_depth)
+        cq.reserve(self._reserved)
         try:
             init = QPInitAttr(
                 qp_type=_ibv.QPT_RC,
                 scq=cq.cq,
-                rcq=cq.cq,
+                rcq=recv_cq.cq,
+                srq=shared_receive.srq if shared_receive is not None else None,
                 cap=QPCap(
                     max_send_wr=opts.send_depth,
                     max_recv_wr=opts.recv_depth,
@@ -231,13 +247,17 @@ class QueuePair:
             with verbs_errors(f"creating a queue pair on {device.name}"):
                 qp = QP(device.pd, init, attr)
         except BaseException:
-            cq.unreserve(opts.send_depth + opts.recv_depth)
+            cq.unreserve(self._reserved)
             raise
         self.qp_num: int = qp.qp_num
         self.psn: int = random.getrandbits(24)
         self.remote_endpoint: Endpoint | None = None
         self._connected = False
-        self._engine = WorkEngine(qp, cq, opts.send_depth, opts.recv_depth, device.alloc)
+        self._engine = WorkEngine(
+            qp, cq, opts.send_depth, opts.recv_depth, device.alloc, recv_cq=recv_cq
+        )
+        if shared_receive is not None:
+            shared_receive._attach(self)
         self._stats = self._engine.stats
         self._windows: set[MemoryWindow] = set()
         """Windows this QP bound: revoked when it is destroyed (a type 2
@@ -446,6 +466,7 @@ class QueuePair:
         (see :meth:`post_send_callback`). Raises :class:`ResourceBusyError`
         when the receive queue is full."""
         engine = self._engine
+        self._check_own_receives()
         if local.mr.closed:
             raise ResourceClosedError("cannot receive into a closed memory region")
         if not local.mr.access & Access.LOCAL_WRITE:
@@ -645,7 +666,15 @@ class QueuePair:
 
     # -- receive side ------------------------------------------------------
 
+    def _check_own_receives(self) -> None:
+        if self.shared_receive is not None:
+            raise ValueError(
+                f"{self!r} receives from a shared receive queue: its message channel "
+                "takes its packets from there, and nothing can be posted on the QP"
+            )
+
     def _recv_lists(self, locals_: Sequence[Local]) -> list[tuple[Segment, ...]]:
+        self._check_own_receives()
         self._engine.check_usable()
         seglists = [as_segments(local) for local in locals_]
         for segs in seglists:
@@ -696,7 +725,10 @@ class QueuePair:
         """:meth:`close`, failing pending and later work with ``error()``."""
         if self.is_closing():
             return
-        if self._engine.close(error):
+        flushed = self._engine.close(error)
+        if self.shared_receive is not None:
+            self.shared_receive._qp_closing(self.qp_num, error())
+        if flushed:
             self.destroy()
 
     async def wait_closed(self) -> None:
@@ -725,7 +757,9 @@ class QueuePair:
         finally:
             cq = self._cq
             if not cq.closed:
-                cq.unreserve(self.options.send_depth + self.options.recv_depth)
+                cq.unreserve(self._reserved)
+            if self.shared_receive is not None:
+                self.shared_receive._qp_destroyed(self.qp_num)
             self.device._forget_qp(self)
             self.device._release_cq(cq)
 

@@ -26,6 +26,7 @@ from aiordma._rdmacm import Event, EventType
 from aiordma._setup import (
     check_port,
     check_private_data,
+    check_shared_receive,
     conn_params,
     create_qp_for,
     expect,
@@ -63,6 +64,7 @@ from aiordma.queue_pair import QueuePair, QueuePairOptions
 
 if TYPE_CHECKING:
     from aiordma.completion import WorkCompletion
+    from aiordma.shared_receive import SharedReceiveQueue
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +126,10 @@ class Server:
         handshake_timeout: float | None,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
         auth: PresharedKey | None = None,
+        shared_receive: SharedReceiveQueue | None = None,
     ) -> None:
         self._callback = client_connected_cb
+        self._shared_receive = shared_receive
         self._key = auth
         self._accept = accept
         self._device = device
@@ -252,8 +256,9 @@ class Server:
                 child.destroy()
                 return
             name = child.device_name
-            device = self._device or Device.shared(name or "")
-            qp = create_qp_for(child, device, self._options)
+            shared = self._shared_receive
+            device = self._device or (shared.device if shared else Device.shared(name or ""))
+            qp = create_qp_for(child, device, self._options, shared)
             move_to_rts(qp, child)
             conn = Connection(child, qp, data)
             if handshake is None:
@@ -490,6 +495,7 @@ async def start_server(
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
     auth: PresharedKey | bytes | None = None,
+    shared_receive: SharedReceiveQueue | None = None,
 ) -> Server:
     """Listen for rdma_cm connections, like :func:`asyncio.start_server`.
 
@@ -511,6 +517,12 @@ async def start_server(
     Clients that fail are refused and logged; ``accept`` then sees only the
     client's own private data, and may answer with at most 143 bytes.
 
+    With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) every
+    client's queue pair receives from that one pool, on its device; message
+    channels made in ``prepare`` draw their receive buffers from it (see
+    :func:`aiordma.start_channel_server`). A client arriving when the pool
+    has no room for another channel is refused.
+
     Raises ``ValueError``/``TypeError`` for a port outside 0-65535, and
     ``OSError`` (``EADDRNOTAVAIL``) when ``host`` is an address of no RDMA
     device (such as ``127.0.0.1``), naming the addresses that are.
@@ -520,6 +532,8 @@ async def start_server(
         raise ValueError("backlog must be positive")
     if shutdown_grace < 0:
         raise ValueError("shutdown_grace must not be negative")
+    key = as_key(auth)
+    check_shared_receive(shared_receive, key, device)
     server = Server(
         client_connected_cb,
         accept=accept,
@@ -528,7 +542,8 @@ async def start_server(
         prepare=prepare,
         handshake_timeout=handshake_timeout,
         shutdown_grace=shutdown_grace,
-        auth=as_key(auth),
+        auth=key,
+        shared_receive=shared_receive,
     )
     addr = "::" if host is None else (await resolve_address(host, port))[0]
     server._listen(addr, port, backlog)

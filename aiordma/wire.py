@@ -21,8 +21,9 @@ from aiordma.exceptions import ProtocolError
 from aiordma.memory import RemoteBuffer
 
 MAGIC: Final = 0xA5
-VERSION: Final = 2
-"""2 added REVOKE and HELLO; a peer speaking another version is refused at its first packet."""
+VERSION: Final = 3
+"""2 added REVOKE and HELLO; 3 made HELLO carry each side's windows and first
+grants. A peer speaking another version is refused at its first packet."""
 
 _HEADER: Final = struct.Struct("<BBBxHHQQQIHxx")
 HEADER_SIZE: Final = _HEADER.size
@@ -45,8 +46,10 @@ class Kind(enum.IntEnum):
     """The sender withdrew rendezvous message ``msg_id`` (cancelled, or not read
     in time): its memory is no longer readable."""
     HELLO = 7
-    """Sent once when the connection is established: ``length`` is the largest
-    message the sender accepts (its ``max_message``)."""
+    """Sent first, once, when the connection is established: ``length`` is the
+    largest message the sender accepts (its ``max_message``), ``msg_id`` its
+    control window (high 32 bits) and data window (low 32 bits), and its
+    credits are the sender's first grants (nothing is granted before)."""
 
 
 class Header(NamedTuple):

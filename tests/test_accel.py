@@ -64,12 +64,12 @@ async def test_handles_are_accepted_only_when_they_match(
     assert address != 0
     assert core.find_cq(cq.cq, cq._fd + 1000) == 0  # a descriptor that is not its channel's
     assert core.find_cq(a.qp, cq._fd) == 0  # not a CQ at all
-    assert core.find_qp(a.qp, address) != 0
-    assert core.find_qp(a.qp, address + 8) == 0  # CQ pointers that do not match
-    assert core.find_qp(cq.cq, address) == 0
+    assert core.find_qp(a.qp, address, address) != 0
+    assert core.find_qp(a.qp, address + 8, address + 8) == 0  # CQ pointers that do not match
+    assert core.find_qp(cq.cq, address, address) == 0
     other = device.create_qp()
     try:
-        assert core.find_qp(a.qp, address) != core.find_qp(other.qp, address)
+        assert core.find_qp(a.qp, address, address) != core.find_qp(other.qp, address, address)
     finally:
         other.destroy()
 

@@ -10,8 +10,17 @@ from aiordma.memory import RemoteBuffer
 from aiordma.wire import Header, Kind
 
 
-def _state(max_exposed: int = 1000) -> ChannelState:
+def _fresh(max_exposed: int = 1000) -> ChannelState:
     return ChannelState(window=8, control_window=4, max_exposed=max_exposed)
+
+
+def _state(max_exposed: int = 1000) -> ChannelState:
+    """A side that said HELLO and heard the peer's (same windows)."""
+    state = _fresh(max_exposed)
+    state.posted(Cost.CONTROL_UPDATE, Kind.HELLO)
+    state.control.granted(1)  # as if the peer returned the HELLO's credit at once
+    state.received(Header(Kind.HELLO, 8, 4 << 32 | 8, 1 << 20))
+    return state
 
 
 def _rendezvous(msg_id: int, length: int = 100) -> Header:
@@ -84,12 +93,37 @@ def test_eager_messages_need_no_done() -> None:
     assert (arrival.slot, done_due) == (3, False)
 
 
-def test_hello_announces_the_peers_limit() -> None:
-    state = _state()
+def test_hello_announces_the_peers_limit_windows_and_first_grants() -> None:
+    state = _fresh()
     assert state.peer_max_message is None
-    state.received(Header(Kind.HELLO, 0, 0, 1 << 20))
+    assert (state.data.available, state.control.available) == (0, 4)
+    state.received(Header(Kind.HELLO, 16, 6 << 32 | 16, 1 << 20, control_credits=2))
     assert state.peer_max_message == 1 << 20
+    assert (state.data.limit, state.control.limit) == (16, 6)
+    assert (state.data.available, state.control.available) == (16, 6)
     assert not state.is_message(Header(Kind.HELLO, 0))
+    with pytest.raises(ProtocolError, match="second HELLO"):
+        state.received(Header(Kind.HELLO, 0, 6 << 32 | 16, 1 << 20))
+
+
+def test_our_hello_carries_our_windows_and_grants_them() -> None:
+    state = _fresh()
+    hello = state.stamp(state.hello(4096), 0)
+    assert (hello.kind, hello.length, hello.msg_id) == (Kind.HELLO, 4096, 4 << 32 | 8)
+    assert (hello.credits, hello.control_credits) == (8, 0)
+    state.reposted(Header(Kind.EAGER, 0))  # cannot happen before HELLO, but no update may go
+    assert state.update_due() is None
+    state.posted(Cost.CONTROL, Kind.HELLO)
+    assert state.said_hello
+    assert state.data.owed == 0
+
+
+def test_grants_beyond_the_announced_windows_are_refused() -> None:
+    state = _fresh()
+    with pytest.raises(ValueError, match="granted 1 data credits"):
+        state.received(Header(Kind.CREDIT, 1))  # before any HELLO: no window known
+    with pytest.raises(ValueError, match="granted 9 data credits"):
+        _fresh().received(Header(Kind.HELLO, 9, 4 << 32 | 8, 100))
 
 
 def test_packets_carry_the_credits_owed_and_spend_theirs() -> None:
@@ -100,7 +134,7 @@ def test_packets_carry_the_credits_owed_and_spend_theirs() -> None:
     stamped = state.stamp(Header(Kind.EAGER, 0, 0, 5), head_length=2)
     assert (stamped.credits, stamped.control_credits, stamped.head_length) == (3, 1, 2)
     assert state.data.owed == 3  # stamping alone changes nothing
-    state.posted(Cost.DATA)
+    state.posted(Cost.DATA, Kind.EAGER)
     assert (state.data.owed, state.control.owed, state.data.available) == (0, 0, 7)
 
 
@@ -111,7 +145,7 @@ def test_a_credit_update_falls_due_after_half_a_window() -> None:
     assert state.update_due() is None
     state.reposted(Header(Kind.EAGER, 0))
     assert state.update_due() == (Kind.CREDIT, Cost.CONTROL)
-    state.posted(Cost.CONTROL)
+    state.posted(Cost.CONTROL, Kind.CREDIT)
     assert state.update_due() is None
 
 

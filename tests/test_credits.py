@@ -8,11 +8,35 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from aiordma.credits import CreditWindow, DataCredits
+from aiordma.credits import (
+    CONTROL_BASE,
+    CreditWindow,
+    DataCredits,
+    ReceivePool,
+    SharedDataCredits,
+)
+
+
+def _window(size: int) -> CreditWindow:
+    """A control window whose HELLO went both ways (same size on both sides)."""
+    w = CreditWindow(size)
+    w.piggyback()
+    w.announced(size)
+    w.granted(size - CONTROL_BASE)
+    return w
+
+
+def _data(size: int) -> DataCredits:
+    """Data credits whose HELLO went both ways (same size on both sides)."""
+    d = DataCredits(size)
+    d.piggyback()
+    d.announced(size)
+    d.granted(size)
+    return d
 
 
 def test_last_credit_is_kept_for_credit_updates() -> None:
-    w = CreditWindow(4)
+    w = _window(4)
     assert [w.take_for_data() for _ in range(3)] == [0, 0, 0]
     assert not w.can_send_data()
     with pytest.raises(RuntimeError):
@@ -22,7 +46,7 @@ def test_last_credit_is_kept_for_credit_updates() -> None:
 
 
 def test_owed_credits_ride_on_the_next_packet() -> None:
-    w = CreditWindow(8)
+    w = _window(8)
     for _ in range(3):
         w.reposted(for_data=True)
     assert w.take_for_data() == 3
@@ -30,7 +54,7 @@ def test_owed_credits_ride_on_the_next_packet() -> None:
 
 
 def test_update_is_due_after_half_a_window_of_data() -> None:
-    w = CreditWindow(8)
+    w = _window(8)
     for _ in range(3):
         w.reposted(for_data=True)
     assert not w.should_send_update()
@@ -43,13 +67,13 @@ def test_update_is_due_after_half_a_window_of_data() -> None:
 
 def test_over_granting_is_refused() -> None:
     with pytest.raises(ValueError, match="granted 1 credits"):
-        CreditWindow(4).granted(1)
+        _window(4).granted(1)
     with pytest.raises(ValueError, match="at least 4"):
         CreditWindow(3)
 
 
 def test_data_credits_need_no_reserve_and_report_half_a_window() -> None:
-    d = DataCredits(4)
+    d = _data(4)
     for _ in range(4):
         d.take()
     assert not d.can_send()
@@ -79,8 +103,8 @@ class Side:
 def test_random_exchanges_never_overrun_and_always_finish(seed: int, window: int) -> None:
     """Two peers send random amounts at random moments; receives are re-posted lazily."""
     rng = random.Random(seed)
-    a = Side(CreditWindow(window), window, rng.randrange(200))
-    b = Side(CreditWindow(window), window, rng.randrange(200))
+    a = Side(_window(window), window, rng.randrange(200))
+    b = Side(_window(window), window, rng.randrange(200))
     a_total, b_total = a.to_send, b.to_send
     peers = {id(a): b, id(b): a}
     for _ in range(100_000):
@@ -149,7 +173,7 @@ def test_two_window_protocol_with_rendezvous_and_slow_readers_always_finishes(
 
     def peer() -> Peer:
         messages = [rng.random() < 0.3 for _ in range(rng.randrange(150))]
-        return Peer(DataCredits(window), CreditWindow(control), window + control, messages)
+        return Peer(_data(window), _window(control), window + control, messages)
 
     a, b = peer(), peer()
     totals = (len(a.to_send), len(b.to_send))
@@ -194,3 +218,112 @@ def test_two_window_protocol_with_rendezvous_and_slow_readers_always_finishes(
     else:
         pytest.fail(f"stuck: a={a} b={b}")
     assert (a.received, b.received) == (totals[1], totals[0])
+
+
+def test_a_pool_member_starts_with_its_base_and_borrows_when_its_peer_runs_dry() -> None:
+    pool = ReceivePool(20)
+    assert pool.take(2)
+    member = SharedDataCredits(8, pool=pool, base=2)
+    assert member.piggyback() == 2  # the HELLO grants the base
+    member.arrived()
+    member.arrived()  # the peer used everything: the share doubles
+    assert member.share == 4
+    member.reposted()  # one back, and two more borrowed
+    assert (member.tokens, member.held, member.owed, pool.free) == (4, 3, 3, 16)
+    assert member.should_send_update()
+
+
+def test_a_pressed_pool_takes_borrowed_buffers_back_as_they_are_consumed() -> None:
+    pool = ReceivePool(6)
+    assert pool.take(4)
+    a = SharedDataCredits(8, pool=pool, base=2)
+    b = SharedDataCredits(8, pool=pool, base=2)
+    a.piggyback()
+    for _ in range(2):
+        a.arrived()
+    a.reposted()
+    a.reposted()  # a borrowed the two free buffers
+    assert (a.tokens, pool.free) == (4, 0)
+    b.piggyback()
+    b.arrived()
+    b.arrived()
+    b.reposted()  # b wants more: nothing to lend, the pool is pressed
+    assert pool.pressed
+    assert b.tokens == 2
+    a.piggyback()
+    for _ in range(4):
+        a.arrived()
+    a.reposted()
+    a.reposted()  # a gives back what it borrowed, down to its base
+    assert (a.tokens, pool.free, pool.pressed) == (2, 2, False)
+    a.reposted()
+    assert a.held >= 1  # its base it keeps granting
+
+
+def test_a_member_refuses_a_message_it_gave_no_credit_for() -> None:
+    pool = ReceivePool(2)
+    member = SharedDataCredits(4, pool=pool, base=1)
+    member.arrived()
+    with pytest.raises(ValueError, match="without a credit"):
+        member.arrived()
+
+
+@dataclass
+class Member:
+    """A pool member's receiving side and the peer sending to it."""
+
+    credits: SharedDataCredits
+    to_send: int
+    slow: bool
+    available: int = 0
+    in_flight: int = 0
+    ready: int = 0
+    received: int = 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize(("members", "buffers", "base"), [(3, 8, 2), (10, 40, 2), (6, 12, 1)])
+def test_members_of_a_pool_never_overrun_it_and_always_finish(
+    seed: int, members: int, buffers: int, base: int
+) -> None:
+    """Peers send at random to members of one pool, some of which read slowly:
+    no message finds the shared queue empty, every one arrives, and every
+    buffer is accounted for at every step."""
+    rng = random.Random(seed)
+    pool = ReceivePool(buffers)
+    posted = buffers
+    group = []
+    for _ in range(members):
+        assert pool.take(base)
+        credits = SharedDataCredits(16, pool=pool, base=base)
+        group.append(Member(credits, rng.randrange(100), rng.random() < 0.3))
+        group[-1].available = credits.piggyback()
+    totals = [m.to_send for m in group]
+    for _ in range(200_000):
+        if not any(m.to_send or m.in_flight or m.ready for m in group):
+            break
+        m = rng.choice(group)
+        action = rng.random()
+        if action < 0.4 and m.to_send and m.available:
+            m.available -= 1
+            m.to_send -= 1
+            posted -= 1
+            assert posted >= 0, "a message found the shared receive queue empty"
+            m.in_flight += 1
+        elif action < 0.6 and m.in_flight:
+            m.in_flight -= 1
+            m.credits.arrived()
+            m.ready += 1
+        elif action < (0.62 if m.slow else 0.8) and m.ready:
+            m.ready -= 1
+            m.received += 1
+            posted += 1
+            m.credits.reposted()
+        elif m.credits.should_send_update():
+            m.available += m.credits.piggyback()
+            assert m.available <= m.credits.window
+        assert sum(x.credits.tokens for x in group) + pool.free == buffers
+        assert posted >= sum(x.available for x in group)  # every credit has its buffer
+    else:
+        pytest.fail(f"stuck: {group}")
+    assert [m.received for m in group] == totals
