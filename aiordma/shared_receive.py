@@ -186,8 +186,8 @@ class SharedReceiveQueue:
         self._qps[qp.qp_num] = qp
 
     def join(
-        self, qp: QueuePair, arrived: Arrived, failed: Callable[[BaseException], None],
-        window: int, control_window: int,
+        self, qp: QueuePair, arrived: Callable[[int, BaseException | None, int], None],
+        failed: Callable[[BaseException], None], window: int, control_window: int,
     ) -> SharedDataCredits:  # fmt: skip
         """Let the channel on ``qp`` draw on the pool: its packets go to
         ``arrived``, and ``failed`` is told when its queue pair closes.
@@ -300,6 +300,7 @@ class SharedReceiveQueue:
         return self._closed.done()
 
     def is_closing(self) -> bool:
+        """True once :meth:`close` was called (new queue pairs are refused)."""
         return self._closing
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """Memory per connection: what N message-channel connections cost each side.
 
-    aiordma lab -- python benchmarks/connection_memory.py [--count 1000] [--json]
+    aiordma lab -- python benchmarks/connection_memory.py [--count 1000] [--shared N] [--json]
 
 Starts a channel server in a child process, opens ``--count`` channels to
 it from this process (``--batch`` at a time), sends one message each way on
@@ -8,6 +8,11 @@ every channel so both sides are fully set up, then reads both processes'
 resident memory (``VmRSS``) and the bytes they have registered. Prints the
 increase per connection on each side, next to the registered bytes per
 channel that the defaults imply.
+
+With ``--shared N`` each side's channels draw on one
+:class:`~aiordma.SharedReceiveQueue` of N buffers, and the queue pairs have
+a send depth of 16; the pool (made before the first measurement) is
+counted in full, spread over the connections.
 """
 
 from __future__ import annotations
@@ -38,14 +43,22 @@ def registered() -> int:
     return 0 if device is None else sum(len(mr) for mr in list(device._mrs) if not mr.closed)
 
 
-async def serve(host: str) -> None:
+SHARED_OPTIONS = aiordma.QueuePairOptions(send_depth=16)
+"""Queue pairs of channels on a shared pool: a few send slots suffice."""
+
+
+async def serve(host: str, shared: int) -> None:
     """The child: echo one message per channel; answer ``rss`` on stdin."""
 
     async def echo(channel: aiordma.MessageChannel) -> None:
         await channel.send_message(await channel.recv_message())
         await channel.conn.wait_closed()
 
-    server = await aiordma.start_channel_server(echo, host, 0, backlog=1024)
+    pool = aiordma.SharedReceiveQueue(buffers=shared) if shared else None
+    server = await aiordma.start_channel_server(
+        echo, host, 0, backlog=1024, shared_receive=pool,
+        options=SHARED_OPTIONS if pool else None,
+    )  # fmt: skip
     print(json.dumps({"port": server.addresses[0][1], "rss": rss()}), flush=True)
     loop = asyncio.get_running_loop()
     while line := await loop.run_in_executor(None, sys.stdin.readline):
@@ -54,11 +67,14 @@ async def serve(host: str) -> None:
     server.close()
     server.close_clients()
     await server.wait_closed()
+    if pool is not None:
+        pool.close()
+        await pool.wait_closed()
 
 
-async def measure(host: str, count: int, batch: int) -> dict[str, float]:
+async def measure(host: str, count: int, batch: int, shared: int) -> dict[str, float]:
     child = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", host,
+        sys.executable, __file__, "--serve", host, "--shared", str(shared),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert child.stdin is not None
@@ -74,9 +90,12 @@ async def measure(host: str, count: int, batch: int) -> dict[str, float]:
     first = json.loads(await child.stdout.readline())
     port = first["port"]
     server_before = await ask()
+    pool = aiordma.SharedReceiveQueue(buffers=shared) if shared else None
+    pool_bytes = pool.buffers * pool.buffer_size if pool is not None else 0
+    options = SHARED_OPTIONS if pool is not None else None
     # One connection first, so what every process pays once (the device,
     # its completion queue, imports) is not counted per connection.
-    warm = await aiordma.open_channel(host, port)
+    warm = await aiordma.open_channel(host, port, shared_receive=pool, options=options)
     await warm.send_message(b"w")
     await warm.recv_message()
     client_before, client_registered_before = rss(), registered()
@@ -84,7 +103,9 @@ async def measure(host: str, count: int, batch: int) -> dict[str, float]:
     channels: list[aiordma.MessageChannel] = []
 
     async def one() -> aiordma.MessageChannel:
-        channel = await aiordma.open_channel(host, port, timeout=60)
+        channel = await aiordma.open_channel(
+            host, port, timeout=60, shared_receive=pool, options=options
+        )
         await channel.send_message(b"x")
         await channel.recv_message()
         return channel
@@ -98,14 +119,22 @@ async def measure(host: str, count: int, batch: int) -> dict[str, float]:
     await asyncio.gather(*(c.wait_closed() for c in [warm, *channels]), return_exceptions=True)
     child.stdin.close()
     await child.wait()
+    if pool is not None:
+        pool.close()
+        await pool.wait_closed()
+    # Each side's pool was made before its first measurement: count it whole.
     return {
         "connections": count,
-        "client_rss_per_connection": (client_after - client_before) / count,
-        "server_rss_per_connection": (server_after["rss"] - server_before["rss"]) / count,
-        "client_registered_per_connection": (client_registered_after - client_registered_before)
+        "shared_buffers": shared,
+        "client_rss_per_connection": (client_after - client_before + pool_bytes) / count,
+        "server_rss_per_connection": (server_after["rss"] - server_before["rss"] + pool_bytes)
+        / count,
+        "client_registered_per_connection": (
+            client_registered_after - client_registered_before + pool_bytes
+        )
         / count,
         "server_registered_per_connection": (
-            server_after["registered"] - server_before["registered"]
+            server_after["registered"] - server_before["registered"] + pool_bytes
         )
         / count,
         "default_channel_buffers": 2 * (DEFAULT_WINDOW + DEFAULT_CONTROL_WINDOW) * DEFAULT_BUFFER,
@@ -116,21 +145,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument(
+        "--shared", type=int, default=0, metavar="N",
+        help="channels on each side draw on one shared receive queue of N buffers",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve", metavar="HOST", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(serve(args.serve))
+        asyncio.run(serve(args.serve, args.shared))
         return
     endpoint = find_roce_endpoint()
     if endpoint is None:
         raise SystemExit("no RoCE device with an IPv4 address (run it in 'aiordma lab')")
-    row = asyncio.run(measure(str(endpoint.address), args.count, args.batch))
+    row = asyncio.run(measure(str(endpoint.address), args.count, args.batch, args.shared))
     if args.json:
         print(json.dumps(row))
         return
     kib = 1024
-    print(f"{args.count} connections, per connection:")
+    how = f"sharing {args.shared} receive buffers a side" if args.shared else "own buffers"
+    print(f"{args.count} connections ({how}), per connection:")
     print(
         f"  client: {row['client_rss_per_connection'] / kib:8.1f} KiB resident, "
         f"{row['client_registered_per_connection'] / kib:8.1f} KiB registered"

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 import aiordma
-from aiordma import MessageChannel, SharedReceiveQueue
+from aiordma import MessageChannel, SharedReceiveQueue, rpc
 from aiordma.credits import SharedDataCredits
 from aiordma.exceptions import ConnectionLostError
 from tests.conftest import Lab
@@ -221,3 +221,26 @@ async def test_pool_arguments_are_checked(lab: Lab) -> None:
                     echo, lab.addr, 0, shared_receive=srq, buffer_size=4096
                 )
         assert srq.closed
+
+
+@pytest.mark.asyncio
+async def test_an_rpc_server_on_a_pool(lab: Lab) -> None:
+    service = rpc.Service()
+
+    @service.method()
+    async def double(data: bytes) -> bytes:
+        return data * 2
+
+    async with (
+        SharedReceiveQueue(None, buffers=128) as srq,
+        await rpc.start_server(service, lab.addr, 0, shared_receive=srq) as server,
+    ):
+        port = server.addresses[0][1]
+        clients = [await rpc.connect(lab.addr, port) for _ in range(6)]
+        replies = await asyncio.wait_for(
+            asyncio.gather(*(c.call("double", b"%d" % i) for i, c in enumerate(clients))), 60
+        )
+        assert replies == [b"%d" % i * 2 for i in range(6)]
+        assert srq.stats()["gauges"]["channels"] == 6
+        for client in clients:
+            await client.close()

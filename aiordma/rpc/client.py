@@ -297,7 +297,7 @@ async def connect(
     is set up (its result is discarded). ``auth`` authenticates both peers
     with a pre-shared key (see :func:`aiordma.connect`). ``channel_options`` are further
     :class:`~aiordma.MessageChannel` options (``max_exposed``,
-    ``exposure_timeout``...).
+    ``exposure_timeout``...) or ``shared_receive`` (see :func:`aiordma.open_channel`).
     """
     channel = await open_channel(
         host,

@@ -237,9 +237,11 @@ async def start_server(
     hold the same pre-shared key, so unauthenticated peers never reach a
     method (see :func:`aiordma.start_server`); ``channel_options`` are further
     :class:`~aiordma.MessageChannel` options (``max_exposed``,
-    ``exposure_timeout``...). Close the returned :class:`~aiordma.Server`
-    and its clients (``close()``, ``close_clients()``) to stop: calls in
-    flight are cancelled and their callers fail at once.
+    ``exposure_timeout``...) or ``shared_receive``, a
+    :class:`~aiordma.SharedReceiveQueue` all clients' channels draw on.
+    Close the returned :class:`~aiordma.Server` and its clients
+    (``close()``, ``close_clients()``) to stop: calls in flight are
+    cancelled and their callers fail at once.
     """
     return await start_channel_server(
         lambda channel: service.handle(channel.conn),

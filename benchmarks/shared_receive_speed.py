@@ -1,0 +1,136 @@
+"""Per-message cost of a shared receive queue: round trip and rate, own buffers vs a pool.
+
+    aiordma lab -- python benchmarks/shared_receive_speed.py [--rounds 2] [--count 2000]
+
+A channel server runs in a child process; this process opens one channel
+with its own receive buffers and one whose both sides draw on a
+:class:`~aiordma.SharedReceiveQueue`, and measures each in turn, ``--rounds``
+times alternated: the median round trip of a 64-byte message (echoed), and
+how many 64-byte messages per second one side sends to a reader that
+counts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+
+import aiordma
+from aiordma.discovery import find_roce_endpoint
+
+POOL = 1024
+SIZE = 64
+
+
+async def serve(host: str) -> None:
+    """The child: one server with own buffers, one on a pool; echo, or count until b"end"."""
+
+    async def handle(channel: aiordma.MessageChannel) -> None:
+        mode = await channel.recv_message()
+        if mode == b"echo":
+            async for message in channel:
+                await channel.send_message(message)
+        else:
+            count = 0
+            while await channel.recv_message() != b"end":
+                count += 1
+            await channel.send_message(b"%d" % count)
+
+    async with (
+        aiordma.SharedReceiveQueue(buffers=POOL) as pool,
+        await aiordma.start_channel_server(handle, host, 0) as own,
+        await aiordma.start_channel_server(handle, host, 0, shared_receive=pool) as shared,
+    ):
+        ports = {"own": own.addresses[0][1], "shared": shared.addresses[0][1]}
+        print(json.dumps(ports), flush=True)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, sys.stdin.readline)
+
+
+async def round_trip(channel: aiordma.MessageChannel, count: int) -> float:
+    """Median microseconds of a 64-byte echo."""
+    payload = bytes(SIZE)
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await channel.send_message(payload)
+        await channel.recv_message()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+async def rate(channel: aiordma.MessageChannel, count: int) -> float:
+    """64-byte messages per second, from sending the first to the reader's count."""
+    payload = bytes(SIZE)
+    start = time.perf_counter()
+    for _ in range(count):
+        await channel.send_message(payload)
+    await channel.send_message(b"end")
+    got = int(await channel.recv_message())
+    elapsed = time.perf_counter() - start
+    assert got == count, f"the reader counted {got} of {count}"
+    return count / elapsed
+
+
+async def measure(host: str, rounds: int, count: int) -> list[dict[str, float | str]]:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve", host,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdin is not None
+    assert child.stdout is not None
+    ports = json.loads(await child.stdout.readline())
+    rows: list[dict[str, float | str]] = []
+    async with aiordma.SharedReceiveQueue(buffers=POOL) as pool:
+        for r in range(rounds):
+            for kind in ("own", "shared"):
+                shared = pool if kind == "shared" else None
+                echo = await aiordma.open_channel(host, ports[kind], shared_receive=shared)
+                sink = await aiordma.open_channel(host, ports[kind], shared_receive=shared)
+                await echo.send_message(b"echo")
+                await sink.send_message(b"count")
+                await round_trip(echo, count // 10)  # warm up
+                lat = await round_trip(echo, count)
+                msgs = await rate(sink, count)
+                rows.append({"round": r + 1, "buffers": kind, "rtt_us": lat, "msg_per_s": msgs})
+                for channel in (echo, sink):
+                    await channel.close()
+    child.stdin.write(b"stop\n")
+    await child.stdin.drain()
+    await child.wait()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--serve", metavar="HOST", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(serve(args.serve))
+        return
+    endpoint = find_roce_endpoint()
+    if endpoint is None:
+        raise SystemExit("no RoCE device with an IPv4 address (run it in 'aiordma lab')")
+    rows = asyncio.run(measure(str(endpoint.address), args.rounds, args.count))
+    if args.json:
+        print(json.dumps(rows))
+        return
+    print(f"{'round':>5} {'buffers':>8} {'64 B round trip (us)':>22} {'64 B msg/s':>12}")
+    for row in rows:
+        print(
+            f"{row['round']:>5} {row['buffers']:>8} {row['rtt_us']:>22.0f} "
+            f"{row['msg_per_s']:>12.0f}"
+        )
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
