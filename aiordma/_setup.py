@@ -102,17 +102,10 @@ def _to_pyverbs(raw: _rdmacm.QpAttr, opts: QueuePairOptions) -> QPAttr:
     return attr
 
 
-def check_shared_receive(
-    shared_receive: SharedReceiveQueue | None, key: object, device: Device | None
-) -> None:
+def check_shared_receive(shared_receive: SharedReceiveQueue | None, device: Device | None) -> None:
     """Refuse a ``shared_receive`` that cannot serve these connections."""
     if shared_receive is None:
         return
-    if key is not None:
-        raise ValueError(
-            "auth= and shared_receive= cannot be combined yet: the authentication "
-            "handshake receives on the connection's own receive queue"
-        )
     if device is not None and device is not shared_receive.device:
         raise ValueError(f"{shared_receive!r} is on {shared_receive.device!r}, not {device!r}")
     if shared_receive.is_closing():
@@ -222,19 +215,36 @@ _SETUP_FAILURES: Final = frozenset(
 )
 
 
-async def post_handshake_receive(qp: QueuePair, buffer: Segment) -> asyncio.Future[WorkCompletion]:
-    """Post the receive the peer's authentication message lands in."""
-    (arrival,) = await qp.post_recv_batch([buffer])
+async def post_handshake_receive(qp: QueuePair, buffer: Segment) -> asyncio.Future[bytes]:
+    """Post the receive the peer's authentication message lands in (into
+    ``buffer``, or a buffer of the pool the QP receives from); the future
+    gives its bytes."""
+    shared = qp.shared_receive
+    if shared is not None:
+        message = shared.expect(qp)
+    else:
+        (landed,) = await qp.post_recv_batch([buffer])
+        message = asyncio.get_running_loop().create_future()
+
+        def copy(done: asyncio.Future[WorkCompletion]) -> None:
+            if message.done():
+                return
+            if done.cancelled():
+                message.cancel()
+            elif (error := done.exception()) is not None:
+                message.set_exception(error)
+            else:
+                message.set_result(bytes(buffer.view()[: done.result().byte_len]))
+
+        landed.add_done_callback(copy)
     # Its failure (a flush, once setup fails) is reported by handshake_message, if at all.
-    arrival.add_done_callback(lambda f: f.cancelled() or f.exception())
-    return arrival
+    message.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return message
 
 
-async def handshake_message(
-    cm_id: CMId, arrival: asyncio.Future[WorkCompletion], buffer: Segment
-) -> bytes | None:
-    """The peer's next authentication message, landing in ``buffer``; None if
-    the connection ended (or its receive failed) first."""
+async def handshake_message(cm_id: CMId, arrival: asyncio.Future[bytes]) -> bytes | None:
+    """The peer's next authentication message (see :func:`post_handshake_receive`);
+    None if the connection ended (or its receive failed) first."""
     event = asyncio.ensure_future(cm_id.next_event())
     try:
         await asyncio.wait((arrival, event), return_when=asyncio.FIRST_COMPLETED)
@@ -245,7 +255,7 @@ async def handshake_message(
         return None
     if not arrival.done() or arrival.exception() is not None:
         return None
-    return bytes(buffer.view()[: arrival.result().byte_len])
+    return arrival.result()
 
 
 async def resolve_address(host: str, port: int) -> tuple[str, int]:

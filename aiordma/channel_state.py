@@ -159,8 +159,9 @@ class ChannelState:
         return Header(Kind.HELLO, 0, windows, max_message)
 
     def affordable(self, cost: Cost) -> bool:
-        """Whether a packet costing ``cost`` may be posted now (slot and credit)."""
-        if not self.free_slots:
+        """Whether a packet costing ``cost`` may be posted now (slot and credit;
+        nothing may go before our HELLO, which carries our first grants)."""
+        if not self.free_slots or not self.said_hello:
             return False
         if cost is Cost.DATA:
             return self.data.can_send()

@@ -491,7 +491,7 @@ async def connect(
     """
     check_port(port, listening=False)
     key = as_key(auth)
-    check_shared_receive(shared_receive, key, device)
+    check_shared_receive(shared_receive, device)
     limit = _rdmacm.MAX_CONNECT_DATA - (REQUEST_SIZE if key is not None else 0)
     data = check_private_data(private_data, limit, "connect")
     handshake = ClientHandshake(key, data) if key is not None else None
@@ -607,7 +607,7 @@ async def _prove(
     except RdmaError:
         answer = None
     else:
-        answer = await handshake_message(cm_id, arrival, verdict)
+        answer = await handshake_message(cm_id, arrival)
     if answer is None:
         raise AuthenticationError(
             f"{where} ended the connection during authentication: it refused this "

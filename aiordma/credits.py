@@ -180,8 +180,8 @@ class ReceivePool:
     credit outstanding: no sender meets an empty queue. Each member keeps
     ``base`` tokens for as long as it is attached; beyond them it borrows
     free buffers while its peer uses all it was granted, and gives them
-    back as the peer slows down, or at once while the pool is ``pressed``
-    (a member found nothing to borrow, until a quarter is free again).
+    back while the pool is ``pressed`` (a member found nothing to borrow),
+    until a quarter of the pool is free again.
     """
 
     def __init__(self, buffers: int) -> None:
@@ -220,7 +220,9 @@ class SharedDataCredits(DataCredits):
 
     ``window`` bounds what it grants at once; it starts with ``base`` (taken
     from the pool when it joined) and doubles its ``share`` each time the
-    peer used every credit it had, as far as the pool lends.
+    peer used every credit it had been sent, as far as the pool lends. It
+    keeps what it borrowed until the pool is pressed: then it gives back a
+    buffer each time one of its messages is read, down to ``base``.
     """
 
     pool: ReceivePool = field(kw_only=True)
@@ -239,17 +241,16 @@ class SharedDataCredits(DataCredits):
         self.tokens = self.held = self.share = self.owed = self.base
 
     def should_send_update(self) -> bool:
-        # Return credits once the peer holds no more than we owe it.
-        return self.owed >= max(1, self.held // 2)
+        # As a window of its own returns credits once half of it is owed,
+        # with the buffers this member owns now as its window.
+        return self.owed >= max(1, self.tokens // 2)
 
     def arrived(self) -> None:
         if self.held < 1:
             raise ValueError("peer sent a data message without a credit")
         self.held -= 1
-        if self.held == 0:  # the peer used everything: lend it more
+        if self.held == self.owed:  # the peer used all it was sent: lend it more
             self.share = min(self.window, self.share * 2)
-        elif self.held > self.share // 2:  # it has plenty left: lend it less
-            self.share = max(self.base, self.share - 1)
 
     def reposted(self) -> None:
         pool = self.pool

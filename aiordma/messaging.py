@@ -394,9 +394,27 @@ class MessageChannel:
         self.link._when_established(self._say_hello)
 
     def _say_hello(self) -> None:
-        """Announce our max_message (both peers' receives are posted by now)."""
-        if self._error is None:
-            self._spawn(self._send_control(self._state.hello(self.max_message)))
+        """Announce our max_message and windows, and grant our first credits
+        (both peers' receives are posted by now). It goes at once: nothing
+        else may go before it (see :meth:`ChannelState.affordable`)."""
+        if self._error is not None:
+            return
+        hello = self._state.hello(self.max_message)
+        try:
+            self._post(hello, b"", None, Cost.CONTROL)
+        except ResourceBusyError:  # cannot be, on a fresh queue pair; but never lose it
+            self._spawn(self._post_hello_later(hello))
+        except (RdmaError, ResourceClosedError) as exc:
+            self._fail(exc)
+        self._wake()
+
+    async def _post_hello_later(self, hello: Header) -> None:
+        try:
+            await self._qp.wait_send_room()
+            self._post(hello, b"", None, Cost.CONTROL)
+        except (RdmaError, ResourceClosedError, ResourceBusyError) as exc:
+            self._fail(exc)
+        self._wake()
 
     async def _peer_limit(self) -> int:
         """The peer's max_message (waiting for its announcement if need be)."""

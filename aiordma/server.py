@@ -63,7 +63,6 @@ from aiordma.metrics import Stats, merged
 from aiordma.queue_pair import QueuePair, QueuePairOptions
 
 if TYPE_CHECKING:
-    from aiordma.completion import WorkCompletion
     from aiordma.shared_receive import SharedReceiveQueue
 
 log = logging.getLogger(__name__)
@@ -333,14 +332,14 @@ class Server:
 
     async def _verify(
         self, handshake: ServerHandshake, conn: Connection, child: CMId, scratch: MemoryRegion,
-        arrival: asyncio.Future[WorkCompletion], where: str,
+        arrival: asyncio.Future[bytes], where: str,
     ) -> None:  # fmt: skip
         """Check the client's proof, then prepare the connection and tell the client.
 
         Until the proof checks the client has been sent nothing but our own
         proof: no message, no rkey, and no ``prepare`` has run for it.
         """
-        proof = await handshake_message(child, arrival, scratch[:])
+        proof = await handshake_message(child, arrival)
         if proof is None:
             raise ConnectionLostError(f"{where} left during authentication")
         try:
@@ -533,7 +532,7 @@ async def start_server(
     if shutdown_grace < 0:
         raise ValueError("shutdown_grace must not be negative")
     key = as_key(auth)
-    check_shared_receive(shared_receive, key, device)
+    check_shared_receive(shared_receive, device)
     server = Server(
         client_connected_cb,
         accept=accept,

@@ -126,15 +126,22 @@ class SharedReceiveQueue:
         """The pool's buffers as credits (see :class:`aiordma.credits.ReceivePool`)."""
         self._loop = asyncio.get_running_loop()
         self._members: dict[int, _Member] = {}
+        self._expected: dict[int, asyncio.Future[bytes]] = {}
+        """One message awaited on a queue pair before its channel joins (the
+        authentication handshake), by QP number."""
         self._qps: dict[int, QueuePair] = {}
         self._closing = False
         self._closed = self._loop.create_future()
         self._stats = Stats("shared_receive", self._gauges)
-        self._cq = CompletionQueue(device.context, self._loop)
+        # The device's CQ for this loop (the one its queue pairs' sends use,
+        # while it has room): receives and sends then wake the loop once.
+        self._cq = device.completion_queue(buffers)
+        self._cq.reserve(buffers)
+        self._wr_ids = [0] * buffers
+        """The ``wr_id`` each buffer is posted under (forgotten at close)."""
         self._srq: SRQ | None = None
         self._mr: MemoryRegion | None = None
         try:
-            self._cq.reserve(buffers)
             with verbs_errors(f"creating a shared receive queue on {device.name}"):
                 self._srq = SRQ(device.pd, SrqInitAttr(SrqAttr(max_wr=buffers, max_sge=1)))
             self._mr = device.alloc(buffers * buffer_size)
@@ -215,6 +222,31 @@ class SharedReceiveQueue:
         self._members[qp.qp_num] = _Member(arrived, failed, credits, control_window)
         return credits
 
+    def expect(self, qp: QueuePair) -> asyncio.Future[bytes]:
+        """The next packet to arrive on ``qp``, before any channel joins for it
+        (the authentication handshake's message). It takes a free buffer
+        until it arrives (ResourceBusyError if none is free)."""
+        if self._closing:
+            raise ResourceClosedError("the shared receive queue is closed")
+        if self._qps.get(qp.qp_num) is not qp:
+            raise ValueError(f"{qp!r} does not receive from this shared receive queue")
+        if qp.qp_num in self._members or qp.qp_num in self._expected:
+            raise ValueError(f"{qp!r} already has a receiver on this shared receive queue")
+        if not self.credits.take(1):
+            self._stats.add("refused")
+            raise ResourceBusyError(
+                f"the shared receive queue has no free buffer of {self.buffers} for a handshake"
+            )
+        message: asyncio.Future[bytes] = self._loop.create_future()
+        self._expected[qp.qp_num] = message
+        return message
+
+    def _unexpect(self, qp_num: int) -> asyncio.Future[bytes] | None:
+        message = self._expected.pop(qp_num, None)
+        if message is not None:
+            self.credits.give(1)
+        return message
+
     def repost(self, index: int, via: QueuePair | None = None) -> None:
         """Post buffer ``index`` again (through ``via``'s compiled handle if it has one)."""
         if self._srq is None:
@@ -224,7 +256,7 @@ class SharedReceiveQueue:
     # -- completions -------------------------------------------------------
 
     def _post(self, index: int, via: QueuePair | None) -> None:
-        wr_id = self._cq.register(self._handlers[index])
+        wr_id = self._wr_ids[index] = self._cq.register(self._handlers[index])
         driver = via._engine.driver if via is not None else None
         if driver is not None:
             size = self.buffer_size
@@ -244,6 +276,17 @@ class SharedReceiveQueue:
 
     def _completed(self, index: int, wc: WC) -> None:
         """A buffer's receive completed: hand it to its channel, or post it again."""
+        if self._expected:
+            message = self._unexpect(wc.qp_num)
+            if message is not None:
+                if wc.status != _ibv.WC_SUCCESS:
+                    message.set_exception(completion_error(wc, "recv"))
+                else:
+                    start = index * self.buffer_size
+                    with self.mr.view() as whole:
+                        message.set_result(bytes(whole[start : start + wc.byte_len]))
+                self.repost(index)
+                return
         member = self._members.get(wc.qp_num)
         if wc.status != _ibv.WC_SUCCESS:
             error = completion_error(wc, "recv")
@@ -263,6 +306,9 @@ class SharedReceiveQueue:
     def _qp_closing(self, qp_num: int, error: BaseException) -> None:
         """A member's queue pair is closing: nothing more will arrive for it
         (an SRQ's buffers are not flushed), so its channel is told here."""
+        message = self._unexpect(qp_num)
+        if message is not None and not message.done():
+            message.set_exception(error)
         member = self._members.get(qp_num)
         if member is not None:
             member.failed(error)
@@ -270,6 +316,9 @@ class SharedReceiveQueue:
     def _qp_destroyed(self, qp_num: int) -> None:
         """A queue pair receiving from the pool is gone: its channel's buffers are free."""
         self._qps.pop(qp_num, None)
+        message = self._unexpect(qp_num)
+        if message is not None and not message.done():
+            message.set_exception(ResourceClosedError("the queue pair was destroyed"))
         member = self._members.pop(qp_num, None)
         if member is not None:
             self.credits.give(member.credits.leave() + member.control)
@@ -318,13 +367,20 @@ class SharedReceiveQueue:
 
     def _release(self) -> None:
         self._closing = True
+        if self._closed.done():
+            return
         srq, self._srq = self._srq, None
         mr, self._mr = self._mr, None
         try:
             if srq is not None:
                 srq.close()
         finally:
-            self._cq.close()
+            cq = self._cq
+            for wr_id in self._wr_ids:  # the SRQ's buffers are gone without completions
+                cq.forget(wr_id)
+            if not cq.closed:
+                cq.unreserve(self.buffers)
+                self.device._release_cq(cq)
             if mr is not None:
                 mr.close()
             self.device._srqs.discard(self)

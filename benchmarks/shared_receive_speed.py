@@ -27,7 +27,7 @@ POOL = 1024
 SIZE = 64
 
 
-async def serve(host: str) -> None:
+async def serve(host: str, send_slots: int | None) -> None:
     """The child: one server with own buffers, one on a pool; echo, or count until b"end"."""
 
     async def handle(channel: aiordma.MessageChannel) -> None:
@@ -44,7 +44,9 @@ async def serve(host: str) -> None:
     async with (
         aiordma.SharedReceiveQueue(buffers=POOL) as pool,
         await aiordma.start_channel_server(handle, host, 0) as own,
-        await aiordma.start_channel_server(handle, host, 0, shared_receive=pool) as shared,
+        await aiordma.start_channel_server(
+            handle, host, 0, shared_receive=pool, send_slots=send_slots
+        ) as shared,
     ):
         ports = {"own": own.addresses[0][1], "shared": shared.addresses[0][1]}
         print(json.dumps(ports), flush=True)
@@ -77,9 +79,12 @@ async def rate(channel: aiordma.MessageChannel, count: int) -> float:
     return count / elapsed
 
 
-async def measure(host: str, rounds: int, count: int) -> list[dict[str, float | str]]:
+async def measure(
+    host: str, rounds: int, count: int, send_slots: int | None
+) -> list[dict[str, float | str]]:
+    slots = ["--send-slots", str(send_slots)] if send_slots else []
     child = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", host,
+        sys.executable, __file__, "--serve", host, *slots,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert child.stdin is not None
@@ -89,9 +94,14 @@ async def measure(host: str, rounds: int, count: int) -> list[dict[str, float | 
     async with aiordma.SharedReceiveQueue(buffers=POOL) as pool:
         for r in range(rounds):
             for kind in ("own", "shared"):
-                shared = pool if kind == "shared" else None
-                echo = await aiordma.open_channel(host, ports[kind], shared_receive=shared)
-                sink = await aiordma.open_channel(host, ports[kind], shared_receive=shared)
+                on = pool if kind == "shared" else None
+                own_slots = send_slots if kind == "shared" else None
+                echo, sink = [
+                    await aiordma.open_channel(
+                        host, ports[kind], shared_receive=on, send_slots=own_slots
+                    )
+                    for _ in range(2)
+                ]
                 await echo.send_message(b"echo")
                 await sink.send_message(b"count")
                 await round_trip(echo, count // 10)  # warm up
@@ -110,16 +120,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument(
+        "--send-slots", type=int, default=None,
+        help="send slots of the channels on the pool (default: theirs, 8)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve", metavar="HOST", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(serve(args.serve))
+        asyncio.run(serve(args.serve, args.send_slots))
         return
     endpoint = find_roce_endpoint()
     if endpoint is None:
         raise SystemExit("no RoCE device with an IPv4 address (run it in 'aiordma lab')")
-    rows = asyncio.run(measure(str(endpoint.address), args.rounds, args.count))
+    rows = asyncio.run(measure(str(endpoint.address), args.rounds, args.count, args.send_slots))
     if args.json:
         print(json.dumps(rows))
         return

@@ -160,3 +160,10 @@ def test_impossible_credit_grants_are_refused() -> None:
     state = _state()
     with pytest.raises(ValueError, match="granted"):
         state.received(Header(Kind.CREDIT, 1))  # nothing was spent
+
+
+def test_nothing_goes_before_our_hello() -> None:
+    state = _fresh()
+    assert not any(state.affordable(cost) for cost in Cost)
+    state.posted(Cost.CONTROL, Kind.HELLO)
+    assert state.affordable(Cost.CONTROL)

@@ -212,10 +212,6 @@ async def test_pool_arguments_are_checked(lab: Lab) -> None:
         with pytest.raises(ValueError, match="buffer_size"):
             SharedReceiveQueue(device, buffer_size=40)
         async with SharedReceiveQueue(device, buffers=16) as srq:
-            with pytest.raises(ValueError, match="cannot be combined"):
-                await aiordma.start_channel_server(
-                    echo, lab.addr, 0, shared_receive=srq, auth=b"k" * 32
-                )
             with pytest.raises(ValueError, match="buffer_size"):
                 await aiordma.start_channel_server(
                     echo, lab.addr, 0, shared_receive=srq, buffer_size=4096
