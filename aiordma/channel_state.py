@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from aiordma.credits import CreditWindow, DataCredits
 from aiordma.exceptions import ProtocolError
-from aiordma.wire import Header, Kind
+from aiordma.wire import LAST_CREDIT, Header, Kind
 
 
 def hello_windows(header: Header) -> tuple[int, int]:
@@ -111,7 +111,7 @@ class ChannelState:
         self.data.granted(header.credits)
         self.control.granted(header.control_credits)
         if kind == Kind.EAGER or kind == Kind.RENDEZVOUS:
-            self.data.arrived()
+            self.data.arrived(header.flags & LAST_CREDIT != 0)
         elif kind == Kind.DONE:
             if header.msg_id in self.exposed:
                 self._unexposed(header.msg_id)
@@ -171,8 +171,9 @@ class ChannelState:
 
     def stamp(self, header: Header, head_length: int) -> Header:
         """``header`` carrying the credits we owe (nothing changes until :meth:`posted`)."""
+        last = self.is_message(header) and self.data.available == 1
         return Header(header.kind, self.data.owed, header.msg_id, header.length, header.remote,
-                      head_length, self.control.owed)  # fmt: skip
+                      head_length, self.control.owed, LAST_CREDIT if last else 0)  # fmt: skip
 
     def posted(self, cost: Cost, kind: Kind) -> None:
         """A stamped packet of ``kind`` costing ``cost`` was posted: its credits

@@ -163,8 +163,9 @@ class DataCredits:
             )
         self.available += credits
 
-    def arrived(self) -> None:
-        """A data message of the peer took one of our buffers."""
+    def arrived(self, last: bool = False) -> None:
+        """A data message of the peer took one of our buffers (``last``: it
+        spent the peer's last credit)."""
 
     def reposted(self) -> None:
         """The application consumed a data message and its buffer is posted again."""
@@ -219,8 +220,9 @@ class SharedDataCredits(DataCredits):
     """The data credits a member of a :class:`ReceivePool` grants its peer (pure logic).
 
     ``window`` bounds what it grants at once; it starts with ``base`` (taken
-    from the pool when it joined) and doubles its ``share`` each time the
-    peer used every credit it had been sent, as far as the pool lends. It
+    from the pool when it joined) and doubles its ``share`` each time a
+    message of the peer says it spent its last credit, as far as the pool
+    lends (the receiver cannot tell: credits in flight look the same). It
     keeps what it borrowed until the pool is pressed: then it gives back a
     buffer each time one of its messages is read, down to ``base``.
     """
@@ -245,11 +247,11 @@ class SharedDataCredits(DataCredits):
         # with the buffers this member owns now as its window.
         return self.owed >= max(1, self.tokens // 2)
 
-    def arrived(self) -> None:
+    def arrived(self, last: bool = False) -> None:
         if self.held < 1:
             raise ValueError("peer sent a data message without a credit")
         self.held -= 1
-        if self.held == self.owed:  # the peer used all it was sent: lend it more
+        if last:  # the peer used all it had: lend it more
             self.share = min(self.window, self.share * 2)
 
     def reposted(self) -> None:

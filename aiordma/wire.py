@@ -23,9 +23,10 @@ from aiordma.memory import RemoteBuffer
 MAGIC: Final = 0xA5
 VERSION: Final = 3
 """2 added REVOKE and HELLO; 3 made HELLO carry each side's windows and first
-grants. A peer speaking another version is refused at its first packet."""
+grants, and data packets say when they spend the last credit. A peer
+speaking another version is refused at its first packet."""
 
-_HEADER: Final = struct.Struct("<BBBxHHQQQIHxx")
+_HEADER: Final = struct.Struct("<BBBBHHQQQIHxx")
 HEADER_SIZE: Final = _HEADER.size
 
 
@@ -52,6 +53,12 @@ class Kind(enum.IntEnum):
     credits are the sender's first grants (nothing is granted before)."""
 
 
+LAST_CREDIT: Final = 1
+"""Flag: this data packet spent the sender's last data credit (a receiver
+lending from a shared pool takes it as a sign to lend more)."""
+_FLAGS: Final = LAST_CREDIT
+
+
 class Header(NamedTuple):
     """One packet's header (a named tuple: one is made per packet sent and
     received, and a tuple is the cheapest immutable record to make)."""
@@ -68,13 +75,15 @@ class Header(NamedTuple):
     """Bytes of head that follow the header (EAGER, RENDEZVOUS)."""
     control_credits: int = 0
     """Buffers the sender re-posted after control packets (DONE, CREDIT, CONTROL_CREDIT)."""
+    flags: int = 0
+    """:data:`LAST_CREDIT`, or nothing."""
 
     def pack_into(self, buf: memoryview | bytearray) -> None:
         if not (0 <= self.credits < 1 << 16 and 0 <= self.control_credits < 1 << 16):
             raise ValueError("credits must fit in 16 bits")
         addr = self.remote.addr if self.remote is not None else 0
         rkey = self.remote.rkey if self.remote is not None else 0
-        _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.kind, self.credits,
+        _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.kind, self.flags, self.credits,
                           self.control_credits, self.msg_id, self.length, addr, rkey,
                           self.head_length)  # fmt: skip
 
@@ -88,7 +97,7 @@ class Header(NamedTuple):
         """Parse and check a received header; ``max_length`` bounds message sizes."""
         if len(data) < HEADER_SIZE:
             raise ProtocolError(f"packet of {len(data)} bytes is shorter than a header")
-        magic, version, kind, credits, control, msg_id, length, addr, rkey, head = (
+        magic, version, kind, flags, credits, control, msg_id, length, addr, rkey, head = (
             _HEADER.unpack_from(data)
         )
         if magic != MAGIC or version != VERSION:
@@ -96,6 +105,8 @@ class Header(NamedTuple):
         k = _KINDS.get(kind)
         if k is None:
             raise ProtocolError(f"unknown packet kind {kind}")
+        if flags & ~_FLAGS:
+            raise ProtocolError(f"unknown packet flags {flags:#x}")
         if length > max_length and k != Kind.HELLO:
             raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_length}")
         carried = len(data) - HEADER_SIZE
@@ -113,7 +124,7 @@ class Header(NamedTuple):
                 )
         elif head or carried or (length and k != Kind.HELLO):
             raise ProtocolError(f"{k.name} packet with a payload")
-        return cls(k, credits, msg_id, length, remote, head, control)
+        return cls(k, credits, msg_id, length, remote, head, control, flags)
 
 
 _KINDS: Final = {int(k): k for k in Kind}

@@ -24,6 +24,7 @@ import aiordma
 from aiordma.discovery import find_roce_endpoint
 
 POOL = 1024
+
 SIZE = 64
 
 
@@ -107,7 +108,9 @@ async def measure(
                 await round_trip(echo, count // 10)  # warm up
                 lat = await round_trip(echo, count)
                 msgs = await rate(sink, count)
-                rows.append({"round": r + 1, "buffers": kind, "rtt_us": lat, "msg_per_s": msgs})
+                stalls = sink.stats()["counters"].get("credit_stalls", 0)
+                rows.append({"round": r + 1, "buffers": kind, "rtt_us": lat,
+                             "msg_per_s": msgs, "credit_stalls": stalls})  # fmt: skip
                 for channel in (echo, sink):
                     await channel.close()
     child.stdin.write(b"stop\n")
@@ -137,11 +140,14 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows))
         return
-    print(f"{'round':>5} {'buffers':>8} {'64 B round trip (us)':>22} {'64 B msg/s':>12}")
+    print(
+        f"{'round':>5} {'buffers':>8} {'64 B round trip (us)':>22} {'64 B msg/s':>12} "
+        f"{'credit stalls':>14}"
+    )
     for row in rows:
         print(
             f"{row['round']:>5} {row['buffers']:>8} {row['rtt_us']:>22.0f} "
-            f"{row['msg_per_s']:>12.0f}"
+            f"{row['msg_per_s']:>12.0f} {row['credit_stalls']:>14}"
         )
 
 

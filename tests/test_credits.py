@@ -226,7 +226,8 @@ def test_a_pool_member_starts_with_its_base_and_borrows_when_its_peer_runs_dry()
     member = SharedDataCredits(8, pool=pool, base=2)
     assert member.piggyback() == 2  # the HELLO grants the base
     member.arrived()
-    member.arrived()  # the peer used everything: the share doubles
+    assert member.share == 2
+    member.arrived(last=True)  # the peer says it used everything: the share doubles
     assert member.share == 4
     member.reposted()  # one back, and two more borrowed
     assert (member.tokens, member.held, member.owed, pool.free) == (4, 3, 3, 16)
@@ -239,14 +240,14 @@ def test_a_pressed_pool_takes_borrowed_buffers_back_as_they_are_consumed() -> No
     a = SharedDataCredits(8, pool=pool, base=2)
     b = SharedDataCredits(8, pool=pool, base=2)
     a.piggyback()
-    for _ in range(2):
-        a.arrived()
+    a.arrived()
+    a.arrived(last=True)
     a.reposted()
     a.reposted()  # a borrowed the two free buffers
     assert (a.tokens, pool.free) == (4, 0)
     b.piggyback()
     b.arrived()
-    b.arrived()
+    b.arrived(last=True)
     b.reposted()  # b wants more: nothing to lend, the pool is pressed
     assert pool.pressed
     assert b.tokens == 2
@@ -276,7 +277,7 @@ class Member:
     to_send: int
     slow: bool
     available: int = 0
-    in_flight: int = 0
+    in_flight: deque[bool] = field(default_factory=deque)
     ready: int = 0
     received: int = 0
 
@@ -309,10 +310,9 @@ def test_members_of_a_pool_never_overrun_it_and_always_finish(
             m.to_send -= 1
             posted -= 1
             assert posted >= 0, "a message found the shared receive queue empty"
-            m.in_flight += 1
+            m.in_flight.append(m.available == 0)
         elif action < 0.6 and m.in_flight:
-            m.in_flight -= 1
-            m.credits.arrived()
+            m.credits.arrived(m.in_flight.popleft())
             m.ready += 1
         elif action < (0.62 if m.slow else 0.8) and m.ready:
             m.ready -= 1
@@ -327,3 +327,27 @@ def test_members_of_a_pool_never_overrun_it_and_always_finish(
     else:
         pytest.fail(f"stuck: {group}")
     assert [m.received for m in group] == totals
+
+
+def test_a_sender_always_short_of_credit_is_lent_the_whole_window_soon() -> None:
+    """A fast sender and a reader that keeps up: each message that spends the
+    sender's last credit doubles the reader's share, so within a few rounds
+    it grants its whole window and credit updates come every half window."""
+    pool = ReceivePool(64)
+    assert pool.take(2)
+    member = SharedDataCredits(32, pool=pool, base=2)
+    available = member.piggyback()
+    updates = 0
+    for _ in range(400):
+        in_flight = []
+        while available:
+            available -= 1
+            in_flight.append(available == 0)
+        for last in in_flight:
+            member.arrived(last)
+            member.reposted()
+            if member.should_send_update():
+                available += member.piggyback()
+                updates += 1
+    assert member.tokens == 32
+    assert updates < 400 * 3  # about two per window's worth of messages once lent
