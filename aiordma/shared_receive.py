@@ -94,7 +94,8 @@ class SharedReceiveQueue:
     Create it on the loop that runs the connections, on their device (the
     shared default device by default). Close it after them: ``close()``
     refuses new connections at once and releases everything once the last
-    queue pair using it is gone (await :meth:`wait_closed`).
+    queue pair using it is gone (await :meth:`wait_closed`); :meth:`aclose`
+    and ``async with`` close those queue pairs too.
     """
 
     def __init__(
@@ -390,9 +391,18 @@ class SharedReceiveQueue:
     async def __aenter__(self) -> SharedReceiveQueue:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def aclose(self) -> None:
+        """:meth:`close`, then close the queue pairs still receiving from the
+        pool (their connections fail, as when their device goes) and wait
+        until everything is released."""
         self.close()
+        for qp in list(self._qps.values()):
+            qp.close()
+            await qp.wait_closed()
         await self.wait_closed()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def _srq_limit(device: Device) -> int:

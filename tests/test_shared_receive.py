@@ -240,3 +240,18 @@ async def test_an_rpc_server_on_a_pool(lab: Lab) -> None:
         assert srq.stats()["gauges"]["channels"] == 6
         for client in clients:
             await client.close()
+
+
+@pytest.mark.asyncio
+async def test_closing_a_pool_ends_the_connections_still_on_it(lab: Lab) -> None:
+    async with pool_server(lab, buffers=32) as (_, port, _served):
+        client_pool = SharedReceiveQueue(None, buffers=32)
+        channel = await aiordma.open_channel(lab.addr, port, shared_receive=client_pool)
+        await channel.send_message(b"x")
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"x"
+        pending = asyncio.ensure_future(channel.recv_message())
+        await asyncio.wait_for(client_pool.aclose(), 30)
+        assert client_pool.closed
+        with pytest.raises((ConnectionLostError, aiordma.ResourceClosedError)):
+            await asyncio.wait_for(pending, 10)
+        await channel.close()
