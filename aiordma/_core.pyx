@@ -487,13 +487,14 @@ cdef class QPDriver:
         wr.num_sge = 1
         return ibv_post_send(self.qp, &wr, &bad)
 
-    def post_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length, uint32_t lkey):
-        """Post one receive into one buffer (the message channel's packets);
-        0 or the provider's errno."""
+    cdef int _post_one_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length,
+                            uint32_t lkey, bint shared) except -1:
         cdef ibv_recv_wr wr
         cdef ibv_sge sge
         cdef ibv_recv_wr *bad = NULL
         self._check()
+        if shared and self.qp.srq == NULL:
+            return 22  # EINVAL: this QP has no shared receive queue
         sge.addr = addr
         sge.length = length
         sge.lkey = lkey
@@ -501,25 +502,19 @@ cdef class QPDriver:
         wr.next = NULL
         wr.sg_list = &sge
         wr.num_sge = 1
+        if shared:
+            return ibv_post_srq_recv(self.qp.srq, &wr, &bad)
         return ibv_post_recv(self.qp, &wr, &bad)
+
+    def post_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length, uint32_t lkey):
+        """Post one receive into one buffer (the message channel's packets);
+        0 or the provider's errno."""
+        return self._post_one_recv(wr_id, addr, length, lkey, False)
 
     def post_srq_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length, uint32_t lkey):
         """Post one receive into one buffer on the shared receive queue this
         QP receives from; 0 or the provider's errno (EINVAL: it has none)."""
-        cdef ibv_recv_wr wr
-        cdef ibv_sge sge
-        cdef ibv_recv_wr *bad = NULL
-        self._check()
-        if self.qp.srq == NULL:
-            return 22
-        sge.addr = addr
-        sge.length = length
-        sge.lkey = lkey
-        wr.wr_id = wr_id
-        wr.next = NULL
-        wr.sg_list = &sge
-        wr.num_sge = 1
-        return ibv_post_srq_recv(self.qp.srq, &wr, &bad)
+        return self._post_one_recv(wr_id, addr, length, lkey, True)
 
     def post_recvs(self, list requests):
         """Post ``(wr_id, segments)`` receives as one linked list; 0 or errno."""
