@@ -243,6 +243,15 @@ class MessageChannel:
     ``exposure_timeout`` seconds (None: until read), and at most
     ``max_exposed`` bytes at once (further large sends wait). By default
     that is 60 s, and 256 MiB or ``max_message`` if larger.
+
+    The channel posts ``window`` data and ``control_window`` control
+    receive buffers of ``buffer_size`` bytes (32, 8 and 8 KiB by default),
+    and keeps ``send_slots`` packets in flight (as many as it has receive
+    buffers). On a connection made with a
+    :class:`~aiordma.SharedReceiveQueue` it posts none: it draws its
+    buffers from the pool (``buffer_size`` is the pool's; the control
+    window defaults to 4, ``send_slots`` to 8, and ``window`` bounds what
+    it may borrow).
     """
 
     def __init__(
