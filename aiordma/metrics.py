@@ -195,7 +195,8 @@ def format_exposition(text: str) -> str:
         labels = dict(_LABEL.findall(raw_labels or ""))
         if name.endswith("_bucket") or name.endswith("_created"):
             continue
-        source = ", ".join(f"{k}={labels.pop(k)}" for k in ("server", "peer") if k in labels)
+        where = [(k, labels.pop(k, "")) for k in ("server", "peer", "pool")]
+        source = ", ".join(f"{k}={v}" for k, v in where if v)
         for key in ("op", "status", "kind"):
             if key in labels:
                 name = f"{name}:{labels.pop(key)}"

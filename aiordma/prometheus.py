@@ -11,12 +11,15 @@ each scrape it reads the :mod:`aiordma.metrics` of every server and every
 client connection that is open (or was, for servers, until it closed) and
 yields them as metric families:
 
-- ``aiordma_<counter>_total`` for each counter, labelled ``server`` or
-  ``peer``; counters of a kind (``ops:rdma_read``, ``errors:<status>``)
+- ``aiordma_<counter>_total`` for each counter, labelled ``server``,
+  ``peer`` or ``pool`` (a :class:`~aiordma.SharedReceiveQueue`; when a
+  process has several kinds, each sample has all three labels, the others
+  empty); counters of a kind (``ops:rdma_read``, ``errors:<status>``)
   become one family with an ``op`` or ``status`` label;
 - ``aiordma_<name>_seconds`` histograms for latencies (awaited verbs, RPC
   calls and handlers);
-- ``aiordma_<gauge>`` gauges (connections, exposed bytes).
+- ``aiordma_<gauge>`` gauges (connections, exposed bytes, a pool's free
+  buffers).
 
 Nothing is exported per connection of a server (their number is not
 bounded): a server's figures are summed over its connections.
@@ -53,8 +56,13 @@ class AiordmaCollector(Collector):
         counters: dict[str, CounterMetricFamily] = {}
         gauges: dict[str, GaugeMetricFamily] = {}
         histograms: dict[str, HistogramMetricFamily] = {}
-        for labels, stats in metrics.collect():
-            names, values = list(labels), list(labels.values())
+        sources = list(metrics.collect())
+        # Every family carries every source label present in this scrape
+        # (empty where it does not apply): a family's label names are fixed,
+        # and a server's and a client connection's samples share families.
+        names = sorted({name for labels, _ in sources for name in labels})
+        for labels, stats in sources:
+            values = [labels.get(name, "") for name in names]
             for counter, value in sorted(stats.counters.items()):
                 family_name, _, kind = counter.partition(":")
                 extra = _LABELLED.get(family_name, "kind") if kind else None

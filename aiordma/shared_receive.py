@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyverbs.wr import SGE, RecvWR
 
-from aiordma import _ibv
+from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.completion import CompletionQueue, completion_error
 from aiordma.credits import CONTROL_BASE, ReceivePool, SharedDataCredits
@@ -51,6 +52,8 @@ DEFAULT_BUFFERS: Final = 4096
 DEFAULT_BUFFER_SIZE: Final = 8192
 DEFAULT_BASE_CREDITS: Final = 2
 """Data credits each channel keeps for as long as it lives, whatever the others do."""
+
+_numbers = itertools.count(1)
 
 Arrived = Callable[[int, BaseException | None, int], None]
 """``(buffer index, error, bytes)``: a packet landed for a channel (from the drain)."""
@@ -158,6 +161,8 @@ class SharedReceiveQueue:
             self._release()
             raise
         device._srqs.add(self)
+        self._name = f"{device.name}#{next(_numbers)}"
+        metrics.watch(self)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._members)} channels"
@@ -336,6 +341,10 @@ class SharedReceiveQueue:
         receives by status."""
         return self._stats.snapshot()
 
+    def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:
+        """For exporters: labelled ``pool``, the device's name and a number."""
+        yield {"pool": self._name}, self._stats
+
     def _gauges(self) -> dict[str, int]:
         return {
             "buffers": self.buffers,
@@ -385,6 +394,7 @@ class SharedReceiveQueue:
             if mr is not None:
                 mr.close()
             self.device._srqs.discard(self)
+            metrics.unwatch(self)
             if not self._closed.done():
                 self._closed.set_result(None)
 

@@ -26,6 +26,42 @@ def recording() -> Iterator[None]:
 # -- logic (host) --------------------------------------------------------------
 
 
+class _Source:
+    """A watched object, as servers, client connections and pools are."""
+
+    def __init__(self, labels: dict[str, str], stats: Stats) -> None:
+        self.labels, self.stats = labels, stats
+
+    def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:
+        yield self.labels, self.stats
+
+
+def test_each_sample_is_labelled_by_its_own_source(recording: None) -> None:
+    sources = []
+    for label, sent in (("server", 5), ("peer", 7), ("pool", 2)):
+        stats = Stats(label)
+        stats.add("messages_sent", sent)
+        stats.add("errors:IBV_WC_REM_ACCESS_ERR")
+        sources.append(_Source({label: f"{label}-1"}, stats))
+        metrics.watch(sources[-1])
+    registry = CollectorRegistry()
+    aiordma.prometheus.register(registry)
+    try:
+        text = generate_latest(registry).decode()
+    finally:
+        for source in sources:
+            metrics.unwatch(source)
+    for label, sent in (("server", 5), ("peer", 7), ("pool", 2)):
+        labels = ",".join(f'{k}="{k}-1"' if k == label else f'{k}=""'
+                          for k in ("peer", "pool", "server"))  # fmt: skip
+        assert f"aiordma_messages_sent_total{{{labels}}} {sent}.0" in text
+        status = 'status="IBV_WC_REM_ACCESS_ERR"'
+        assert f"aiordma_errors_total{{{labels},{status}}} 1.0" in text
+    table = metrics.format_exposition(text)
+    assert "server=server-1" in table
+    assert "pool=pool-1" in table
+
+
 def test_histogram_buckets_and_quantiles() -> None:
     h = Histogram()
     assert h.quantile(0.5) is None
@@ -195,12 +231,18 @@ async def test_rpc_counts_and_prometheus_export(lab: Lab, recording: None) -> No
             assert served["requests"] == 3
             assert served["requests_failed"] == 1
             text = generate_latest(registry).decode()
-            where = f'server="{lab.addr}:{port}"'
+            # A server and a client connection in one process: every sample
+            # has both labels, the one that does not apply empty.
+            where = f'peer="",server="{lab.addr}:{port}"'
             assert f"aiordma_requests_total{{{where}}} 3.0" in text
             assert f"aiordma_connections{{{where}}} 1.0" in text
             peer = "{}:{}".format(*client.conn.peer_address)
-            assert f'aiordma_calls_total{{peer="{peer}"}} 3.0' in text
-            assert f'aiordma_call_seconds_count{{peer="{peer}"}} 3.0' in text
+            mine = f'peer="{peer}",server=""'
+            assert f"aiordma_calls_total{{{mine}}} 3.0" in text
+            assert f"aiordma_call_seconds_count{{{mine}}} 3.0" in text
+            # Families both have are labelled per source, not as the first one.
+            assert f"aiordma_messages_sent_total{{{mine}}} 3.0" in text
+            assert f"aiordma_messages_sent_total{{{where}}} 3.0" in text
 
 
 @pytest.mark.asyncio
@@ -220,16 +262,6 @@ async def test_nothing_is_counted_while_metrics_are_off(lab: Lab) -> None:
                 assert channel.conn.stats()["latency"] == {}
     finally:
         metrics.enable(was)
-
-
-class _Source:
-    """A watched object, as a server or client connection is."""
-
-    def __init__(self, labels: dict[str, str], stats: Stats) -> None:
-        self.labels, self.stats = labels, stats
-
-    def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:
-        yield self.labels, self.stats
 
 
 def test_the_stats_command_prints_a_running_processs_metrics(

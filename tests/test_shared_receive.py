@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 import aiordma
-from aiordma import MessageChannel, SharedReceiveQueue, rpc
+from aiordma import MessageChannel, SharedReceiveQueue, metrics, rpc
 from aiordma.credits import SharedDataCredits
 from aiordma.exceptions import ConnectionLostError
 from tests.conftest import Lab
@@ -56,6 +56,8 @@ async def test_many_clients_exchange_messages_through_one_pool(lab: Lab) -> None
             *(aiordma.open_channel(lab.addr, port) for _ in range(clients))
         )
         assert srq.stats()["gauges"]["channels"] == clients
+        exported = [stats for labels, stats in metrics.collect() if labels.get("pool")]
+        assert [s.gauges()["channels"] for s in exported] == [clients]
         # Each channel owns its base and control buffers, at least.
         assert srq.stats()["gauges"]["free"] <= 512 - clients * (srq.base_credits + 4)
 
