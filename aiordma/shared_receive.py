@@ -4,9 +4,9 @@ Without it, every message channel posts its own receive buffers, sized for
 its busiest moment: 40 buffers of 8 KiB per connection by default, most of
 them idle at any time. A :class:`SharedReceiveQueue` posts one pool of
 buffers on a verbs shared receive queue; the queue pairs of connections made
-with it take their receives from there, and their completions come to one
-completion queue of the pool's, from which each is handed to the channel of
-the queue pair it arrived on (by QP number).
+with it take their receives from there, and their completions come to the
+device's completion queue (the one their sends use), from which each is
+handed to the channel of the queue pair it arrived on (by QP number).
 
 Flow control stays credit-based (see :class:`aiordma.credits.ReceivePool`):
 each channel owns a few buffers for as long as it lives (``base_credits``
@@ -264,7 +264,7 @@ class SharedReceiveQueue:
     def _post(self, index: int, via: QueuePair | None) -> None:
         wr_id = self._wr_ids[index] = self._cq.register(self._handlers[index])
         driver = via._engine.driver if via is not None else None
-        if driver is not None:
+        if driver is not None and via is not None and via._engine.qp is not None:
             size = self.buffer_size
             rc = driver.post_srq_recv(wr_id, self.mr.addr + index * size, size, self.mr.lkey)
             if rc:
