@@ -150,7 +150,7 @@ class SharedReceiveQueue:
                 self._srq = SRQ(device.pd, SrqInitAttr(SrqAttr(max_wr=buffers, max_sge=1)))
             self._mr = device.alloc(buffers * buffer_size)
             self._handlers = [_Buffer(self, i) for i in range(buffers)]
-            addr, lkey = self._mr.addr, self._mr.lkey
+            addr, lkey = self._base, self._lkey = self._mr.addr, self._mr.lkey
             self._wrs = [
                 RecvWR(num_sge=1, sg=[SGE(addr + i * buffer_size, buffer_size, lkey)])
                 for i in range(buffers)
@@ -263,10 +263,10 @@ class SharedReceiveQueue:
 
     def _post(self, index: int, via: QueuePair | None) -> None:
         wr_id = self._wr_ids[index] = self._cq.register(self._handlers[index])
-        driver = via._engine.driver if via is not None else None
-        if driver is not None and via is not None and via._engine.qp is not None:
+        engine = via._engine if via is not None else None
+        if engine is not None and engine.driver is not None and engine.qp is not None:
             size = self.buffer_size
-            rc = driver.post_srq_recv(wr_id, self.mr.addr + index * size, size, self.mr.lkey)
+            rc = engine.driver.post_srq_recv(wr_id, self._base + index * size, size, self._lkey)
             if rc:
                 self._cq.forget(wr_id)
                 raise DeviceError(rc, f"ibv_post_srq_recv failed: {errno.errorcode.get(rc, rc)}")
