@@ -17,7 +17,14 @@ from aiordma import _ibv
 from aiordma._closing import CloseWaiters
 from aiordma._pyverbs import verbs_errors
 from aiordma.completion import CompletionQueue
-from aiordma.discovery import PortInfo, find_roce_endpoint, list_devices
+from aiordma.discovery import (
+    DeviceInfo,
+    PortInfo,
+    find_roce_endpoint,
+    forget_devices,
+    list_devices,
+    lookup,
+)
 from aiordma.exceptions import DeviceError, MemoryLimitError, ResourceClosedError
 from aiordma.memory import Access, MemoryRegion
 from aiordma.queue_pair import QueuePair, QueuePairOptions
@@ -34,6 +41,8 @@ class _RemovalWatcher(Protocol):
 
 
 _shared: dict[str, Device] = {}
+_shared_default: str | None = None
+"""The name ``Device.shared()`` resolved its default to."""
 _open: weakref.WeakSet[Device] = weakref.WeakSet()
 """Every open device, so that exit can close what the program left open."""
 
@@ -93,13 +102,18 @@ def _window_type(flags: int, max_mw: int) -> int:
 
 
 def _default_device_name() -> str:
-    endpoint = find_roce_endpoint() or find_roce_endpoint(family=6)
-    if endpoint is not None:
-        return endpoint.device
-    for info in list_devices():
-        if any(p.active for p in info.ports):
-            return info.name
-    raise DeviceError(19, "no RDMA device with an active port (try 'aiordma devices')")
+    """The first device with a RoCE v2 address (IPv4 first), else with an active port."""
+
+    def choose(devices: list[DeviceInfo]) -> str | None:
+        endpoint = find_roce_endpoint(devices) or find_roce_endpoint(devices, family=6)
+        if endpoint is not None:
+            return endpoint.device
+        return next((d.name for d in devices if any(p.active for p in d.ports)), None)
+
+    name = lookup(choose)
+    if name is None:
+        raise DeviceError(19, "no RDMA device with an active port (try 'aiordma devices')")
+    return name
 
 
 class Device:
@@ -164,10 +178,17 @@ class Device:
         serves every such connection. It stays open until closed explicitly or
         until the device is removed.
         """
-        name = name or _default_device_name()
-        dev = _shared.get(name)
+        global _shared_default
+        if name is None and _shared_default is not None:  # no sysfs scan on every call
+            dev = _shared.get(_shared_default)
+            if dev is not None and not dev.closed:
+                return dev
+        key = name or _default_device_name()
+        dev = _shared.get(key)
         if dev is None or dev.closed:
-            dev = _shared[name] = cls(name)
+            dev = _shared[key] = cls(key)
+        if name is None:
+            _shared_default = key
         return dev
 
     def __repr__(self) -> str:
@@ -329,6 +350,7 @@ class Device:
         if self.removed:
             return
         self.removed = True
+        forget_devices()
         for watcher in list(self._watchers):
             watcher._device_removed(self)
         self._watchers.clear()

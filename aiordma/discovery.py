@@ -1,19 +1,26 @@
 """Enumerate RDMA devices, ports and GIDs from sysfs.
 
 sysfs is read instead of opening every device through verbs so that listing
-works without pyverbs and never disturbs a device in use.
+works without pyverbs and never disturbs a device in use. Reading every
+port's GID table takes seconds on a loaded machine, so lookups use one scan
+per process (:func:`known_devices`), made again only when a lookup misses
+or a device was removed; :func:`list_devices` always reads afresh.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 SYSFS_ROOT = Path("/sys/class/infiniband")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,33 @@ def list_devices(root: Path = SYSFS_ROOT) -> list[DeviceInfo]:
     return devices
 
 
+_known: list[DeviceInfo] | None = None
+
+
+def known_devices(*, refresh: bool = False) -> list[DeviceInfo]:
+    """The devices as this process last scanned them (scanned on first use,
+    and again with ``refresh``)."""
+    global _known
+    if _known is None or refresh:
+        _known = list_devices()
+    return _known
+
+
+def forget_devices() -> None:
+    """Drop the process's scan (a device was added or removed): the next lookup reads sysfs."""
+    global _known
+    _known = None
+
+
+def lookup(find: Callable[[list[DeviceInfo]], _T | None]) -> _T | None:
+    """``find`` applied to the known devices, and once more to a fresh scan if it found nothing."""
+    if _known is not None:
+        found = find(_known)
+        if found is not None:
+            return found
+    return find(known_devices(refresh=True))
+
+
 def find_roce_endpoint(
     devices: list[DeviceInfo] | None = None,
     *,
@@ -155,9 +189,12 @@ def find_roce_endpoint(
     """The first active RoCE v2 GID with an IP address of ``family`` (4 or 6).
 
     Link-local IPv6 GIDs are skipped: rdma_cm cannot route to them without a
-    scope. ``device`` and ``port`` restrict the search.
+    scope. ``device`` and ``port`` restrict the search. Without ``devices``
+    it searches the process's scan (see :func:`lookup`).
     """
-    for dev in list_devices() if devices is None else devices:
+    if devices is None:
+        return lookup(functools.partial(find_roce_endpoint, device=device, port=port, family=family))
+    for dev in devices:
         if device is not None and dev.name != device:
             continue
         for p in dev.ports:

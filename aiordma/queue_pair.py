@@ -85,6 +85,12 @@ FLUSH_TIMEOUT = 5.0
 """How long :meth:`QueuePair.wait_closed` waits for flushed completions."""
 
 
+_RNR_TIMER_MS: Final = (655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32,
+                        0.48, 0.64, 0.96, 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36,
+                        20.48, 30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68,
+                        491.52)  # fmt: skip
+"""Milliseconds of each ``min_rnr_timer`` code (the InfiniBand specification's table)."""
+
 DEFAULT_KEEPALIVE = 10.0
 """Seconds between a connection's probes of its peer (see ``keepalive``)."""
 
@@ -114,8 +120,10 @@ class QueuePairOptions:
     treats 7 as "retry forever", so work on a dead peer would never fail."""
     rnr_retry: int = 6
     """Receiver-not-ready retries before failing (7 would retry forever)."""
-    min_rnr_timer: int = 24
-    """How long a sender facing our empty receive queue waits per retry (24 is about 41 ms)."""
+    min_rnr_timer: int = 31
+    """How long a sender facing our empty receive queue waits per retry, as
+    the ``ibv_qp_attr`` code (31, the longest, is about 0.49 s; see
+    :attr:`rnr_bound`). A loaded server may post its first receives late."""
     keepalive: float | None = DEFAULT_KEEPALIVE
     """Seconds between a connection's probes of its peer
     (:meth:`QueuePair.post_probe`); a probe the transport gives up on fails
@@ -131,7 +139,17 @@ class QueuePairOptions:
         idle connection within ``keepalive + retry_bound``."""
         return float((self.retry_cnt + 1) * 4.096e-6 * 2**self.timeout)
 
+    @property
+    def rnr_bound(self) -> float:
+        """Seconds a peer's send waits for us to post a receive before it fails
+        with ``IBV_WC_RNR_RETRY_EXC_ERR``: ``rnr_retry`` waits of ``min_rnr_timer``
+        (about 2.9 s for the defaults, enough for a loaded server's handler
+        to post its first receive; a forgotten receive still fails)."""
+        return self.rnr_retry * _RNR_TIMER_MS[self.min_rnr_timer] / 1000
+
     def __post_init__(self) -> None:
+        if not 0 <= self.min_rnr_timer < len(_RNR_TIMER_MS):
+            raise ValueError(f"min_rnr_timer must be a code from 0 to 31, not {self.min_rnr_timer!r}")
         if self.keepalive is not None and not self.keepalive > 0:
             raise ValueError(f"keepalive must be a positive number of seconds or None, "
                              f"not {self.keepalive!r}")  # fmt: skip

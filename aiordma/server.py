@@ -50,7 +50,7 @@ from aiordma.auth import (
 )
 from aiordma.connection import Connection, Prepare, abandon_setup, run_prepare
 from aiordma.device import Device
-from aiordma.discovery import list_devices
+from aiordma.discovery import known_devices
 from aiordma.exceptions import (
     AuthenticationError,
     ConnectionLostError,
@@ -561,7 +561,7 @@ def _rdma_addresses() -> str:
     found = sorted(
         {
             f"{gid.ip} ({dev.name})"
-            for dev in list_devices()
+            for dev in known_devices()
             for port in dev.ports
             for gid in port.gids
             if gid.ip is not None and not gid.ip.is_link_local

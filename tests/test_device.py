@@ -66,3 +66,25 @@ async def test_a_closed_device_says_so_and_does_not_warn(lab: Lab) -> None:
         warnings.simplefilter("error", ResourceWarning)
         del device
         gc.collect()
+
+
+@pytest.mark.asyncio
+async def test_lookups_use_one_scan_of_sysfs(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading every GID table takes seconds on a loaded machine: the shared
+    device, a default device and a failing listen use the process's scan."""
+    from aiordma import discovery
+
+    aiordma.Device.shared()  # the process's first lookup may scan
+    scans: list[object] = []
+    real = discovery.list_devices
+    monkeypatch.setattr(discovery, "list_devices", lambda *a: scans.append(a) or real(*a))
+    shared = aiordma.Device.shared()
+    assert aiordma.Device.shared() is shared
+    with pytest.raises(ValueError, match="size"):
+        shared.alloc(-1)
+    async with aiordma.Device() as fresh:
+        assert fresh.name == shared.name
+        assert fresh.gid_index() >= 0
+    with pytest.raises(OSError, match="no RDMA device"):
+        await aiordma.start_server(lambda conn: None, "127.0.0.1", 0)
+    assert scans == []

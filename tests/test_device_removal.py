@@ -20,7 +20,7 @@ import pytest_asyncio
 import aiordma
 from aiordma import _rdmacm
 from aiordma._cm_events import release_removed_device
-from aiordma.discovery import find_roce_endpoint
+from aiordma.discovery import find_roce_endpoint, list_devices
 from tests.conftest import Lab
 
 KEEPER = "rxe_keep"
@@ -50,13 +50,13 @@ async def removable(lab: Lab) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        if find_roce_endpoint(device=lab.device) is None:
+        if find_roce_endpoint(list_devices(), device=lab.device) is None:
             _rdma("link", "add", lab.device, "type", "rxe", "netdev", netdev)
         _rdmacm.device_names()
         await _delete(KEEPER)
     # The GID table fills in after the link is added; sysfs offers no event to await.
     async with asyncio.timeout(30):
-        while find_roce_endpoint(device=lab.device) is None:  # noqa: ASYNC110
+        while find_roce_endpoint(list_devices(), device=lab.device) is None:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
 

@@ -290,3 +290,28 @@ async def test_closing_many_channel_connections_is_quiet(
         await asyncio.wait_for(server.wait_closed(), 120)
     noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not noisy, noisy[:5]
+
+
+LATE = 1.0
+"""Seconds a busy server's handler takes to post its first receive (four
+times the patience the old RNR defaults gave a sender)."""
+
+
+@pytest.mark.asyncio
+async def test_a_send_right_after_connect_waits_for_a_late_first_receive(lab: Lab) -> None:
+    """Under load a handler posts its first receive late; the client's first
+    send, made as soon as connect() returns, must wait for it, not fail."""
+    assert aiordma.QueuePairOptions().rnr_bound > 2 * LATE
+    got: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    async def late_handler(conn: aiordma.Connection) -> None:
+        await asyncio.sleep(LATE)  # the load being simulated, not a wait for an event
+        inbox = conn.alloc(SIZE)
+        completion = await conn.post_recv(inbox)
+        got.set_result(bytes(inbox.view()[: completion.byte_len]))
+
+    async with await aiordma.start_server(late_handler, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.connect(lab.addr, port) as conn:
+            await conn.post_send(conn.register(b"first"))
+            assert await asyncio.wait_for(got, 10) == b"first"
