@@ -71,6 +71,11 @@ class CMEventChannel:
         return cm_id
 
     def _on_readable(self) -> None:
+        self.read_pending()
+
+    def read_pending(self) -> None:
+        """Read and route every event the kernel has queued (a busy loop may
+        not have got to them yet: a deadline checks here before it expires)."""
         while self._channel is not None:
             try:
                 event = self._channel.get_event()

@@ -19,8 +19,8 @@ import itertools
 from dataclasses import dataclass
 
 from aiordma.credits import CreditWindow, DataCredits
-from aiordma.exceptions import ProtocolError
-from aiordma.wire import LAST_CREDIT, Header, Kind
+from aiordma.exceptions import ProtocolError, ProtocolMismatchError
+from aiordma.wire import LAST_CREDIT, Header, Hello, Kind
 
 
 def hello_windows(header: Header) -> tuple[int, int]:
@@ -88,6 +88,8 @@ class ChannelState:
         self.revoked: set[int] = set()
         """Messages this side revoked whose DONE may still cross the REVOKE."""
         self.peer_max_message: int | None = None
+        self.peer_buffer_size: int | None = None
+        """Bytes of each of the peer's receive buffers, once its HELLO came."""
         self._ids = itertools.count(1)
 
     # -- receiving ---------------------------------------------------------
@@ -126,6 +128,15 @@ class ChannelState:
                 ):
                     arrival.revoked = True
         return None
+
+    def heard(self, hello: Hello, protocol: str, peer: str) -> None:
+        """The peer's HELLO announced ``hello``; ``protocol`` is what this side
+        speaks. Raises :class:`ProtocolMismatchError` if both name a protocol
+        and they differ (a plain channel, ``""``, carries any protocol: the
+        layer above it decides, as ``rpc.Service.handle`` does)."""
+        if protocol and hello.protocol and hello.protocol != protocol:
+            raise ProtocolMismatchError(protocol, hello.protocol, peer)
+        self.peer_buffer_size = hello.buffer_size
 
     @staticmethod
     def is_message(header: Header) -> bool:

@@ -193,7 +193,8 @@ def find_roce_endpoint(
     it searches the process's scan (see :func:`lookup`).
     """
     if devices is None:
-        return lookup(functools.partial(find_roce_endpoint, device=device, port=port, family=family))
+        find = functools.partial(find_roce_endpoint, device=device, port=port, family=family)
+        return lookup(find)
     for dev in devices:
         if device is not None and dev.name != device:
             continue

@@ -165,6 +165,25 @@ class ProtocolError(RdmaError):
     """The peer sent something the message protocol does not allow."""
 
 
+class ProtocolMismatchError(ProtocolError):
+    """The peer's message channel speaks another protocol (an RPC client that
+    reached a stream server, say); ``ours`` and ``theirs`` name both (``""``
+    is plain messages)."""
+
+    def __init__(self, ours: str, theirs: str, peer: str) -> None:
+        super().__init__(
+            f"{peer} speaks {_protocol_name(theirs)} on its message channel, and this side "
+            f"{_protocol_name(ours)}: check the host and port, or that both sides use the "
+            "same layer (aiordma.rpc, aiordma.streams, plain channels)"
+        )
+        self.ours = ours
+        self.theirs = theirs
+
+
+def _protocol_name(protocol: str) -> str:
+    return repr(protocol) if protocol else "plain messages"
+
+
 class MessageTooLargeError(RdmaError, ValueError):
     """A message exceeds the channel's ``max_message``."""
 

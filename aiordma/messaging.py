@@ -52,6 +52,7 @@ from aiordma.exceptions import (
     MessageRevokedError,
     MessageTooLargeError,
     ProtocolError,
+    ProtocolMismatchError,
     RdmaError,
     ResourceBusyError,
     ResourceClosedError,
@@ -59,11 +60,11 @@ from aiordma.exceptions import (
 from aiordma.memory import Access, MemoryRegion, RemoteBuffer, Segment
 from aiordma.metrics import Stats
 from aiordma.queue_pair import QueuePair, QueuePairOptions, Read
-from aiordma.server import Accept, Server
+from aiordma.server import DEFAULT_HANDSHAKE_TIMEOUT, Accept, Server
 from aiordma.server import start_server as start_rdma_server
 from aiordma.shared_receive import SharedReceiveQueue
 from aiordma.window import MemoryWindow
-from aiordma.wire import HEADER_SIZE, Header, Kind
+from aiordma.wire import HEADER_SIZE, MIN_BUFFER, Header, Hello, Kind
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +252,15 @@ class MessageChannel:
     :class:`~aiordma.SharedReceiveQueue` it posts none: it draws its
     buffers from the pool (``buffer_size`` is the pool's; the control
     window defaults to 4, ``send_slots`` to 8, and ``window`` bounds what
-    it may borrow).
+    it may borrow). Each side announces its ``buffer_size`` in its HELLO,
+    and neither sends a packet larger than the other's buffers, so the two
+    need not match.
+
+    ``protocol`` names what the channel carries (``""``: plain messages;
+    :mod:`aiordma.rpc` and :mod:`aiordma.streams` set their own). Both sides
+    announce it; when both name one and they differ, the channel fails on
+    both sides with :class:`ProtocolMismatchError` and the connection
+    closes. A plain channel accepts any peer (the layer above it decides).
     """
 
     def __init__(
@@ -265,8 +274,10 @@ class MessageChannel:
         max_exposed: int | None = None,
         exposure_timeout: float | None = DEFAULT_EXPOSURE_TIMEOUT,
         send_slots: int | None = None,
+        protocol: str = "",
     ) -> None:
         max_exposed = _check_limits(max_message, max_exposed, exposure_timeout)
+        Hello(0, protocol).pack()  # a name too long fails here, not once connected
         qp = conn.qp
         shared = qp.shared_receive
         if shared is not None:
@@ -281,8 +292,8 @@ class MessageChannel:
         else:
             buffer_size = DEFAULT_BUFFER if buffer_size is None else buffer_size
             control_window = DEFAULT_CONTROL_WINDOW if control_window is None else control_window
-        if buffer_size <= HEADER_SIZE:
-            raise ValueError(f"buffer_size must exceed the {HEADER_SIZE}-byte header")
+        if buffer_size < MIN_BUFFER:
+            raise ValueError(f"buffer_size must be at least {MIN_BUFFER} bytes, not {buffer_size}")
         buffers = window + control_window
         send_slots = buffers if send_slots is None else send_slots
         if shared is None and buffers > qp.options.recv_depth:
@@ -298,13 +309,17 @@ class MessageChannel:
         self.link: Link = conn
         """The connection (or other :class:`~aiordma.messaging.Link`) the channel runs on."""
         self.max_message = max_message
+        self.protocol = protocol
+        """What this channel carries (``""``: plain messages, any peer)."""
         self.exposure_timeout = exposure_timeout
         """Seconds a large message stays readable for the peer (None: no limit)."""
         self._qp = qp
         self._loop = qp.loop
         self.eager_limit = buffer_size - HEADER_SIZE
-        """Messages (head included) up to this size travel in a single packet."""
+        """Messages (head included) up to this size travel in a single packet
+        (lowered to fit the peer's receive buffers once its HELLO came)."""
         self._size = buffer_size
+        self._hello = Hello(buffer_size, protocol)
         self._shared = shared
         data: DataCredits | None = None
         if shared is not None:
@@ -410,7 +425,7 @@ class MessageChannel:
             return
         hello = self._state.hello(self.max_message)
         try:
-            self._post(hello, b"", None, Cost.CONTROL)
+            self._post(hello, self._hello.pack(), None, Cost.CONTROL)
         except ResourceBusyError:  # cannot be, on a fresh queue pair; but never lose it
             self._spawn(self._post_hello_later(hello))
         except (RdmaError, ResourceClosedError) as exc:
@@ -420,7 +435,7 @@ class MessageChannel:
     async def _post_hello_later(self, hello: Header) -> None:
         try:
             await self._qp.wait_send_room()
-            self._post(hello, b"", None, Cost.CONTROL)
+            self._post(hello, self._hello.pack(), None, Cost.CONTROL)
         except (RdmaError, ResourceClosedError, ResourceBusyError) as exc:
             self._fail(exc)
         self._wake()
@@ -475,7 +490,10 @@ class MessageChannel:
 
     def _protocol_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc))
-        log.warning("closing %r: peer broke the message protocol: %s", self.link, error)
+        if isinstance(error, ProtocolMismatchError):
+            log.warning("closing %r: %s", self.link, error)
+        else:
+            log.warning("closing %r: peer broke the message protocol: %s", self.link, error)
         self._fail(error)
         self.link.close()
 
@@ -495,6 +513,8 @@ class MessageChannel:
             start = index * self._size
             with self._recv_mr.view() as whole, whole[start : start + size] as packet:
                 header = Header.unpack(packet, self.max_message)
+                if header.kind == Kind.HELLO:
+                    self._heard(Hello.unpack(packet[HEADER_SIZE:]))
             ended = state.received(header)
         except (ProtocolError, ValueError) as err:
             self._protocol_error(err)
@@ -517,6 +537,15 @@ class MessageChannel:
         elif self._repost(index):
             state.reposted(header)
         self._pump()
+
+    def _heard(self, hello: Hello) -> None:
+        """The peer's HELLO: check its protocol; fit our packets to its buffers."""
+        self._state.heard(hello, self.protocol, self._peer_name())
+        self.eager_limit = min(self._size, hello.buffer_size) - HEADER_SIZE
+
+    def _peer_name(self) -> str:
+        peer = getattr(self.link, "peer_address", None)  # optional for a Link
+        return f"{peer[0]}:{peer[1]}" if peer else "the peer"
 
     def _delivered(self, index: int, header: Header) -> bool:
         """Offer an eager message to the delivery hook, straight from its buffer."""
@@ -827,6 +856,8 @@ class MessageChannel:
         peer_limit = self._state.peer_max_message
         if peer_limit is None:
             peer_limit = await self._peer_limit()
+            if len(head) > self.eager_limit:  # the peer's buffers are smaller than ours
+                raise ValueError(f"message head of {len(head)} bytes exceeds {self.eager_limit}")
         if size > peer_limit:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds the peer's max_message of {peer_limit} "
@@ -1073,7 +1104,7 @@ def channel_factory(**options: Any) -> Callable[[Connection], Any]:
 
 _OPTIONS: Final = frozenset(
     {"window", "control_window", "buffer_size", "max_message", "max_exposed", "exposure_timeout",
-     "send_slots"}
+     "send_slots", "protocol"}
 )  # fmt: skip
 
 
@@ -1159,8 +1190,17 @@ async def open_channel(
     ``auth`` authenticates both peers, as for :func:`aiordma.connect`.
     With ``shared_receive`` the channel draws its receive buffers from that
     :class:`~aiordma.SharedReceiveQueue` (for clients of many servers).
+
+    It returns once the server's channel has said HELLO, so the server
+    holds the connection too: a server that dropped it during set-up (its
+    ``handshake_timeout`` expired under load, say) raises
+    :class:`ConnectionLostError` here, a peer speaking another protocol
+    :class:`ProtocolMismatchError`, and no HELLO within ``timeout``
+    ``TimeoutError``; the connection is closed in each case.
     """
     _check_shared(shared_receive, channel_options)
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
     conn = await connect_rdma(
         host,
         port,
@@ -1173,6 +1213,25 @@ async def open_channel(
         shared_receive=shared_receive,
     )
     channel: MessageChannel = conn.prepared
+    try:
+        async with asyncio.timeout_at(deadline):
+            await channel._peer_limit()
+    except BaseException as exc:
+        conn.close()
+        if not isinstance(exc, Exception):  # cancelled: the close goes on by itself
+            raise
+        await conn.wait_closed()
+        if isinstance(exc, TimeoutError):
+            raise TimeoutError(
+                f"{host}:{port} accepted the connection but its channel did not confirm it "
+                f"(HELLO) within {timeout} s"
+            ) from exc
+        if isinstance(exc, ProtocolError):
+            raise
+        raise ConnectionLostError(
+            f"{host}:{port} dropped the connection before its channel confirmed it; a "
+            "loaded server may have given up the set-up (its handshake_timeout)"
+        ) from exc
     return channel
 
 
@@ -1188,6 +1247,7 @@ async def start_channel_server(
     prepare: Prepare | None = None,
     auth: PresharedKey | bytes | None = None,
     shared_receive: SharedReceiveQueue | None = None,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     **channel_options: Any,
 ) -> Server:
     """Like :func:`aiordma.start_server`, handing each client's
@@ -1201,7 +1261,8 @@ async def start_channel_server(
     With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) every
     client's channel draws its receive buffers from that one pool instead
     of posting its own: memory grows with the traffic, not with the number
-    of clients (see the scaling guide).
+    of clients (see the flow-control guide). ``handshake_timeout`` is
+    :func:`aiordma.start_server`'s.
     """
     _check_shared(shared_receive, channel_options)
     prepare_both = channel_then(prepare, channel_options)
@@ -1220,4 +1281,5 @@ async def start_channel_server(
         prepare=prepare_both,
         auth=auth,
         shared_receive=shared_receive,
+        handshake_timeout=handshake_timeout,
     )

@@ -149,7 +149,9 @@ class QueuePairOptions:
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_rnr_timer < len(_RNR_TIMER_MS):
-            raise ValueError(f"min_rnr_timer must be a code from 0 to 31, not {self.min_rnr_timer!r}")
+            raise ValueError(
+                f"min_rnr_timer must be a code from 0 to 31, not {self.min_rnr_timer!r}"
+            )
         if self.keepalive is not None and not self.keepalive > 0:
             raise ValueError(f"keepalive must be a positive number of seconds or None, "
                              f"not {self.keepalive!r}")  # fmt: skip

@@ -72,6 +72,9 @@ ClientConnected = Callable[[Connection], Awaitable[object] | None]
 (run as a task; the connection closes when it returns) or a plain function."""
 
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+_DEADLINE_CHECK = 0.5
+"""Seconds before the set-up deadline at which the kernel's queued events are
+read; the deadline then moves to this long after, for their delivery."""
 """Seconds an accepted request may take to become established."""
 
 DEFAULT_SHUTDOWN_GRACE = 5.0
@@ -270,8 +273,8 @@ class Server:
                 reply = handshake.accept(reply, binding)
             _rdmacm.accept(child.id, private_data=reply, **conn_params(qp))
             try:
-                async with asyncio.timeout(self._handshake_timeout):
-                    await self._established(child, conn, where)
+                async with asyncio.timeout(self._handshake_timeout) as deadline:
+                    await self._established(child, conn, where, deadline)
                     if handshake is not None:
                         await self._verify(handshake, conn, child, scratch, arrival, where)
             except TimeoutError as exc:
@@ -299,19 +302,35 @@ class Server:
         task.add_done_callback(self._handlers.discard)
 
     @staticmethod
-    async def _established(child: CMId, conn: Connection, where: str) -> None:
+    async def _established(
+        child: CMId, conn: Connection, where: str, deadline: asyncio.Timeout
+    ) -> None:
         """Wait for ``child``'s ESTABLISHED event, unless ``conn`` closes first.
 
         A connection can close before it is established: the ``prepare``
         hook's receives may take the client's first packets, and a message
         channel closes a connection whose packet breaks the protocol. Its
         cm_id is then gone and no event will come, so stop waiting at once.
+
+        ``deadline`` bounds the client's delay, not ours: once it is near, the
+        events the kernel already holds are read, so a client that confirmed
+        in time while this loop was busy with other clients is not dropped.
         """
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:  # a callback, so it runs before the deadline's own
+            child.channel.read_pending()
+            deadline.reschedule(loop.time() + _DEADLINE_CHECK)
+
+        when = deadline.when()
+        checking = None if when is None else loop.call_at(when - _DEADLINE_CHECK, check)
         established = asyncio.ensure_future(expect(child, EventType.ESTABLISHED, where))
         closed = asyncio.ensure_future(conn.wait_closed())
         try:
             await asyncio.wait((established, closed), return_when=asyncio.FIRST_COMPLETED)
         finally:
+            if checking is not None:
+                checking.cancel()
             established.cancel()
             closed.cancel()
         if closed.done() and not closed.cancelled():
@@ -503,7 +522,11 @@ async def start_server(
     closed when it returns. ``accept(request)`` decides per
     :class:`ConnectionRequest`: return private data (at most 196 bytes) or
     ``None`` to accept, raise :class:`RejectConnection` to reject. ``prepare``
-    runs before the client can send (post receives there). ``host=None``
+    runs before the client can send (post receives there).
+    ``handshake_timeout`` bounds how long an accepted client has to confirm
+    the connection (and, with ``auth``, to prove its key; None: no bound);
+    a confirmation the kernel holds when it expires, while this loop was
+    busy with other clients, still counts. ``host=None``
     listens on every address of both families; ``port=0`` picks a free port,
     see :attr:`Server.addresses`. After ``close_clients()``, a handler still
     running ``shutdown_grace`` seconds after its connection closed is

@@ -29,6 +29,8 @@ from aiordma.server import Server
 
 log = logging.getLogger(__name__)
 
+PROTOCOL = "aiordma.streams"
+"""What a stream's message channel announces (an RPC peer, say, is refused)."""
 DEFAULT_LIMIT = 2**16
 """The readers' buffer limit, as for :func:`asyncio.open_connection`."""
 
@@ -246,7 +248,7 @@ async def open_connection(
     """
     if limit <= 0:
         raise ValueError("limit must be positive")
-    channel = await open_channel(host, port, **kwargs)
+    channel = await open_channel(host, port, protocol=PROTOCOL, **kwargs)
     reader, writer, _ = _streams(channel, limit)
     return reader, writer
 
@@ -280,4 +282,4 @@ async def start_stream_server(
             transport.abort()
         await transport.closed
 
-    return await start_channel_server(handle, host, port, **kwargs)
+    return await start_channel_server(handle, host, port, protocol=PROTOCOL, **kwargs)

@@ -21,13 +21,20 @@ from aiordma.exceptions import ProtocolError
 from aiordma.memory import RemoteBuffer
 
 MAGIC: Final = 0xA5
-VERSION: Final = 3
+VERSION: Final = 4
 """2 added REVOKE and HELLO; 3 made HELLO carry each side's windows and first
-grants, and data packets say when they spend the last credit. A peer
-speaking another version is refused at its first packet."""
+grants, and data packets say when they spend the last credit; 4 made HELLO
+carry a :class:`Hello` (the sender's receive buffer size and protocol). A
+peer speaking another version is refused at its first packet."""
 
 _HEADER: Final = struct.Struct("<BBBBHHQQQIHxx")
 HEADER_SIZE: Final = _HEADER.size
+_HELLO: Final = struct.Struct("<I")
+MAX_PROTOCOL: Final = 32
+"""Bytes a protocol name may take (UTF-8)."""
+MIN_BUFFER: Final = 128
+"""The smallest receive buffer a channel may have: a HELLO with the longest
+protocol name fits, with room to spare."""
 
 
 class Kind(enum.IntEnum):
@@ -49,8 +56,9 @@ class Kind(enum.IntEnum):
     HELLO = 7
     """Sent first, once, when the connection is established: ``length`` is the
     largest message the sender accepts (its ``max_message``), ``msg_id`` its
-    control window (high 32 bits) and data window (low 32 bits), and its
-    credits are the sender's first grants (nothing is granted before)."""
+    control window (high 32 bits) and data window (low 32 bits), its
+    credits are the sender's first grants (nothing is granted before), and
+    its head is a :class:`Hello`."""
 
 
 LAST_CREDIT: Final = 1
@@ -122,9 +130,42 @@ class Header(NamedTuple):
                 raise ProtocolError(
                     f"eager packet says {head} + {length} bytes but carries {carried}"
                 )
-        elif head or carried or (length and k != Kind.HELLO):
+        elif k == Kind.HELLO:
+            if head != carried:
+                raise ProtocolError(f"HELLO packet says {head} head bytes, carries {carried}")
+        elif head or carried or length:
             raise ProtocolError(f"{k.name} packet with a payload")
         return cls(k, credits, msg_id, length, remote, head, control, flags)
 
 
 _KINDS: Final = {int(k): k for k in Kind}
+
+
+class Hello(NamedTuple):
+    """What a HELLO announces besides limits and credits (its head)."""
+
+    buffer_size: int
+    """Bytes of each of the sender's receive buffers: no packet to it may be larger."""
+    protocol: str
+    """What the sender speaks on the channel (``""``: plain messages); both
+    sides must speak the same."""
+
+    def pack(self) -> bytes:
+        name = self.protocol.encode()
+        if len(name) > MAX_PROTOCOL:
+            raise ValueError(f"protocol name {self.protocol!r} exceeds {MAX_PROTOCOL} bytes")
+        return _HELLO.pack(self.buffer_size) + name
+
+    @classmethod
+    def unpack(cls, data: bytes | bytearray | memoryview) -> Hello:
+        """Parse a HELLO's head; :class:`ProtocolError` if it is malformed."""
+        if not _HELLO.size <= len(data) <= _HELLO.size + MAX_PROTOCOL:
+            raise ProtocolError(f"HELLO announcement of {len(data)} bytes")
+        (size,) = _HELLO.unpack_from(data)
+        if size < MIN_BUFFER:
+            raise ProtocolError(f"peer announced receive buffers of {size} bytes")
+        try:
+            protocol = bytes(data[_HELLO.size :]).decode()
+        except UnicodeDecodeError:
+            raise ProtocolError("HELLO names its protocol in invalid UTF-8") from None
+        return cls(size, protocol)

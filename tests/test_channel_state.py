@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from aiordma.channel_state import ChannelState, Cost
-from aiordma.exceptions import ProtocolError
+from aiordma.exceptions import ProtocolError, ProtocolMismatchError
 from aiordma.memory import RemoteBuffer
-from aiordma.wire import Header, Kind
+from aiordma.wire import Header, Hello, Kind
 
 
 def _fresh(max_exposed: int = 1000) -> ChannelState:
@@ -167,3 +167,16 @@ def test_nothing_goes_before_our_hello() -> None:
     assert not any(state.affordable(cost) for cost in Cost)
     state.posted(Cost.CONTROL, Kind.HELLO)
     assert state.affordable(Cost.CONTROL)
+
+
+def test_peers_naming_different_protocols_are_refused_and_plain_takes_any() -> None:
+    state = _fresh()
+    with pytest.raises(ProtocolMismatchError) as info:
+        state.heard(Hello(4096, "aiordma.streams"), "aiordma.rpc", "192.0.2.1:7")
+    assert (info.value.ours, info.value.theirs) == ("aiordma.rpc", "aiordma.streams")
+    assert "192.0.2.1:7 speaks 'aiordma.streams'" in str(info.value)
+    assert "this side 'aiordma.rpc'" in str(info.value)
+    assert state.peer_buffer_size is None
+    state.heard(Hello(4096, "aiordma.streams"), "", "the peer")
+    assert state.peer_buffer_size == 4096
+    _fresh().heard(Hello(256, ""), "aiordma.rpc", "the peer")

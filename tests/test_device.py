@@ -6,6 +6,7 @@ import gc
 import subprocess
 import sys
 import warnings
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,12 @@ async def test_lookups_use_one_scan_of_sysfs(lab: Lab, monkeypatch: pytest.Monke
     aiordma.Device.shared()  # the process's first lookup may scan
     scans: list[object] = []
     real = discovery.list_devices
-    monkeypatch.setattr(discovery, "list_devices", lambda *a: scans.append(a) or real(*a))
+
+    def counted(*args: Any) -> list[discovery.DeviceInfo]:
+        scans.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(discovery, "list_devices", counted)
     shared = aiordma.Device.shared()
     assert aiordma.Device.shared() is shared
     with pytest.raises(ValueError, match="size"):

@@ -6,7 +6,7 @@ import pytest
 
 from aiordma import RemoteBuffer
 from aiordma.exceptions import ProtocolError
-from aiordma.wire import HEADER_SIZE, VERSION, Header, Kind
+from aiordma.wire import HEADER_SIZE, MAX_PROTOCOL, MIN_BUFFER, VERSION, Header, Hello, Kind
 
 LIMIT = 64 << 20
 
@@ -68,5 +68,36 @@ def test_hello_carries_a_limit_larger_than_ours_and_revoke_nothing() -> None:
     assert (revoke.kind, revoke.credits, revoke.msg_id) == (Kind.REVOKE, 3, 17)
     with pytest.raises(ProtocolError, match="REVOKE packet with a payload"):
         Header.unpack(Header(Kind.REVOKE, 0, 17).pack() + b"x", 1 << 20)
-    with pytest.raises(ProtocolError, match="HELLO packet with a payload"):
+    with pytest.raises(ProtocolError, match="HELLO packet says 0 head bytes, carries 1"):
         Header.unpack(Header(Kind.HELLO, 0, 0, 5).pack() + b"x", 1 << 20)
+
+
+def test_hello_announces_buffer_size_and_protocol() -> None:
+    said = Hello(4096, "aiordma.rpc").pack()
+    packet = Header(Kind.HELLO, 0, 0, 1 << 20, head_length=len(said)).pack() + said
+    header = Header.unpack(packet, 1 << 20)
+    assert Hello.unpack(packet[HEADER_SIZE : HEADER_SIZE + header.head_length]) == (
+        4096,
+        "aiordma.rpc",
+    )
+    assert Hello.unpack(Hello(MIN_BUFFER, "").pack()) == (MIN_BUFFER, "")
+    assert HEADER_SIZE + len(Hello(0, "x" * MAX_PROTOCOL).pack()) <= MIN_BUFFER
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "HELLO announcement of 0 bytes"),
+        (Hello(4096, "x").pack() + b"y" * MAX_PROTOCOL, "HELLO announcement of"),
+        (Hello(MIN_BUFFER - 1, "").pack(), f"receive buffers of {MIN_BUFFER - 1} bytes"),
+        (Hello(4096, "").pack() + b"\xff", "invalid UTF-8"),
+    ],
+)
+def test_malformed_hello_announcements_are_refused(data: bytes, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        Hello.unpack(data)
+
+
+def test_a_protocol_name_is_bounded() -> None:
+    with pytest.raises(ValueError, match="exceeds 32 bytes"):
+        Hello(4096, "x" * (MAX_PROTOCOL + 1)).pack()

@@ -33,7 +33,7 @@ from aiordma.metrics import Stats
 from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
-from aiordma.rpc.frames import Frame, FrameKind, parse_error_body
+from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, parse_error_body
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +309,7 @@ async def connect(
         prepare=prepare,
         auth=auth,
         max_message=max_message,
+        protocol=PROTOCOL,
         **channel_options,
     )
     return Client(channel.conn, codec=codec)

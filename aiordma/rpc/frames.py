@@ -17,6 +17,9 @@ from aiordma.exceptions import ProtocolError
 
 _FRAME: Final = struct.Struct("<BBHQ")
 MAX_METHOD: Final = 255
+PROTOCOL: Final = "aiordma.rpc"
+"""What an RPC client's and server's message channels announce (see
+``MessageChannel(protocol=)``): a peer speaking another protocol is refused."""
 
 
 class FrameKind(enum.IntEnum):

@@ -27,7 +27,7 @@ from aiordma.messaging import DEFAULT_MAX_MESSAGE, MessageChannel, start_channel
 from aiordma.metrics import Stats
 from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
-from aiordma.rpc.frames import Frame, FrameKind, error_body
+from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, error_body
 from aiordma.server import Accept, Server
 
 log = logging.getLogger(__name__)
@@ -254,5 +254,6 @@ async def start_server(
         prepare=prepare,
         auth=auth,
         max_message=max_message,
+        protocol=PROTOCOL,
         **channel_options,
     )
