@@ -288,7 +288,15 @@ class WorkEngine:
         if self.closing or self.qp is None:
             raise self.close_error()
         if self.failure is not None:
-            raise QueuePairError(f"queue pair failed earlier: {self.failure}") from self.failure
+            raise self.failed_error()
+
+    def failed_error(self, flushed: BaseException | None = None) -> QueuePairError:
+        """The error of work refused or flushed by a QP in the error state,
+        naming the first failure (its cause), or the flush if none was seen."""
+        first = self.failure or flushed
+        error = QueuePairError(f"queue pair failed earlier: {first}")
+        error.__cause__ = first
+        return error
 
     def _fail(self, exc: BaseException) -> None:
         """The QP is in the error state: refuse new work; pending work will flush."""
@@ -672,11 +680,12 @@ class WorkEngine:
         else:
             opname = "recv" if work.recv else _ibv.WR_NAMES.get(work.opcode, str(work.opcode))
             exc: BaseException = completion_error(wc, opname)
-            self.stats.add("errors:" + exc.status_name)  # type: ignore[attr-defined]
             if not exc.flushed:  # type: ignore[attr-defined]
+                self.stats.add("errors:" + exc.status_name)  # type: ignore[attr-defined]
                 self._fail(exc)
-            elif self.closing:
-                exc = self.close_error()
+            else:  # the QP is in the error state: a consequence, not a new failure
+                self.stats.add("flushed")
+                exc = self.close_error() if self.closing else self.failed_error(exc)
             work.fail(exc)
         if work.scratch is not None:
             self._scratch_free.append(work.scratch)

@@ -558,7 +558,7 @@ async def _connect(
         conn = Connection(cm_id, qp, peer_data)
         if handshake is None:
             await run_prepare(prepare, conn)
-            _rdmacm.establish(cm_id.id)
+            _establish(cm_id, where)
         else:
             await _prove(handshake, conn, cm_id, prepare, where)
         conn._activate()
@@ -567,6 +567,17 @@ async def _connect(
     except BaseException:
         abandon_setup(cm_id, qp, conn)
         raise
+
+
+def _establish(cm_id: CMId, where: str) -> None:
+    """Confirm the connection to the server (rdma_establish)."""
+    try:
+        _rdmacm.establish(cm_id.id)
+    except OSError as exc:  # EINVAL: the server's CM gave the connection up meanwhile
+        raise ConnectionLostError(
+            f"{where} gave the connection up before this side confirmed it (did the "
+            f"prepare hook take longer than the server's handshake_timeout?): {exc}"
+        ) from exc
 
 
 def _check_server(
@@ -599,7 +610,7 @@ async def _prove(
     verdict = scratch[:MESSAGE_BUFFER]
     arrival = await post_handshake_receive(conn.qp, verdict)
     await run_prepare(prepare, conn)
-    _rdmacm.establish(cm_id.id)
+    _establish(cm_id, where)
     proof = handshake.proof()
     scratch.view()[MESSAGE_BUFFER : MESSAGE_BUFFER + len(proof)] = proof
     try:

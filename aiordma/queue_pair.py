@@ -505,8 +505,9 @@ class QueuePair:
     def stats(self) -> dict[str, Any]:
         """What this queue pair did, as plain data (see :mod:`aiordma.metrics`):
         awaited verbs by kind (``ops:rdma_read``...) with their latency,
-        batched and received work requests, windows bound, and failed
-        completions by status (``errors:IBV_WC_...``)."""
+        batched and received work requests, windows bound, failed
+        completions by status (``errors:IBV_WC_...``), and work flushed once
+        the QP was in the error state (``flushed``, apart: every close flushes)."""
         return self._stats.snapshot()
 
     async def _run(self, kind: str, request: SendRequest) -> WorkCompletion:

@@ -296,7 +296,7 @@ class SharedReceiveQueue:
         member = self._members.get(wc.qp_num)
         if wc.status != _ibv.WC_SUCCESS:
             error = completion_error(wc, "recv")
-            self._stats.add("errors:" + error.status_name)
+            self._stats.add("flushed" if error.flushed else "errors:" + error.status_name)
             self.repost(index)
             if member is not None and not error.flushed:
                 member.failed(error)

@@ -17,9 +17,11 @@ from aiordma.auth import PresharedKey
 from aiordma.connection import Connection, Prepare
 from aiordma.device import Device
 from aiordma.exceptions import (
+    CompletionError,
     MessageRevokedError,
     MessageTooLargeError,
     ProtocolError,
+    QueuePairError,
     RdmaError,
     ResourceClosedError,
 )
@@ -112,6 +114,9 @@ class Service:
             conn.close()
         except (ResourceClosedError, ConnectionError):
             pass
+        except (QueuePairError, CompletionError) as exc:  # the connection failed: it is over
+            log.warning("closing %r: its queue pair failed: %s", conn, exc)
+            conn.close()
         finally:
             channel.deliver_to(None)
             await calls.cancel_all()
