@@ -72,6 +72,15 @@ def check_port(port: int, *, listening: bool) -> int:
     return port
 
 
+def check_host(host: object) -> str:
+    """``host`` if it is a host name or address as a str; TypeError otherwise."""
+    if not isinstance(host, str):
+        raise TypeError(f"host must be a str (a name or IP address), not {type(host).__name__}")
+    if not host:
+        raise ValueError("host must not be empty")
+    return host
+
+
 def _to_pyverbs(raw: _rdmacm.QpAttr, opts: QueuePairOptions) -> QPAttr:
     attr = QPAttr()
     for name in ("qp_state", "path_mtu", "qkey", "rq_psn", "sq_psn", "dest_qp_num",

@@ -22,6 +22,7 @@ from aiordma import _rdmacm, metrics
 from aiordma._cm_events import CMEventChannel, CMId, release_removed_device
 from aiordma._rdmacm import Event, EventType
 from aiordma._setup import (
+    check_host,
     check_port,
     check_private_data,
     check_shared_receive,
@@ -489,6 +490,7 @@ async def connect(
     resolved, and ``ValueError``/``TypeError`` for a port outside 1-65535 or
     private data that is not bytes. Nothing is left behind on failure.
     """
+    check_host(host)
     check_port(port, listening=False)
     key = as_key(auth)
     check_shared_receive(shared_receive, device)

@@ -273,8 +273,10 @@ class Device:
 
     def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion:
         """Allocate ``size`` page-aligned bytes and register them."""
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise TypeError(f"size must be an int, not {type(size).__name__}")
         if size <= 0:
-            raise ValueError("size must be positive")
+            raise ValueError(f"size must be positive, not {size}")
         buf = mmap.mmap(-1, size)
         try:
             mr = self.register(buf, access)

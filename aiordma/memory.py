@@ -286,6 +286,12 @@ def as_segments(local: Local) -> tuple[Segment, ...]:
         return (local.segment(),)
     if isinstance(local, Segment):
         return (local,)
+    if isinstance(local, bytes | bytearray | memoryview | str) or not isinstance(local, Sequence):
+        raise TypeError(
+            f"local memory must be a MemoryRegion or Segment (or a list of them), not "
+            f"{type(local).__name__}: register it first (device.register(data), or "
+            "conn.register(data))"
+        )
     segs = []
     for item in local:
         if isinstance(item, MemoryRegion):
@@ -295,6 +301,16 @@ def as_segments(local: Local) -> tuple[Segment, ...]:
         else:
             raise TypeError(f"expected MemoryRegion or Segment, got {type(item).__name__}")
     return tuple(segs)
+
+
+def check_remote(remote: object) -> RemoteBuffer:
+    """``remote`` itself; TypeError naming what it is when it is not a :class:`RemoteBuffer`."""
+    if not isinstance(remote, RemoteBuffer):
+        raise TypeError(
+            f"remote must be a RemoteBuffer (region.remote(), or RemoteBuffer(addr, "
+            f"length, rkey)), not {type(remote).__name__}"
+        )
+    return remote
 
 
 def check_segments(segments: tuple[Segment, ...], limit: int) -> None:

@@ -44,6 +44,7 @@ from aiordma.memory import (
     RemoteBuffer,
     Segment,
     as_segments,
+    check_remote,
     check_segments,
     check_writable,
 )
@@ -198,6 +199,16 @@ class Read:
 
 SendOp = Send | Write | Read
 """What :meth:`QueuePair.post_batch` accepts: a :class:`Send`, :class:`Write` or :class:`Read`."""
+
+
+def _operand(value: int, name: str) -> int:
+    """An atomic operand as the 64-bit word the adapter takes (a negative one
+    in two's complement, so ``atomic_fetch_add(r, -1)`` subtracts)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"{name} ({value}) does not fit the 64-bit word atomics work on")
+    return value & ((1 << 64) - 1)
 
 
 def _check_imm(imm: int | None) -> None:
@@ -386,6 +397,8 @@ class QueuePair:
 
     def _build(self, op: SendOp) -> SendRequest:
         """Validate ``op`` into a request the engine can post."""
+        if not isinstance(op, Send | Write | Read):
+            raise TypeError(f"not a send-side operation (Send, Write or Read): {op!r}")
         segments = as_segments(op.local)
         check_segments(segments, self.options.max_send_sge)
         if isinstance(op, Send):
@@ -394,6 +407,7 @@ class QueuePair:
             flags = self._inline_flag(opcode, segments, op.inline)
             return SendRequest(opcode, segments, flags, op.imm, signaled=op.signaled)
         size = total_length(segments)
+        check_remote(op.remote)
         if size > op.remote.length:
             raise ValueError(
                 f"{size} local bytes do not fit the {op.remote.length}-byte remote buffer"
@@ -404,10 +418,8 @@ class QueuePair:
             flags = self._inline_flag(opcode, segments, op.inline)
             return SendRequest(opcode, segments, flags, op.imm, op.remote.addr, op.remote.rkey,
                                signaled=op.signaled)  # fmt: skip
-        if isinstance(op, Read):
-            check_writable(segments, "rdma_read")
-            return SendRequest(_ibv.WR_RDMA_READ, segments, 0, None, op.remote.addr, op.remote.rkey)
-        raise TypeError(f"not a send-side operation: {op!r}")
+        check_writable(segments, "rdma_read")
+        return SendRequest(_ibv.WR_RDMA_READ, segments, 0, None, op.remote.addr, op.remote.rkey)
 
     async def post_batch(self, ops: Sequence[SendOp]) -> list[asyncio.Future[WorkCompletion]]:
         """Post many sends/writes/reads, chained into as few ``ibv_post_send`` calls as room allows.
@@ -553,6 +565,7 @@ class QueuePair:
         return await self._run("rdma_read", self._build(Read(local, remote)))
 
     def _atomic_remote(self, remote: RemoteBuffer) -> RemoteBuffer:
+        check_remote(remote)
         if not self.device.attributes.atomic:
             raise DeviceError(95, f"{self.device.name} does not support atomic operations")
         if remote.length < 8 or remote.addr % 8:
@@ -563,7 +576,7 @@ class QueuePair:
         """Atomically add ``add`` to the 64-bit word at ``remote``; returns the old value."""
         r = self._atomic_remote(remote)
         request = SendRequest(
-            _ibv.WR_ATOMIC_FETCH_AND_ADD, (), 0, None, r.addr, r.rkey, add & (2**64 - 1)
+            _ibv.WR_ATOMIC_FETCH_AND_ADD, (), 0, None, r.addr, r.rkey, _operand(add, "add")
         )
         return await self._atomic_result(request)
 
@@ -571,10 +584,10 @@ class QueuePair:
         """Atomically replace the 64-bit word at ``remote`` with ``swap`` if it equals
         ``compare``; returns the old value (the swap happened iff it equals ``compare``)."""
         r = self._atomic_remote(remote)
-        mask = 2**64 - 1
         request = SendRequest(
-            _ibv.WR_ATOMIC_CMP_AND_SWP, (), 0, None, r.addr, r.rkey, compare & mask, swap & mask
-        )
+            _ibv.WR_ATOMIC_CMP_AND_SWP, (), 0, None, r.addr, r.rkey,
+            _operand(compare, "compare"), _operand(swap, "swap"),
+        )  # fmt: skip
         return await self._atomic_result(request)
 
     async def _atomic_result(self, request: SendRequest) -> int:

@@ -549,6 +549,13 @@ async def start_server(
     ``OSError`` (``EADDRNOTAVAIL``) when ``host`` is an address of no RDMA
     device (such as ``127.0.0.1``), naming the addresses that are.
     """
+    if not callable(client_connected_cb):
+        raise TypeError(
+            f"client_connected_cb must be callable (a coroutine function taking the "
+            f"connection), not {client_connected_cb!r}"
+        )
+    if host is not None and not isinstance(host, str):
+        raise TypeError(f"host must be a str or None (every address), not {type(host).__name__}")
     check_port(port, listening=True)
     if backlog <= 0:
         raise ValueError("backlog must be positive")

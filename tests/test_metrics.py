@@ -181,6 +181,10 @@ async def test_channel_counters_match_the_traffic_on_both_sides(lab: Lab, record
         assert after["counters"]["messages_received"] == 5
         assert after["counters"]["connections_accepted"] == 1
         assert after["gauges"] == {"connections": 0}
+        # A clean close flushes the channel's posted receives: not errors.
+        assert not [k for k in after["counters"] if k.startswith("errors:")], after
+        assert after["counters"]["flushed"] >= 1
+    assert not [k for k in channel.conn.stats()["counters"] if k.startswith("errors:")]
 
 
 @pytest.mark.asyncio

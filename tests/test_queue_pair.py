@@ -312,6 +312,48 @@ async def test_bad_arguments_are_rejected_before_posting(
     assert a.pending == 0
 
 
+@pytest.mark.asyncio
+async def test_wrong_kinds_of_argument_are_type_errors_naming_them(
+    device: aiordma.Device, pair: Pair
+) -> None:
+    a, _ = pair
+    target = device.alloc(64, Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
+    src = device.alloc(64)
+    with pytest.raises(TypeError, match="not bytes: register it first"):
+        await a.rdma_write(b"abc", target.remote())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"remote must be a RemoteBuffer.*not tuple"):
+        await a.rdma_write(src, (target.addr, 64, target.rkey))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not a send-side operation"):
+        await a.post_batch(["x"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="size must be an int, not str"):
+        device.alloc("4096")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="remote must be a RemoteBuffer"):
+        await a.atomic_fetch_add(None, 1)  # type: ignore[arg-type]
+    assert a.pending == 0
+    assert await a.rdma_write(src[:3], target.remote()[:3])  # the QP is unharmed
+
+
+@pytest.mark.asyncio
+async def test_atomic_operands_wider_than_64_bits_are_refused(
+    device: aiordma.Device, pair: Pair
+) -> None:
+    a, _ = pair
+    word = device.alloc(8, Access.REMOTE_ATOMIC | Access.REMOTE_WRITE)
+    remote = word.remote()
+    with pytest.raises(ValueError, match=r"add .* does not fit the 64-bit word"):
+        await a.atomic_fetch_add(remote, 2**70)
+    with pytest.raises(ValueError, match=r"compare .* does not fit"):
+        await a.atomic_cmp_swap(remote, 2**64 + 5, 1)
+    with pytest.raises(ValueError, match=r"swap .* does not fit"):
+        await a.atomic_cmp_swap(remote, 0, -(2**63) - 1)
+    with pytest.raises(TypeError, match="add must be an int"):
+        await a.atomic_fetch_add(remote, 1.5)  # type: ignore[arg-type]
+    assert await a.atomic_fetch_add(remote, 2**64 - 1) == 0
+    assert await a.atomic_fetch_add(remote, -1) == 2**64 - 1  # a negative add subtracts
+    assert await a.atomic_cmp_swap(remote, 2**64 - 2, 7) == 2**64 - 2
+    assert int.from_bytes(word.view()[:8], "little") == 7
+
+
 # -- callback work (no futures: what message channels use per packet) -------
 
 
@@ -404,3 +446,32 @@ async def test_callback_posts_refuse_bad_memory_and_full_queues(device: aiordma.
     for qp in (a, b):
         qp.close()
         await asyncio.wait_for(qp.wait_closed(), 10)
+
+
+@pytest.mark.asyncio
+async def test_work_flushed_by_a_failure_fails_with_one_error_naming_it(
+    device: aiordma.Device, pair: Pair
+) -> None:
+    """After a one-sided failure, pending and later work all fail with
+    QueuePairError caused by the first failure, and only that one counts
+    as an error (flushes are counted apart)."""
+    a, _ = pair
+    pending = await a.post_recv_batch([device.alloc(64) for _ in range(3)])
+    target = device.alloc(64, Access.REMOTE_WRITE)
+    src = device.alloc(64)
+    forged = aiordma.RemoteBuffer(target.addr, 64, target.rkey ^ 0x5500)
+    with pytest.raises(aiordma.RemoteAccessError) as first:
+        await asyncio.wait_for(a.rdma_write(src, forged), 10)
+    for fut in pending:
+        with pytest.raises(aiordma.QueuePairError) as flushed:
+            await asyncio.wait_for(fut, 10)
+        assert flushed.value.__cause__ is first.value
+    with pytest.raises(aiordma.QueuePairError) as later:
+        await a.post_send(src)
+    assert later.value.__cause__ is first.value
+    assert "IBV_WC_REM_ACCESS_ERR" in str(later.value)
+    counters = a.stats()["counters"]
+    assert {k: v for k, v in counters.items() if k.startswith("errors:")} == {
+        "errors:IBV_WC_REM_ACCESS_ERR": 1
+    }
+    assert counters["flushed"] == 3

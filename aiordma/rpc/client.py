@@ -98,8 +98,15 @@ class Client:
         """
         if self._error is not None:
             raise self._error
-        if not isinstance(method, str) or not method:
-            raise ValueError(f"a method name must be a non-empty str, not {method!r}")
+        if not isinstance(method, str):
+            raise TypeError(f"method must be a str, not {type(method).__name__}")
+        if not method:
+            raise ValueError("method must be a non-empty str")
+        if timeout is not None:
+            if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+                raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+            if not timeout > 0:
+                raise ValueError(f"timeout must be positive, not {timeout!r}")
         if into is not None:
             check_into(into)
         call_id = next(self._ids)

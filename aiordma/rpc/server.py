@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from aiordma import metrics
 from aiordma._eager import start_eagerly
@@ -42,6 +43,14 @@ H = TypeVar("H", bound=Handler)
 DEFAULT_MAX_CONCURRENCY = 256
 
 
+def _is_async(handler: Callable[..., Any]) -> bool:
+    """Whether calling ``handler`` gives a coroutine (an ``async def``
+    function, a partial of one, or an object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004  (the method itself, not callable())
+    )
+
+
 class Service:
     """A set of named async handlers: ``async def handler(payload) -> result``.
 
@@ -63,15 +72,36 @@ class Service:
         self._handlers: dict[str, Handler] = {}
 
     def add(self, name: str, handler: Handler) -> None:
-        """Serve ``handler`` as ``name``."""
+        """Serve ``handler`` (an ``async def`` function) as ``name``."""
+        if not isinstance(name, str):
+            raise TypeError(f"a method name must be a str, not {type(name).__name__}")
         if not name or len(name.encode()) > 255:
             raise ValueError("a method name needs 1 to 255 bytes of UTF-8")
+        if not callable(handler):
+            raise TypeError(f"the handler of {name!r} must be callable, not {handler!r}")
+        if not _is_async(handler):
+            raise TypeError(
+                f"the handler of {name!r} must be an async function "
+                f"(async def {getattr(handler, '__name__', name)}(payload): ...)"
+            )
         if name in self._handlers:
             raise ValueError(f"method {name!r} is already registered")
         self._handlers[name] = handler
 
-    def method(self, name: str | None = None) -> Callable[[H], H]:
-        """Decorator form of :meth:`add`; the name defaults to the function's."""
+    @overload
+    def method(self, name: H, /) -> H: ...
+
+    @overload
+    def method(self, name: str | None = None) -> Callable[[H], H]: ...
+
+    def method(self, name: str | H | None = None) -> H | Callable[[H], H]:
+        """Decorator form of :meth:`add`, with or without parentheses; the
+        name defaults to the function's."""
+        if callable(name):  # @service.method, without parentheses
+            self.add(name.__name__, name)
+            return name
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"a method name must be a str, not {type(name).__name__}")
 
         def register(handler: H) -> H:
             self.add(name or handler.__name__, handler)
@@ -248,6 +278,8 @@ async def start_server(
     (``close()``, ``close_clients()``) to stop: calls in flight are
     cancelled and their callers fail at once.
     """
+    if not isinstance(service, Service):
+        raise TypeError(f"service must be an rpc.Service, not {type(service).__name__}")
     return await start_channel_server(
         lambda channel: service.handle(channel.conn),
         host,

@@ -196,7 +196,35 @@ def test_method_registration_errors() -> None:
         service.add("get", get)
     with pytest.raises(ValueError, match="1 to 255 bytes"):
         service.add("", get)
-    assert service.methods == ["get"]
+    with pytest.raises(TypeError, match="must be callable"):
+        service.add("x", "not callable")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be an async function"):
+        service.add("sync", lambda payload: payload)
+    with pytest.raises(TypeError, match="method name must be a str"):
+        service.add(7, get)  # type: ignore[arg-type]
+
+    @service.method  # without parentheses, as with many decorators
+    async def bare(payload: bytes) -> bytes:
+        return payload
+
+    class Handler:
+        async def __call__(self, payload: bytes) -> bytes:
+            return payload
+
+    service.add("object", Handler())
+    assert service.methods == ["bare", "get", "object"]
+
+
+@pytest.mark.asyncio
+async def test_servers_refuse_what_cannot_serve_at_once(lab: Lab) -> None:
+    with pytest.raises(TypeError, match=r"service must be an rpc\.Service, not str"):
+        await rpc.start_server("not a service", lab.addr, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="client_connected_cb must be callable"):
+        await aiordma.start_server(None, lab.addr, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="host must be a str"):
+        await aiordma.connect(None, 7472)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="host must be a str"):
+        await aiordma.connect(b"192.0.2.1", 7472)  # type: ignore[arg-type]
 
 
 @pytest.mark.asyncio
@@ -260,6 +288,10 @@ async def test_an_empty_method_name_is_refused_locally(lab: Lab, rpc_port: int) 
     async with await rpc.connect(lab.addr, rpc_port) as client:
         with pytest.raises(ValueError, match="non-empty"):
             await client.call("")
+        with pytest.raises(TypeError, match="method must be a str, not int"):
+            await client.call(123)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+            await client.call("echo", b"x", timeout="5")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="255"):
             await client.call("x" * 256)
         assert await asyncio.wait_for(client.call("echo", b"alive"), TIMEOUT) == b"alive"
