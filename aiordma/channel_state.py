@@ -49,6 +49,10 @@ class Arrival:
     """Head and body of an eager message, copied out when the connection failed."""
     revoked: bool = False
     """The sender withdrew this rendezvous message (REVOKE)."""
+    reading: bool = False
+    """This side is reading the rendezvous body now."""
+    acked: bool = False
+    """This side answered the sender's REVOKE (a DONE that says it will not read)."""
 
 
 class ChannelState:
@@ -85,8 +89,11 @@ class ChannelState:
         self.exposed: dict[int, int] = {}
         """Sizes of the large messages this side holds exposed, by message id."""
         self.exposed_bytes = 0
-        self.revoked: set[int] = set()
-        """Messages this side revoked whose DONE may still cross the REVOKE."""
+        self.revoked: dict[int, int] = {}
+        """Sizes of the messages this side revoked, by id: readable until the
+        peer's DONE answers the REVOKE (it may be reading them)."""
+        self.acks_due: list[int] = []
+        """Ids of revoked messages to answer with DONE once no read is in flight."""
         self.peer_max_message: int | None = None
         self.peer_buffer_size: int | None = None
         """Bytes of each of the peer's receive buffers, once its HELLO came."""
@@ -118,16 +125,31 @@ class ChannelState:
             if header.msg_id in self.exposed:
                 self._unexposed(header.msg_id)
                 return header.msg_id
-            if header.msg_id not in self.revoked:
+            size = self.revoked.pop(header.msg_id, None)
+            if size is None:
                 raise ProtocolError(f"DONE for message {header.msg_id}, which is not exposed")
-            self.revoked.discard(header.msg_id)  # read before it was revoked
+            self.exposed_bytes -= size  # read, or the peer answered our REVOKE
+            return header.msg_id
         elif kind == Kind.REVOKE:
             for arrival in self.ready:
                 if arrival.header.kind == Kind.RENDEZVOUS and arrival.header.msg_id == (
                     header.msg_id
                 ):
                     arrival.revoked = True
+                    if not arrival.reading:  # answered now; else once the read ends
+                        self._ack(arrival)
         return None
+
+    def _ack(self, arrival: Arrival) -> None:
+        arrival.acked = True
+        self.acks_due.append(arrival.header.msg_id)
+
+    def read_stopped(self, arrival: Arrival) -> None:
+        """A read of ``arrival``'s body failed or was cancelled (it stays queued);
+        a REVOKE that came meanwhile is answered now."""
+        arrival.reading = False
+        if arrival.revoked and not arrival.acked:
+            self._ack(arrival)
 
     def heard(self, hello: Hello, protocol: str, peer: str) -> None:
         """The peer's HELLO announced ``hello``; ``protocol`` is what this side
@@ -156,9 +178,10 @@ class ChannelState:
 
     def consumed(self) -> tuple[Arrival, bool]:
         """The first queued message was taken: remove it. Returns it, and whether
-        the sender must be told DONE (a rendezvous message it did not revoke)."""
+        the sender must be told DONE (a rendezvous message whose REVOKE, if
+        any, was not answered yet)."""
         arrival = self.ready.popleft()
-        done_due = arrival.header.kind == Kind.RENDEZVOUS and not arrival.revoked
+        done_due = arrival.header.kind == Kind.RENDEZVOUS and not arrival.acked
         return arrival, done_due
 
     # -- sending -----------------------------------------------------------
@@ -237,17 +260,28 @@ class ChannelState:
         return True
 
     def revoke(self, msg_id: int) -> bool:
-        """Revoke an unread exposure (its DONE may still arrive, and is then
-        accepted). Returns False if it had already ended."""
-        if msg_id not in self.exposed:
+        """Revoke an unread exposure: it stays readable (and counted) until the
+        peer's DONE answers the REVOKE, since the peer may be reading it.
+        Returns False if it had already ended."""
+        size = self.exposed.pop(msg_id, None)
+        if size is None:
             return False
-        self._unexposed(msg_id)
-        self.revoked.add(msg_id)
+        self.revoked[msg_id] = size
+        return True
+
+    def forget_revoked(self, msg_id: int) -> bool:
+        """The peer did not answer a REVOKE in time: the exposure ends anyway.
+        Returns False if the answer came."""
+        size = self.revoked.pop(msg_id, None)
+        if size is None:
+            return False
+        self.exposed_bytes -= size
         return True
 
     def clear_exposures(self) -> list[int]:
-        """The channel failed: every exposure ends. Returns their ids."""
-        ids = list(self.exposed)
+        """The channel failed: every exposure ends, revoked ones too. Returns their ids."""
+        ids = [*self.exposed, *self.revoked]
         self.exposed.clear()
+        self.revoked.clear()
         self.exposed_bytes = 0
         return ids

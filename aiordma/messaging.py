@@ -40,7 +40,7 @@ from typing import Any, Final, Protocol
 from aiordma._engine import _retrieve
 from aiordma.auth import PresharedKey
 from aiordma.channel_state import Arrival, ChannelState, Cost
-from aiordma.completion import check_loop
+from aiordma.completion import WorkCompletion, check_loop
 from aiordma.connection import Connection, Prepare
 from aiordma.connection import connect as connect_rdma
 from aiordma.credits import CONTROL_BASE, DataCredits
@@ -341,6 +341,10 @@ class MessageChannel:
         self._on_sent = [functools.partial(self._sent, i) for i in range(send_slots)]
         self._waiters: list[asyncio.Future[None]] = []
         self._exposures: dict[int, _Exposure] = {}
+        self._withdrawn: dict[int, _Exposure] = {}
+        """Revoked exposures, readable until the peer answers the REVOKE."""
+        self._reads: set[asyncio.Future[WorkCompletion]] = set()
+        """RDMA reads of rendezvous bodies in flight (cancelled ones too)."""
         self._send_lock = asyncio.Lock()
         self._recv_lock = asyncio.Lock()
         self._room_task: asyncio.Task[None] | None = None
@@ -421,7 +425,7 @@ class MessageChannel:
         """Announce our max_message and windows, and grant our first credits
         (both peers' receives are posted by now). It goes at once: nothing
         else may go before it (see :meth:`ChannelState.affordable`)."""
-        if self._error is not None:
+        if self._error is not None and not isinstance(self._error, ProtocolMismatchError):
             return
         hello = self._state.hello(self.max_message)
         try:
@@ -430,6 +434,8 @@ class MessageChannel:
             self._spawn(self._post_hello_later(hello))
         except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
+        if isinstance(self._error, ProtocolMismatchError):
+            self.link.close()  # the peer now learns of the mismatch from our HELLO too
         self._wake()
 
     async def _post_hello_later(self, hello: Header) -> None:
@@ -438,6 +444,8 @@ class MessageChannel:
             self._post(hello, self._hello.pack(), None, Cost.CONTROL)
         except (RdmaError, ResourceClosedError, ResourceBusyError) as exc:
             self._fail(exc)
+        if isinstance(self._error, ProtocolMismatchError):
+            self.link.close()
         self._wake()
 
     async def _peer_limit(self) -> int:
@@ -481,7 +489,7 @@ class MessageChannel:
                     self._shared.repost(arrival.slot)
                     arrival.slot = -1
         for msg_id in self._state.clear_exposures():
-            exposure = self._exposures.pop(msg_id)
+            exposure = self._exposures.pop(msg_id, None) or self._withdrawn.pop(msg_id)
             if not exposure.done.done():
                 exposure.done.set_exception(exc)
                 exposure.done.exception()
@@ -490,12 +498,15 @@ class MessageChannel:
 
     def _protocol_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc))
-        if isinstance(error, ProtocolMismatchError):
-            log.warning("closing %r: %s", self.link, error)
-        else:
-            log.warning("closing %r: peer broke the message protocol: %s", self.link, error)
         self._fail(error)
-        self.link.close()
+        if not isinstance(error, ProtocolMismatchError):
+            log.warning("closing %r: peer broke the message protocol: %s", self.link, error)
+            self.link.close()
+            return
+        log.warning("closing %r: %s", self.link, error)
+        if self._state.said_hello:
+            self.link.close()
+        # else: once our HELLO went (see _say_hello), so that the peer fails as we do
 
     # -- receiving ---------------------------------------------------------
 
@@ -520,10 +531,12 @@ class MessageChannel:
             self._protocol_error(err)
             return
         if ended is not None:
-            exposure = self._exposures.pop(ended)
+            exposure = self._exposures.pop(ended, None) or self._withdrawn.pop(ended)
             self._unexpose(exposure)
             if not exposure.done.done():
                 exposure.done.set_result(None)
+        if state.acks_due:
+            self._answer_revokes()
         if header.kind == Kind.EAGER and self._deliver is not None and not state.ready:
             if self._delivered(index, header):
                 if self._repost(index):
@@ -609,6 +622,20 @@ class MessageChannel:
             self._check()
             await self._changed()
 
+    def _answer_revokes(self) -> None:
+        """Tell the sender, by DONE, that revoked messages will not be read,
+        once no read is in flight (so no read can meet a revoked key)."""
+        if self._reads or self._error is not None:
+            return
+        for msg_id in self._state.acks_due:
+            self._spawn(self._send_control(Header(Kind.DONE, 0, msg_id)))
+        self._state.acks_due.clear()
+
+    def _read_landed(self, read: asyncio.Future[WorkCompletion]) -> None:
+        self._reads.discard(read)
+        if not self._reads and self._state.acks_due:
+            self._answer_revokes()
+
     def _consumed(self) -> None:
         state = self._state
         arrival, done_due = state.consumed()
@@ -671,13 +698,11 @@ class MessageChannel:
             if arrival.saved is not None or header.kind == Kind.EAGER:
                 body = self._small_body(arrival, into)
             elif into is None:
-                assert header.remote is not None
                 landed = bytearray(header.length)
-                await self._read(landed, header.remote)
+                await self._read_body(arrival, landed)
                 body = landed
             else:
-                assert header.remote is not None
-                await self._read(into, header.remote)
+                await self._read_body(arrival, into)
                 body = header.length
             self._consumed()
             self._count_received(header)
@@ -717,6 +742,18 @@ class MessageChannel:
             buffer_view(into)[: header.length] = data
             return header.length
 
+    async def _read_body(self, arrival: Arrival, target: Into) -> None:
+        """Read a rendezvous message's body into ``target``; a REVOKE that came
+        during a read that failed or was cancelled is answered after it."""
+        assert arrival.header.remote is not None
+        arrival.reading = True
+        try:
+            await self._read(target, arrival.header.remote)
+        except BaseException:
+            self._state.read_stopped(arrival)
+            self._answer_revokes()
+            raise
+
     async def _read(self, target: Into, remote: RemoteBuffer) -> None:
         """RDMA-read ``remote`` into the start of ``target``."""
         own: MemoryRegion | None = None
@@ -731,7 +768,7 @@ class MessageChannel:
             if self._staging is None:
                 self._staging = self.link.alloc(STAGED_READ_LIMIT)
             staged = self._staging.segment(0, remote.length)
-            await self._qp.rdma_read(staged, remote)
+            await self._read_pieces(staged, remote)
             with staged.view() as data:
                 buffer_view(target)[: remote.length] = data
             return
@@ -759,22 +796,25 @@ class MessageChannel:
         """
         qp = self._qp
         size = remote.length
-        if size <= READ_PIECE:
-            await qp.rdma_read(local, remote)
-            return
         starts = range(0, size, READ_PIECE)
 
-        def piece(start: int) -> Read:
-            end = min(start + READ_PIECE, size)
-            return Read(local[start:end], remote[start:end])
+        async def post(first: int, last: int) -> list[asyncio.Future[WorkCompletion]]:
+            pieces = [
+                Read(local[start : min(start + READ_PIECE, size)],
+                     remote[start : min(start + READ_PIECE, size)])
+                for start in starts[first:last]
+            ]  # fmt: skip
+            reads = await qp.post_batch(pieces)
+            for read in reads:  # tracked until they land, awaited or not
+                self._reads.add(read)
+                read.add_done_callback(self._read_landed)
+            return reads
 
-        pending = collections.deque(
-            await qp.post_batch([piece(start) for start in starts[:READS_IN_FLIGHT]])
-        )
+        pending = collections.deque(await post(0, READS_IN_FLIGHT))
         try:
-            for start in starts[READS_IN_FLIGHT:]:
+            for index in range(READS_IN_FLIGHT, len(starts)):
                 await pending.popleft()
-                pending.extend(await qp.post_batch([piece(start)]))
+                pending.extend(await post(index, index + 1))
             while pending:
                 await pending.popleft()
         finally:
@@ -957,12 +997,21 @@ class MessageChannel:
 
     def _revoke(self, msg_id: int, cause: BaseException | None) -> None:
         """Withdraw an unread large message (its send was cancelled, or ``cause``
-        is None: it timed out) and tell the peer."""
+        is None: it timed out) and tell the peer. The caller stops waiting now;
+        the bytes stay readable until the peer answers (it may be reading
+        them: a revoked key would fail its read and the connection), or for
+        ``exposure_timeout`` more at most."""
         if not self._state.revoke(msg_id):
             return
         self._stats.add("large_revoked" if cause is not None else "exposure_timeouts")
-        exposure = self._exposures.pop(msg_id)
-        self._unexpose(exposure)
+        exposure = self._withdrawn[msg_id] = self._exposures.pop(msg_id)
+        if exposure.timer is not None:
+            exposure.timer.cancel()
+            exposure.timer = None
+        if self.exposure_timeout is not None:
+            exposure.timer = self._loop.call_later(
+                self.exposure_timeout, self._forget_withdrawn, msg_id
+            )
         if not exposure.done.done():
             if cause is None:
                 error = ExposureTimeoutError(
@@ -975,6 +1024,16 @@ class MessageChannel:
                 exposure.done.cancel()
         if self._error is None:
             self._spawn(self._send_control(Header(Kind.REVOKE, 0, msg_id)))
+
+    def _forget_withdrawn(self, msg_id: int) -> None:
+        """The peer did not answer a REVOKE within ``exposure_timeout``: end the exposure."""
+        if self._state.forget_revoked(msg_id):
+            exposure = self._withdrawn.pop(msg_id)
+            exposure.timer = None
+            log.warning("%r: the peer did not answer the revocation of message %d within "
+                        "%s s; its memory is no longer readable", self.link, msg_id,
+                        self.exposure_timeout)  # fmt: skip
+            self._unexpose(exposure)
 
     async def _post_when_possible(
         self, header: Header, head: bytes, body: Body | None, cost: Cost

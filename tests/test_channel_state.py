@@ -45,15 +45,33 @@ def test_done_for_a_message_never_exposed_is_a_protocol_error() -> None:
         state.received(Header(Kind.DONE, 0, 42))
 
 
-def test_a_done_crossing_a_revoke_is_accepted_once() -> None:
+def test_a_revoked_message_stays_counted_until_the_peer_answers() -> None:
+    """The peer may be reading a message when its sender revokes it: the
+    exposure ends at the DONE that answers the REVOKE (or crossed it)."""
     state = _state()
     msg_id = state.expose(50)
     assert state.revoke(msg_id)
+    assert state.exposed_bytes == 50
+    assert not state.revoke(msg_id)  # revoked already
+    assert state.received(Header(Kind.DONE, 0, msg_id)) == msg_id
     assert state.exposed_bytes == 0
-    assert not state.revoke(msg_id)  # already ended
-    assert state.received(Header(Kind.DONE, 0, msg_id)) is None
-    with pytest.raises(ProtocolError):  # a second DONE is not
+    with pytest.raises(ProtocolError):  # a second DONE is not accepted
         state.received(Header(Kind.DONE, 0, msg_id))
+
+
+def test_an_unanswered_revoke_is_forgotten_once() -> None:
+    state = _state()
+    msg_id = state.expose(50)
+    state.revoke(msg_id)
+    assert state.forget_revoked(msg_id)
+    assert state.exposed_bytes == 0
+    assert not state.forget_revoked(msg_id)
+    with pytest.raises(ProtocolError):
+        state.received(Header(Kind.DONE, 0, msg_id))
+    other = state.expose(20)
+    state.revoke(other)
+    assert state.clear_exposures() == [other]
+    assert state.exposed_bytes == 0
 
 
 def test_withdrawn_send_stops_counting_without_awaiting_a_done() -> None:
@@ -74,16 +92,36 @@ def test_clearing_exposures_on_failure_returns_every_id() -> None:
     assert state.exposed == {}
 
 
-def test_revoke_marks_the_queued_message_and_no_done_is_due_for_it() -> None:
+def test_a_revoke_of_a_message_not_being_read_is_answered_at_once() -> None:
     state = _state()
     state.queue(0, _rendezvous(5), 40)
     state.queue(1, _rendezvous(6), 40)
     assert state.is_message(_rendezvous(5))
     state.received(Header(Kind.REVOKE, 0, 5))
+    assert state.acks_due == [5]
+    state.received(Header(Kind.REVOKE, 0, 99))  # already taken: its DONE crossed the REVOKE
+    assert state.acks_due == [5]
     arrival, done_due = state.consumed()
     assert (arrival.header.msg_id, arrival.revoked, done_due) == (5, True, False)
     arrival, done_due = state.consumed()
     assert (arrival.header.msg_id, arrival.revoked, done_due) == (6, False, True)
+
+
+def test_a_revoke_during_a_read_is_answered_when_the_read_ends() -> None:
+    state = _state()
+    state.queue(0, _rendezvous(5), 40)
+    state.queue(1, _rendezvous(6), 40)
+    state.ready[0].reading = True
+    state.received(Header(Kind.REVOKE, 0, 5))
+    assert state.acks_due == []  # its bytes are being read: no answer yet
+    arrival, done_due = state.consumed()  # the read finished: its DONE answers
+    assert (arrival.revoked, done_due) == (True, True)
+    state.ready[0].reading = True
+    state.received(Header(Kind.REVOKE, 0, 6))
+    state.read_stopped(state.ready[0])  # the read was cancelled
+    assert state.acks_due == [6]
+    arrival, done_due = state.consumed()
+    assert (arrival.revoked, done_due) == (True, False)
 
 
 def test_eager_messages_need_no_done() -> None:

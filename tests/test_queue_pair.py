@@ -231,12 +231,12 @@ async def test_error_fails_pending_receives_promptly(device: aiordma.Device, pai
     a, _b = pair
     inbox = device.alloc(64)
     recvs = await a.post_recv_batch([inbox[:32], inbox[32:]])
-    with pytest.raises(aiordma.RemoteAccessError):
+    with pytest.raises(aiordma.RemoteAccessError) as first:
         await asyncio.wait_for(a.rdma_write(inbox[:8], aiordma.RemoteBuffer(0, 8, 0)), 10)
-    for fut in recvs:  # flushed by the error, not left hanging
-        with pytest.raises(aiordma.CompletionError) as info:
+    for fut in recvs:  # flushed by the error, not left hanging, and failed as the QP's failure
+        with pytest.raises(aiordma.QueuePairError) as info:
             await asyncio.wait_for(fut, 10)
-        assert info.value.flushed
+        assert info.value.__cause__ is first.value
     assert inbox.inflight == 0
 
 

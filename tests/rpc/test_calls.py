@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from collections.abc import Iterator
@@ -401,3 +402,27 @@ async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
             assert len(peaks) == 5
             assert max(peaks) <= bound
             assert server_channel.exposed_bytes == 0
+
+
+BIG = 8 << 20
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("seconds", [0.05, 0.3, 1.0])
+async def test_large_calls_that_time_out_leave_the_connection_usable(
+    lab: Lab, rpc_port: int, seconds: float
+) -> None:
+    """The peer may be reading a large request or result when its call times
+    out: the exposure is withdrawn once the peer answers, never under its read."""
+    payload = blob(BIG)
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        for method, argument in (("digest", payload), ("blob", b"%d" % BIG)):
+            # The read may also finish in time: either way the connection must live.
+            with contextlib.suppress(TimeoutError):
+                await client.call(method, argument, timeout=seconds)
+            assert await asyncio.wait_for(client.call("echo", b"alive"), TIMEOUT) == b"alive"
+        digest = await asyncio.wait_for(client.call("digest", payload), TIMEOUT)
+        assert digest == hashlib.sha256(payload).digest()
+        assert not client.conn.is_closing()
+        errors = {k for k in client.conn.stats()["counters"] if k.startswith("errors:")}
+        assert not errors
