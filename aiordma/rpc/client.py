@@ -299,7 +299,7 @@ async def connect(
 ) -> Client:
     """Connect to an RPC server (see :func:`aiordma.rpc.start_server`).
 
-    ``private_data`` (at most 56 bytes) reaches the server's ``accept``
+    ``private_data`` (at most 56 bytes, 35 with ``auth``) reaches the server's ``accept``
     callback; ``prepare`` runs on the connection after its message channel
     is set up (its result is discarded). ``auth`` authenticates both peers
     with a pre-shared key (see :func:`aiordma.connect`). ``channel_options`` are further
