@@ -48,6 +48,7 @@ from aiordma.auth import (
     failure,
     refusal,
 )
+from aiordma.completion import check_loop
 from aiordma.connection import Connection, Prepare, abandon_setup, run_prepare
 from aiordma.device import Device
 from aiordma.discovery import known_devices
@@ -57,6 +58,7 @@ from aiordma.exceptions import (
     DeviceError,
     RdmaError,
     ResourceClosedError,
+    WrongLoopError,
 )
 from aiordma.memory import MemoryRegion
 from aiordma.metrics import Stats, merged
@@ -416,8 +418,19 @@ class Server:
 
     # -- lifecycle ---------------------------------------------------------
 
+    def _check_loop(self) -> None:
+        """WrongLoopError unless called from the server's loop, and while it is open."""
+        if self._loop.is_closed():
+            raise WrongLoopError(
+                f"{self!r} belongs to an event loop that has closed (an earlier "
+                "asyncio.run()): make servers and connections in the loop that uses them"
+            )
+        check_loop(self._loop)
+
     def close(self) -> None:
         """Stop listening (idempotent). Accepted connections stay open."""
+        if self._listeners or not self._stopped.done():
+            self._check_loop()
         listeners, self._listeners = self._listeners, []
         for cm_id in listeners:
             cm_id.destroy()
@@ -434,6 +447,7 @@ class Server:
         :func:`start_server`) after its connection closed is cancelled, so
         :meth:`wait_closed` always finishes.
         """
+        self._check_loop()
         self._clients_closing = True
         for conn in list(self._connections):
             conn.close()
@@ -462,6 +476,7 @@ class Server:
     async def wait_closed(self) -> None:
         """Wait until the server stopped listening, its connections are closed and
         their handlers have returned."""
+        self._check_loop()
         await asyncio.shield(self._stopped)
         while self._connections or self._tasks or self._handlers:
             await asyncio.gather(

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiordma import metrics
 from aiordma.auth import PresharedKey
+from aiordma.completion import check_loop
 from aiordma.connection import Connection, Prepare
 from aiordma.device import Device
 from aiordma.exceptions import (
@@ -96,6 +97,7 @@ class Client:
         method name or an ``into`` nothing can land in. Cancelling a call
         leaves the other calls alone and asks the server to cancel its handler.
         """
+        check_loop(self._loop)  # before the error: a closed loop's client was closed by it
         if self._error is not None:
             raise self._error
         if not isinstance(method, str):

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -426,3 +428,54 @@ async def test_large_calls_that_time_out_leave_the_connection_usable(
         assert not client.conn.is_closing()
         errors = {k for k in client.conn.stats()["counters"] if k.startswith("errors:")}
         assert not errors
+
+
+_SECOND_RUN = """
+import asyncio, gc, sys, warnings
+import aiordma
+from aiordma import rpc
+warnings.simplefilter("always")
+caught = []
+warnings.showwarning = lambda message, category, *rest, **kw: caught.append(
+    category.__name__ + " " + str(message))
+made = {}
+
+async def first():
+    server = await rpc.start_server(rpc.Service(), sys.argv[1], 0)
+    made["server"] = server
+    made["client"] = await rpc.connect(sys.argv[1], server.addresses[0][1])
+
+async def second():
+    for name, use in (("call", lambda: made["client"].call("echo", b"x")),
+                      ("close", lambda: made["server"].close()),
+                      ("close_clients", lambda: made["server"].close_clients()),
+                      ("wait_closed", lambda: made["server"].wait_closed())):
+        try:
+            result = use()
+            if asyncio.iscoroutine(result):
+                await result
+            print(name, "no error")
+        except Exception as exc:
+            print(name, type(exc).__name__)
+
+asyncio.run(first())
+asyncio.run(second())
+gc.collect()
+print("\\n".join(w for w in caught if "_reap_handlers" in w or "never awaited" in w))
+"""
+
+
+def test_objects_used_from_a_second_asyncio_run_raise_wrong_loop_error(lab: Lab) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _SECOND_RUN, lab.addr],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines == [
+        "call WrongLoopError",
+        "close WrongLoopError",
+        "close_clients WrongLoopError",
+        "wait_closed WrongLoopError",
+    ], proc.stdout + proc.stderr  # and no warning of a coroutine never awaited
+    assert "_reap_handlers" not in proc.stderr
