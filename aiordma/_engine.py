@@ -680,13 +680,14 @@ class WorkEngine:
         else:
             opname = "recv" if work.recv else _ibv.WR_NAMES.get(work.opcode, str(work.opcode))
             exc: BaseException = completion_error(wc, opname)
-            if not exc.flushed:  # type: ignore[attr-defined]
+            flushed = exc.flushed  # type: ignore[attr-defined]
+            if not flushed:
                 self.stats.add("errors:" + exc.status_name)  # type: ignore[attr-defined]
                 self._fail(exc)
             else:  # the QP is in the error state: a consequence, not a new failure
                 self.stats.add("flushed")
                 exc = self.close_error() if self.closing else self.failed_error(exc)
-            work.fail(exc)
+            work.fail(exc, quiet=flushed)  # a dropped flushed future is no news
         if work.scratch is not None:
             self._scratch_free.append(work.scratch)
         if not self.works and self.drained is not None and not self.drained.done():

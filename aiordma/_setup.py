@@ -27,9 +27,11 @@ from aiordma.auth import failure, refused
 from aiordma.device import Device
 from aiordma.endpoint import gid_to_str
 from aiordma.exceptions import (
+    ConnectionLostError,
     ConnectionRejectedError,
     DeviceError,
     NoListenerError,
+    ResourceBusyError,
     ResourceClosedError,
 )
 from aiordma.memory import Segment
@@ -141,8 +143,14 @@ def create_qp_for(
 def move_to_rts(qp: QueuePair, cm_id: CMId) -> None:
     """Apply rdma_cm's RTR and RTS attributes for this connection to ``qp``."""
     opts = qp.options
-    rtr, rtr_mask = _rdmacm.init_qp_attr(cm_id.id, _ibv.QPS_RTR)
-    rts, rts_mask = _rdmacm.init_qp_attr(cm_id.id, _ibv.QPS_RTS)
+    try:
+        rtr, rtr_mask = _rdmacm.init_qp_attr(cm_id.id, _ibv.QPS_RTR)
+        rts, rts_mask = _rdmacm.init_qp_attr(cm_id.id, _ibv.QPS_RTS)
+    except OSError as exc:  # EINVAL: the peer's cm_id is gone (it cancelled, or it died)
+        peer = "{}:{}".format(*cm_id.peer_address)
+        raise ConnectionLostError(
+            f"{peer} abandoned the connection while it was being set up ({exc.strerror})"
+        ) from exc
     rts_attr = _to_pyverbs(rts, opts)
     rts_attr.timeout = opts.timeout
     qp._move_to_rts(
@@ -167,11 +175,37 @@ def conn_params(qp: QueuePair) -> dict[str, int]:
     }
 
 
+SETUP_FAILED: Final = b"aiordma-setup:"
+"""How a server's rejection starts when it could not set the connection up
+(out of locked memory, say); the reason follows, in UTF-8."""
+
+
+def setup_refusal(exc: BaseException) -> bytes:
+    """Private data for rejecting a request that failed on the server's side,
+    saying why in general terms (no detail of the server's state leaks to an
+    unauthenticated client; the server's log has it)."""
+    if isinstance(exc, MemoryError):
+        why = "it is out of lockable memory (its 'ulimit -l')"
+    elif isinstance(exc, ResourceBusyError):
+        why = "it has no room for another connection (a full shared receive queue?)"
+    else:
+        why = "it could not create the connection's resources"
+    reason = f"{type(exc).__name__}: {why}".encode()
+    return SETUP_FAILED + reason[: _rdmacm.MAX_REJECT_DATA - len(SETUP_FAILED)]
+
+
 def setup_error(event: Event, where: str) -> OSError:
     """The exception an asyncio user expects for a failed connection-setup event."""
     kind, status = event.type, event.status
     if kind == EventType.REJECTED and (reason := refused(event.private_data)) is not None:
         return failure(where, reason, event.private_data, status)
+    if kind == EventType.REJECTED and event.private_data.startswith(SETUP_FAILED):
+        said = event.private_data[len(SETUP_FAILED) :].rstrip(b"\0").decode(errors="replace")
+        return ConnectionRejectedError(
+            f"{where} could not set the connection up on its side: {said}",
+            event.private_data,
+            status,
+        )
     if kind == EventType.REJECTED:
         if status == _REJ_CONSUMER_DEFINED:
             return ConnectionRejectedError(

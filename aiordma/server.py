@@ -12,6 +12,7 @@ the connection is closed when that callback returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import inspect
 import logging
@@ -34,6 +35,7 @@ from aiordma._setup import (
     move_to_rts,
     post_handshake_receive,
     resolve_address,
+    setup_refusal,
 )
 from aiordma.auth import (
     ACCEPT_SIZE,
@@ -248,6 +250,7 @@ class Server:
         conn: Connection | None = None
         where = "{}:{}".format(*child.peer_address)
         handshake: ServerHandshake | None = None
+        accepted = False
         try:
             data = event.private_data
             if self._key is not None:
@@ -274,6 +277,7 @@ class Server:
                                   child.local_address)  # fmt: skip
                 reply = handshake.accept(reply, binding)
             _rdmacm.accept(child.id, private_data=reply, **conn_params(qp))
+            accepted = True
             try:
                 async with asyncio.timeout(self._handshake_timeout) as deadline:
                     await self._established(child, conn, where, deadline)
@@ -286,11 +290,17 @@ class Server:
                 ) from exc
             conn._activate()
         except BaseException as exc:
+            if not accepted and isinstance(exc, RdmaError | MemoryError) and child.ptr is not None:
+                with contextlib.suppress(OSError):  # the client may be gone already
+                    child.reject(setup_refusal(exc))  # it learns why, not just "rejected"
             abandon_setup(child, qp, conn)
             if isinstance(exc, Exception):
                 self._totals.add("auth_failed" if isinstance(exc, AuthenticationError)
                                  else "setup_failed")  # fmt: skip
-                log.warning("connection from %s failed during setup: %r", where, exc)
+                if isinstance(exc, ConnectionLostError):  # the client gave up: its business
+                    log.info("connection from %s ended during setup: %s", where, exc)
+                else:
+                    log.warning("connection from %s failed during setup: %r", where, exc)
                 return
             raise
         if self._clients_closing:

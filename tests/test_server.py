@@ -315,3 +315,21 @@ async def test_a_send_right_after_connect_waits_for_a_late_first_receive(lab: La
         async with await aiordma.connect(lab.addr, port) as conn:
             await conn.post_send(conn.register(b"first"))
             assert await asyncio.wait_for(got, 10) == b"first"
+
+
+@pytest.mark.asyncio
+async def test_a_request_the_server_cannot_set_up_is_rejected_saying_why(lab: Lab) -> None:
+    async def out_of_memory(conn: aiordma.Connection) -> None:
+        # What registering the connection's buffers raises past 'ulimit -l'.
+        raise aiordma.MemoryLimitError("cannot register 655360 bytes", 655360, 1 << 30, 1 << 30)
+
+    async with await aiordma.start_server(
+        lambda conn: None, lab.addr, 0, prepare=out_of_memory
+    ) as server:
+        port = server.addresses[0][1]
+        with pytest.raises(aiordma.ConnectionRejectedError) as info:
+            await asyncio.wait_for(aiordma.connect(lab.addr, port), 30)
+    message = str(info.value)
+    assert "could not set the connection up on its side" in message
+    assert "MemoryLimitError: it is out of lockable memory" in message
+    assert "655360" not in message  # the server's own figures stay in its log
