@@ -142,3 +142,12 @@ def test_bulk_transfer_example(lab: Lab) -> None:
     sent = next(line.split()[-1] for line in out.splitlines() if line.startswith("sent sha256"))
     assert f"received {8 << 20} bytes, sha256 {sent}" in server_out
     assert "read back intact: True" in out
+
+
+def test_kv_blocks_example(lab: Lab) -> None:
+    out, server_out = _serve_example(lab, "kv_blocks.py", [], ["--blocks", "8"])
+    assert out.splitlines() == [
+        "8 blocks written and committed",
+        "commit of a block never leased: PermissionError",
+    ]
+    assert "client left: 8 leases returned, 8 blocks committed" in server_out

@@ -12,7 +12,7 @@ from __future__ import annotations
 from aiordma.rpc.client import Client, connect
 from aiordma.rpc.codecs import Codec, JsonCodec, RawCodec
 from aiordma.rpc.errors import RemoteError, RpcError, UnknownMethodError
-from aiordma.rpc.server import Handler, Service, start_server
+from aiordma.rpc.server import Handler, Service, current_connection, start_server
 
 __all__ = [
     "Client",
@@ -25,5 +25,6 @@ __all__ = [
     "Service",
     "UnknownMethodError",
     "connect",
+    "current_connection",
     "start_server",
 ]

@@ -60,6 +60,8 @@ class Client:
         if not isinstance(channel, MessageChannel):
             raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
         self.conn = conn
+        """The connection the calls travel on: one-sided work beside RPC
+        (``client.conn.rdma_write(...)``) runs on its queue pair."""
         self._stats = Stats("rpc_client")
         conn._add_stats(self._stats)
         self._channel: MessageChannel = channel

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -41,6 +42,24 @@ as the service's codec decodes and encodes them."""
 H = TypeVar("H", bound=Handler)
 
 DEFAULT_MAX_CONCURRENCY = 256
+
+
+_serving: contextvars.ContextVar[MessageChannel] = contextvars.ContextVar("aiordma.rpc.serving")
+
+
+def current_connection() -> Connection:
+    """The :class:`~aiordma.Connection` whose call the running handler serves.
+
+    For per-client state (keyed by the connection, or by its
+    ``peer_address``), one-sided work on the caller's queue pair beside
+    RPC (``current_connection().rdma_read(...)``), or binding a memory
+    window for it. Raises ``LookupError`` outside a handler.
+    """
+    try:
+        channel = _serving.get()
+    except LookupError:
+        raise LookupError("rpc.current_connection() is called from outside a handler") from None
+    return channel.conn
 
 
 def _is_async(handler: Callable[..., Any]) -> bool:
@@ -154,6 +173,7 @@ class Service:
     async def _run(
         self, channel: MessageChannel, frame: Frame, body: bytes | bytearray, stats: Stats
     ) -> None:
+        _serving.set(channel)  # this call's own context (a task's, or start_eagerly's copy)
         handler = self._handlers.get(frame.method)
         head = Frame(FrameKind.REPLY, frame.call_id).pack()
         timed = metrics.enabled()

@@ -480,3 +480,30 @@ def test_objects_used_from_a_second_asyncio_run_raise_wrong_loop_error(lab: Lab)
         "wait_closed WrongLoopError",
     ], proc.stdout + proc.stderr  # and no warning of a coroutine never awaited
     assert "_reap_handlers" not in proc.stderr
+
+
+def test_current_connection_outside_a_handler_says_so() -> None:
+    with pytest.raises(LookupError, match="outside a handler"):
+        rpc.current_connection()
+
+
+@pytest.mark.asyncio
+async def test_a_handler_knows_the_connection_it_serves(lab: Lab) -> None:
+    service = rpc.Service()
+
+    @service.method
+    async def whoami(payload: bytes) -> bytes:
+        conn = rpc.current_connection()
+        await asyncio.sleep(0)  # still known after suspending (the call's own task)
+        assert rpc.current_connection() is conn
+        return "{}:{}".format(*conn.peer_address).encode()
+
+    async with await rpc.start_server(service, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with (
+            await rpc.connect(lab.addr, port) as first,
+            await rpc.connect(lab.addr, port) as second,
+        ):
+            for client in (first, second):
+                mine = "{}:{}".format(*client.conn.local_address).encode()
+                assert await asyncio.wait_for(client.call("whoami"), TIMEOUT) == mine
