@@ -1,0 +1,143 @@
+"""Issue 29's load scenarios, to run while the machine is busy (a soak, not a test).
+
+    aiordma lab -- python benchmarks/load_scenarios.py [--clients 300] [--at-once 40]
+
+1. ``--clients`` RPC clients connect at once to a server whose clients'
+   channels draw on one :class:`~aiordma.SharedReceiveQueue`, and each
+   makes one call. Every client must either get a working connection (its
+   call answers) or a typed error from ``connect``: a client told it is
+   connected whose first call fails is a defect ("dead").
+2. ``--at-once`` clients connect at once to a raw server whose handler
+   posts its first receive only once it runs (after the connection is
+   established), and each sends as soon as ``connect`` returns: every send
+   must arrive (the default RNR patience covers a loaded server).
+
+The server runs in a child process, as a real server would. Prints one JSON
+line per scenario; exits 1 if a scenario saw a defect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import sys
+import time
+
+import aiordma
+from aiordma import rpc
+from aiordma.discovery import find_roce_endpoint
+
+
+async def serve(host: str) -> None:
+    service = rpc.Service()
+
+    @service.method
+    async def echo(payload: bytes) -> bytes:
+        return payload
+
+    async def late(conn: aiordma.Connection) -> None:
+        inbox = conn.alloc(64)  # posted only now: the client may have sent already
+        completion = await conn.post_recv(inbox)
+        await conn.post_send(inbox[: completion.byte_len])
+        await conn.wait_closed()
+
+    async with (
+        aiordma.SharedReceiveQueue(buffers=4096) as pool,
+        await rpc.start_server(service, host, 0, shared_receive=pool) as pooled,
+        await aiordma.start_server(late, host, 0) as raw,
+    ):
+        print(pooled.addresses[0][1], raw.addresses[0][1], flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+
+async def pooled_clients(host: str, port: int, count: int) -> dict[str, object]:
+    outcomes: collections.Counter[str] = collections.Counter()
+
+    async def one(i: int) -> None:
+        try:
+            client = await rpc.connect(host, port, timeout=120)
+        except (aiordma.RdmaError, OSError) as exc:  # typed: fine
+            outcomes["refused: " + type(exc).__name__] += 1
+            return
+        try:
+            answer = await asyncio.wait_for(client.call("echo", b"%d" % i), 120)
+            outcomes["worked" if answer == b"%d" % i else "wrong answer"] += 1
+        except Exception as exc:
+            outcomes["dead: " + type(exc).__name__] += 1
+        finally:
+            await client.close()
+
+    start = time.monotonic()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return {"scenario": "shared receive queue", "clients": count,
+            "seconds": round(time.monotonic() - start, 1), **outcomes}  # fmt: skip
+
+
+async def late_receivers(host: str, port: int, count: int) -> dict[str, object]:
+    outcomes: collections.Counter[str] = collections.Counter()
+
+    async def one(i: int) -> None:
+        async def prepare(conn: aiordma.Connection) -> object:
+            inbox = conn.alloc(64)
+            (reply,) = await conn.post_recv_batch([inbox])
+            return reply
+
+        try:
+            conn = await aiordma.connect(host, port, prepare=prepare, timeout=120)
+        except (aiordma.RdmaError, OSError) as exc:
+            outcomes["refused: " + type(exc).__name__] += 1
+            return
+        async with conn:
+            try:
+                await conn.post_send(conn.register(b"%d" % i))  # at once, before the handler runs
+                await asyncio.wait_for(conn.prepared, 120)
+                outcomes["worked"] += 1
+            except Exception as exc:
+                name = getattr(exc, "status_name", type(exc).__name__)
+                outcomes["lost: " + name] += 1
+
+    start = time.monotonic()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return {"scenario": "late first receive", "clients": count,
+            "seconds": round(time.monotonic() - start, 1), **outcomes}  # fmt: skip
+
+
+async def main(args: argparse.Namespace) -> int:
+    endpoint = find_roce_endpoint()
+    if endpoint is None:
+        sys.exit("no RDMA device with an IPv4 address (run in the lab)")
+    host = str(endpoint.address)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve", host,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert child.stdout is not None
+    assert child.stdin is not None
+    pooled, raw = map(int, (await child.stdout.readline()).split())
+    defects = 0
+    try:
+        for result in (
+            await pooled_clients(host, pooled, args.clients),
+            await late_receivers(host, raw, args.at_once),
+        ):
+            print(json.dumps(result), flush=True)
+            bad = ("dead", "lost", "wrong")
+            defects += sum(int(str(v)) for k, v in result.items() if k.startswith(bad))
+    finally:
+        child.stdin.close()
+        await child.wait()
+    return 1 if defects else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        asyncio.run(serve(sys.argv[2]))
+        sys.exit(0)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=300)
+    parser.add_argument("--at-once", type=int, default=40)
+    sys.exit(asyncio.run(main(parser.parse_args())))
