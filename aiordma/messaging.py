@@ -277,7 +277,6 @@ class MessageChannel:
         protocol: str = "",
     ) -> None:
         max_exposed = _check_limits(max_message, max_exposed, exposure_timeout)
-        Hello(0, protocol).pack()  # a name too long fails here, not once connected
         qp = conn.qp
         shared = qp.shared_receive
         if shared is not None:
@@ -294,6 +293,7 @@ class MessageChannel:
             control_window = DEFAULT_CONTROL_WINDOW if control_window is None else control_window
         if buffer_size < MIN_BUFFER:
             raise ValueError(f"buffer_size must be at least {MIN_BUFFER} bytes, not {buffer_size}")
+        hello = Hello(buffer_size, protocol).pack()  # a name too long fails here, not once up
         buffers = window + control_window
         send_slots = buffers if send_slots is None else send_slots
         if shared is None and buffers > qp.options.recv_depth:
@@ -319,7 +319,8 @@ class MessageChannel:
         """Messages (head included) up to this size travel in a single packet
         (lowered to fit the peer's receive buffers once its HELLO came)."""
         self._size = buffer_size
-        self._hello = Hello(buffer_size, protocol)
+        self._hello = hello
+        """Our HELLO's head: our buffer size and protocol."""
         self._shared = shared
         data: DataCredits | None = None
         if shared is not None:
@@ -429,7 +430,7 @@ class MessageChannel:
             return
         hello = self._state.hello(self.max_message)
         try:
-            self._post(hello, self._hello.pack(), None, Cost.CONTROL)
+            self._post(hello, self._hello, None, Cost.CONTROL)
         except ResourceBusyError:  # cannot be, on a fresh queue pair; but never lose it
             self._spawn(self._post_hello_later(hello))
         except (RdmaError, ResourceClosedError) as exc:
@@ -441,7 +442,7 @@ class MessageChannel:
     async def _post_hello_later(self, hello: Header) -> None:
         try:
             await self._qp.wait_send_room()
-            self._post(hello, self._hello.pack(), None, Cost.CONTROL)
+            self._post(hello, self._hello, None, Cost.CONTROL)
         except (RdmaError, ResourceClosedError, ResourceBusyError) as exc:
             self._fail(exc)
         if isinstance(self._error, ProtocolMismatchError):

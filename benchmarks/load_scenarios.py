@@ -34,7 +34,7 @@ from aiordma.discovery import find_roce_endpoint
 async def serve(host: str) -> None:
     service = rpc.Service()
 
-    @service.method
+    @service.method()
     async def echo(payload: bytes) -> bytes:
         return payload
 
