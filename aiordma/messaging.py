@@ -257,7 +257,7 @@ class MessageChannel:
     need not match.
 
     ``protocol`` names what the channel carries (``""``: plain messages;
-    :mod:`aiordma.rpc` and :mod:`aiordma.streams` set their own). Both sides
+    :mod:`aiordma.rpc` and ``aiordma.streams`` set their own). Both sides
     announce it; when both name one and they differ, the channel fails on
     both sides with :class:`ProtocolMismatchError` and the connection
     closes. A plain channel accepts any peer (the layer above it decides).
