@@ -78,6 +78,36 @@ async def test_transfers_survive_packet_loss(fabric: Fabric, loss: str) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.uvloop_only
+@pytest.mark.timeout(900)
+async def test_twenty_rpc_connections_survive_five_percent_loss(fabric: Fabric) -> None:
+    """Issue 29: 20 RPC clients at once, each making calls of small and
+    medium sizes (64 KiB results go by rendezvous), with 5% of the packets
+    lost each way: every call answers, and no connection fails."""
+    peer = fabric.peer_addr
+    async with remote_server(fabric, "rpc", peer) as rpc_port:
+        clients = [await rpc.connect(peer, rpc_port) for _ in range(20)]
+        try:
+            async with impaired(fabric, "loss 5%"):
+
+                async def calls(client: rpc.Client, n: int) -> None:
+                    for i in range(30):
+                        payload = b"%d:%d" % (n, i) * (1 + i % 5)
+                        assert await client.call("echo", payload, timeout=PEER_TIMEOUT) == payload
+                        if i % 10 == 9:
+                            got = await client.call("blob", b"65536", timeout=PEER_TIMEOUT)
+                            assert got == blob(65536)
+
+                started = time.monotonic()
+                await asyncio.gather(*(calls(c, n) for n, c in enumerate(clients)))
+            assert not [c for c in clients if c.conn.is_closing()]
+        finally:
+            for client in clients:
+                await client.close()
+    print(f"5% loss both ways: 20 clients x 33 calls in {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.asyncio
 async def test_a_short_outage_loses_nothing(fabric: Fabric) -> None:
     """The link is cut for a quarter of the retry bound while a 64 MiB RDMA
     write, messages and RPC calls are in flight; all complete intact.
