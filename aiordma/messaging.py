@@ -1286,7 +1286,7 @@ async def open_channel(
                 f"{host}:{port} accepted the connection but its channel did not confirm it "
                 f"(HELLO) within {timeout} s"
             ) from exc
-        if isinstance(exc, ProtocolError):
+        if not isinstance(exc, ConnectionError):  # a mismatch; a server with no channel (RNR)
             raise
         raise ConnectionLostError(
             f"{host}:{port} dropped the connection before its channel confirmed it; a "

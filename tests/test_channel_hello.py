@@ -135,3 +135,15 @@ async def test_a_stream_client_of_an_rpc_server_fails_naming_both(lab: Lab) -> N
         async with asyncio.timeout(30):
             with pytest.raises(aiordma.ProtocolMismatchError, match=r"speaks 'aiordma\.rpc'"):
                 await streams.open_connection(lab.addr, port)
+
+
+@pytest.mark.asyncio
+async def test_a_channel_client_of_a_server_without_channels_is_told_so(lab: Lab) -> None:
+    """The server posts no receive: the client's HELLO meets none, and
+    open_channel raises the completion error whose message asks whether both
+    sides set up a channel (not a "dropped" connection)."""
+    async with await aiordma.start_server(lambda conn: conn.wait_closed(), lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with asyncio.timeout(60):
+            with pytest.raises(aiordma.CompletionError, match="did both sides set up a message"):
+                await aiordma.open_channel(lab.addr, port)
