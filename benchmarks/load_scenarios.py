@@ -11,6 +11,9 @@
    posts its first receive only once it runs (after the connection is
    established), and each sends as soon as ``connect`` returns: every send
    must arrive (the default RNR patience covers a loaded server).
+3. One RPC client calls ``echo`` with 8 MiB and ``timeout=0.3``, three
+   times: how long each call takes to raise ``TimeoutError``, and whether
+   the connection still answers afterwards.
 
 The server runs in a child process, as a real server would. Prints one JSON
 line per scenario; exits 1 if a scenario saw a defect.
@@ -105,6 +108,27 @@ async def late_receivers(host: str, port: int, count: int) -> dict[str, object]:
             "seconds": round(time.monotonic() - start, 1), **outcomes}  # fmt: skip
 
 
+async def large_timeouts(host: str, port: int) -> dict[str, object]:
+    seconds: list[float] = []
+    outcomes: collections.Counter[str] = collections.Counter()
+    payload = bytes(8 << 20)
+    async with await rpc.connect(host, port, timeout=120) as client:
+        for _ in range(3):
+            start = time.monotonic()
+            try:
+                await client.call("echo", payload, timeout=0.3)
+                outcomes["answered in time"] += 1
+            except TimeoutError:
+                outcomes["timed out"] += 1
+            seconds.append(round(time.monotonic() - start, 2))
+            try:
+                await asyncio.wait_for(client.call("echo", b"alive"), 60)
+                outcomes["alive after"] += 1
+            except Exception as exc:
+                outcomes["dead: " + type(exc).__name__] += 1
+    return {"scenario": "8 MiB call, timeout=0.3", "seconds": seconds, **outcomes}
+
+
 async def main(args: argparse.Namespace) -> int:
     endpoint = find_roce_endpoint()
     if endpoint is None:
@@ -123,6 +147,7 @@ async def main(args: argparse.Namespace) -> int:
         for result in (
             await pooled_clients(host, pooled, args.clients),
             await late_receivers(host, raw, args.at_once),
+            await large_timeouts(host, pooled),
         ):
             print(json.dumps(result), flush=True)
             bad = ("dead", "lost", "wrong")
