@@ -120,6 +120,8 @@ async def large_timeouts(host: str, port: int) -> dict[str, object]:
                 outcomes["answered in time"] += 1
             except TimeoutError:
                 outcomes["timed out"] += 1
+            except Exception as exc:  # the connection died under the call
+                outcomes["dead: " + type(exc).__name__] += 1
             seconds.append(round(time.monotonic() - start, 2))
             try:
                 await asyncio.wait_for(client.call("echo", b"alive"), 60)
