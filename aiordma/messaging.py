@@ -435,6 +435,9 @@ class MessageChannel:
             self._spawn(self._post_hello_later(hello))
         except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
+        self._hello_went()
+
+    def _hello_went(self) -> None:
         if isinstance(self._error, ProtocolMismatchError):
             self.link.close()  # the peer now learns of the mismatch from our HELLO too
         self._wake()
@@ -445,9 +448,7 @@ class MessageChannel:
             self._post(hello, self._hello, None, Cost.CONTROL)
         except (RdmaError, ResourceClosedError, ResourceBusyError) as exc:
             self._fail(exc)
-        if isinstance(self._error, ProtocolMismatchError):
-            self.link.close()
-        self._wake()
+        self._hello_went()
 
     async def _peer_limit(self) -> int:
         """The peer's max_message (waiting for its announcement if need be)."""
@@ -799,13 +800,12 @@ class MessageChannel:
         size = remote.length
         starts = range(0, size, READ_PIECE)
 
+        def piece(start: int) -> Read:
+            end = min(start + READ_PIECE, size)
+            return Read(local[start:end], remote[start:end])
+
         async def post(first: int, last: int) -> list[asyncio.Future[WorkCompletion]]:
-            pieces = [
-                Read(local[start : min(start + READ_PIECE, size)],
-                     remote[start : min(start + READ_PIECE, size)])
-                for start in starts[first:last]
-            ]  # fmt: skip
-            reads = await qp.post_batch(pieces)
+            reads = await qp.post_batch([piece(start) for start in starts[first:last]])
             for read in reads:  # tracked until they land, awaited or not
                 self._reads.add(read)
                 read.add_done_callback(self._read_landed)
