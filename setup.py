@@ -1,4 +1,4 @@
-"""Builds aiordma's optional compiled core (aiordma/_core.pyx).
+"""Builds aiordma's optional compiled core (aiordma/verbs/_driver/_core.pyx).
 
 Everything else is in pyproject.toml. The extension is optional: without a
 C compiler, Cython or the verbs headers (libibverbs-dev), the build says
@@ -40,7 +40,9 @@ class OptionalBuildExt(build_ext):
 
 
 def extensions() -> list[Extension]:
-    core = Extension("aiordma._core", ["aiordma/_core.pyx"], libraries=["ibverbs"])
+    core = Extension(
+        "aiordma.verbs._driver._core", ["aiordma/verbs/_driver/_core.pyx"], libraries=["ibverbs"]
+    )
     try:
         from Cython.Build import cythonize
     except ImportError:

@@ -7,11 +7,17 @@ delivers; see :class:`Device`, :class:`MemoryRegion` and :class:`QueuePair`.
 from __future__ import annotations
 
 from aiordma import _pyverbs  # noqa: F401  (fails early, with install instructions)
-from aiordma.auth import PresharedKey
-from aiordma.completion import CompletionQueue, Opcode, WorkCompletion
-from aiordma.connection import Connection, connect
-from aiordma.device import Device, DeviceAttributes
-from aiordma.endpoint import Endpoint
+from aiordma.channel.channel import (
+    MessageChannel,
+    channel_factory,
+    open_channel,
+    prepare_channel,
+    start_channel_server,
+)
+from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.cm.auth import PresharedKey
+from aiordma.cm.connection import Connection, connect
+from aiordma.cm.server import ConnectionRequest, RejectConnection, Server, start_server
 from aiordma.exceptions import (
     AuthenticationError,
     BufferTooSmallError,
@@ -34,15 +40,12 @@ from aiordma.exceptions import (
     ResourceClosedError,
     WrongLoopError,
 )
-from aiordma.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
-from aiordma.messaging import (
-    MessageChannel,
-    channel_factory,
-    open_channel,
-    prepare_channel,
-    start_channel_server,
-)
-from aiordma.queue_pair import (
+from aiordma.streams import open_connection, start_stream_server
+from aiordma.verbs.completion import CompletionQueue, Opcode, WorkCompletion
+from aiordma.verbs.device import Device, DeviceAttributes
+from aiordma.verbs.endpoint import Endpoint
+from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
+from aiordma.verbs.queue_pair import (
     QueuePair,
     QueuePairOptions,
     Read,
@@ -50,10 +53,7 @@ from aiordma.queue_pair import (
     Write,
     connect_loopback_pair,
 )
-from aiordma.server import ConnectionRequest, RejectConnection, Server, start_server
-from aiordma.shared_receive import SharedReceiveQueue
-from aiordma.streams import open_connection, start_stream_server
-from aiordma.window import MemoryWindow
+from aiordma.verbs.window import MemoryWindow
 
 __all__ = [
     "Access",
@@ -120,7 +120,7 @@ def info() -> dict[str, str]:
     import platform
     from importlib.metadata import PackageNotFoundError, version
 
-    from aiordma import _accel
+    from aiordma.verbs import _driver as _accel
 
     try:
         pyverbs = version("pyverbs")

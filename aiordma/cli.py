@@ -15,7 +15,7 @@ from aiordma.exceptions import LabError
 
 
 def _cmd_devices(args: argparse.Namespace) -> int:
-    from aiordma.discovery import format_devices, list_devices
+    from aiordma.verbs.discovery import format_devices, list_devices
 
     devices = list_devices()
     if args.json:

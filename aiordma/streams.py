@@ -23,9 +23,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from aiordma.channel.channel import MessageChannel, open_channel, start_channel_server
+from aiordma.cm.server import Server
 from aiordma.exceptions import RdmaError
-from aiordma.messaging import MessageChannel, open_channel, start_channel_server
-from aiordma.server import Server
 
 log = logging.getLogger(__name__)
 

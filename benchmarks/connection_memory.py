@@ -24,8 +24,8 @@ import os
 import sys
 
 import aiordma
-from aiordma.discovery import find_roce_endpoint
-from aiordma.messaging import DEFAULT_BUFFER, DEFAULT_CONTROL_WINDOW, DEFAULT_WINDOW
+from aiordma.channel.channel import DEFAULT_BUFFER, DEFAULT_CONTROL_WINDOW, DEFAULT_WINDOW
+from aiordma.verbs.discovery import find_roce_endpoint
 
 
 def rss() -> int:

@@ -33,7 +33,7 @@ import time
 
 import aiordma
 from aiordma import Access
-from aiordma.discovery import find_roce_endpoint
+from aiordma.verbs.discovery import find_roce_endpoint
 
 ROUNDS = 30
 

@@ -31,7 +31,7 @@ import time
 
 import aiordma
 from aiordma import rpc
-from aiordma.discovery import find_roce_endpoint
+from aiordma.verbs.discovery import find_roce_endpoint
 
 
 async def serve(host: str) -> None:

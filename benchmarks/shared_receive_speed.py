@@ -21,7 +21,7 @@ import sys
 import time
 
 import aiordma
-from aiordma.discovery import find_roce_endpoint
+from aiordma.verbs.discovery import find_roce_endpoint
 
 POOL = 1024
 

@@ -129,7 +129,7 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     _process_singletons(os.environ.get("AIORDMA_ADDR", ""))
     before, fds = rdma_counts(device), _open_fds()
     yield
-    aiordma.device._close_shared()  # devices opened by connect()/start_server() on demand
+    aiordma.verbs.device._close_shared()  # devices opened by connect()/start_server() on demand
     gc.collect()
     deadline = time.monotonic() + 10  # peers' resources go when their processes are reaped
     while True:

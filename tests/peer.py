@@ -46,7 +46,7 @@ from collections.abc import Callable, Coroutine
 
 import aiordma
 from aiordma import Access, rpc
-from aiordma.messaging import MessageChannel, prepare_channel
+from aiordma.channel.channel import MessageChannel, prepare_channel
 
 SIZE = 4096
 

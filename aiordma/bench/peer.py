@@ -22,7 +22,7 @@ from typing import Any
 import aiordma
 from aiordma import Access, rpc
 from aiordma.bench import tcp
-from aiordma.messaging import (
+from aiordma.channel.channel import (
     DEFAULT_MAX_MESSAGE,
     MessageChannel,
     channel_factory,

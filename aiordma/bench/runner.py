@@ -17,9 +17,9 @@ import aiordma
 from aiordma import RemoteBuffer, rpc
 from aiordma.bench import tcp
 from aiordma.bench.stats import Latency, Result
+from aiordma.channel.channel import DEFAULT_MAX_MESSAGE
 from aiordma.lab.remote import Fabric
-from aiordma.messaging import DEFAULT_MAX_MESSAGE
-from aiordma.queue_pair import Read, Send, Write
+from aiordma.verbs.queue_pair import Read, Send, Write
 
 REMOTE_START_TIMEOUT = 120.0
 """Seconds the peer on the lab's host 2 may take to start listening."""

@@ -6,8 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from aiordma.discovery import find_roce_endpoint
 from aiordma.lab.vm import GuestConfig, run_in_guest
+from aiordma.verbs.discovery import find_roce_endpoint
 
 
 def native_environment() -> dict[str, str] | None:

@@ -3,7 +3,7 @@
 A :class:`Service` maps method names to async handlers and is served with
 :func:`start_server`; :func:`connect` returns a :class:`Client` whose
 :meth:`Client.call` awaits the result. Calls and replies are messages on a
-:class:`~aiordma.messaging.MessageChannel`: small ones travel in a single
+:class:`~aiordma.channel.channel.MessageChannel`: small ones travel in a single
 send, large ones are read by the receiver straight from the sender's memory.
 """
 

@@ -11,17 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiordma import metrics
-from aiordma.auth import PresharedKey
-from aiordma.completion import check_loop
-from aiordma.connection import Connection, Prepare
-from aiordma.device import Device
-from aiordma.exceptions import (
-    BufferTooSmallError,
-    MessageRevokedError,
-    ProtocolError,
-    ResourceClosedError,
-)
-from aiordma.messaging import (
+from aiordma.channel.channel import (
     DEFAULT_MAX_MESSAGE,
     Into,
     MessageChannel,
@@ -30,11 +20,21 @@ from aiordma.messaging import (
     check_into,
     open_channel,
 )
+from aiordma.cm.auth import PresharedKey
+from aiordma.cm.connection import Connection, Prepare
+from aiordma.exceptions import (
+    BufferTooSmallError,
+    MessageRevokedError,
+    ProtocolError,
+    ResourceClosedError,
+)
 from aiordma.metrics import Stats
-from aiordma.queue_pair import QueuePairOptions
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, parse_error_body
+from aiordma.verbs.completion import check_loop
+from aiordma.verbs.device import Device
+from aiordma.verbs.queue_pair import QueuePairOptions
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 from aiordma import metrics
-from aiordma._eager import start_eagerly
-from aiordma.auth import PresharedKey
-from aiordma.connection import Connection, Prepare
-from aiordma.device import Device
+from aiordma.channel.channel import DEFAULT_MAX_MESSAGE, MessageChannel, start_channel_server
+from aiordma.cm.auth import PresharedKey
+from aiordma.cm.connection import Connection, Prepare
+from aiordma.cm.server import Accept, Server
 from aiordma.exceptions import (
     CompletionError,
     MessageRevokedError,
@@ -27,12 +27,12 @@ from aiordma.exceptions import (
     RdmaError,
     ResourceClosedError,
 )
-from aiordma.messaging import DEFAULT_MAX_MESSAGE, MessageChannel, start_channel_server
 from aiordma.metrics import Stats
-from aiordma.queue_pair import QueuePairOptions
+from aiordma.rpc._eager import start_eagerly
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, error_body
-from aiordma.server import Accept, Server
+from aiordma.verbs.device import Device
+from aiordma.verbs.queue_pair import QueuePairOptions
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import aiordma
-from aiordma import _rdmacm, auth, rpc
+from aiordma import rpc
+from aiordma.cm import _rdmacm, auth
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -73,8 +73,14 @@ def test_every_public_name_has_a_docstring(package: str) -> None:
 
 def _defining_modules(package: str) -> list[str]:
     root = Path(PACKAGES[package].__file__ or "").parent
-    prefix = package
-    return [f"{prefix}.{p.stem}" for p in root.glob("*.py") if p.stem != "__init__"]
+    modules = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts and parts[-1] != "__main__":
+            modules.append(".".join((package, *parts)))
+    return modules
 
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))

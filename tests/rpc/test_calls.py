@@ -16,9 +16,9 @@ import pytest
 import aiordma
 from aiordma import rpc
 from aiordma.rpc.frames import Frame, FrameKind
+from tests.channel.test_channel import exposures_ended
 from tests.conftest import Lab, start_peer_server
 from tests.peer import blob
-from tests.test_messaging import exposures_ended
 
 TIMEOUT = 60
 

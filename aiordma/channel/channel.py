@@ -1,0 +1,1345 @@
+"""Ordered messages of any size over a :class:`~aiordma.Connection`.
+
+Small messages travel eagerly: copied into a send slot of a pool registered
+once, and sent into one of the peer's pre-posted receive buffers against a
+credit (see :mod:`aiordma.channel.credits`), so no send ever meets an empty receive
+queue. A receive buffer is re-posted, and its credit returned, only once the
+application has taken the message out of it: a slow receiver holds the
+sender back instead of queueing without bound.
+
+Larger messages go by rendezvous: the sender exposes exactly the message's
+bytes, through a registration of their own, for remote *reading* only,
+advertises them, and the receiver reads them with one RDMA read straight
+into the memory it chooses (its own registered buffer with
+:meth:`MessageChannel.recv_message_into`), then says it is done, and only
+then does the sender deregister them. Reading rather than writing lets the
+receiver pick the destination when it is ready, needs one control packet
+each way, and never exposes the receiver's memory for writing.
+
+An exposure never outlives its message: it ends at DONE, when the send is
+cancelled, when it was not read within ``exposure_timeout`` (both sides then
+fail the transfer with :class:`MessageRevokedError`), or when the channel
+closes; and the bytes a channel holds exposed at once are bounded by
+``max_exposed``. Each side announces its ``max_message`` once the
+connection is established, so a sender learns the peer's limit before it
+sends anything too large for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from aiordma.channel.credits import CONTROL_BASE, DataCredits
+from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.state import Arrival, ChannelState, Cost
+from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Header, Hello, Kind
+from aiordma.cm.auth import PresharedKey
+from aiordma.cm.connection import Connection, Prepare
+from aiordma.cm.connection import connect as connect_rdma
+from aiordma.cm.server import DEFAULT_HANDSHAKE_TIMEOUT, Accept, Server
+from aiordma.cm.server import start_server as start_rdma_server
+from aiordma.exceptions import (
+    BufferTooSmallError,
+    ConnectionLostError,
+    ExposureTimeoutError,
+    MessageRevokedError,
+    MessageTooLargeError,
+    ProtocolError,
+    ProtocolMismatchError,
+    RdmaError,
+    ResourceBusyError,
+    ResourceClosedError,
+)
+from aiordma.metrics import Stats
+from aiordma.verbs._engine import _retrieve
+from aiordma.verbs.completion import WorkCompletion, check_loop
+from aiordma.verbs.device import Device
+from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
+from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, Read
+from aiordma.verbs.window import MemoryWindow
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW = 32
+DEFAULT_CONTROL_WINDOW = 8
+DEFAULT_BUFFER = 8192
+SHARED_SEND_SLOTS = 8
+"""Send slots of a channel receiving from a shared queue, by default: few,
+since such a channel is one of many (a channel of its own has one per
+receive buffer)."""
+DEFAULT_MAX_MESSAGE = 64 << 20
+DEFAULT_MAX_EXPOSED = 256 << 20
+"""Bytes of large messages a channel holds exposed at once, by default
+(raised to ``max_message`` when that is larger)."""
+DEFAULT_EXPOSURE_TIMEOUT = 60.0
+"""Seconds a large message stays readable for the peer, by default; unread
+by then, it is revoked and the send fails with :class:`ExposureTimeoutError`."""
+READ_PIECE = 64 << 10
+"""Large messages are read in pieces of this size (see ``READS_IN_FLIGHT``)."""
+READS_IN_FLIGHT = 4
+"""Pieces of one large message being read at once: 1 MiB in flight paces
+the sender's adapter to what the receiver takes in."""
+STAGED_READ_LIMIT = 256 << 10
+"""Large messages up to this size, bound for memory the channel did not
+register, are read into one registered staging buffer and copied out:
+under rxe a copy of 64 KiB costs about a fifth of registering and
+deregistering the destination (see docs/design.md)."""
+
+Body = bytes | bytearray | memoryview | MemoryRegion | Segment
+"""What can be sent: any contiguous bytes-like object, or registered memory.
+
+A :class:`MemoryRegion` or :class:`Segment` registered with
+``Access.REMOTE_READ`` is sent without registering anything; anything else
+larger than the eager limit is registered, read-only for the peer, for the
+duration of the send.
+"""
+
+Into = MemoryRegion | Segment | bytearray | memoryview
+"""Where a received body can land: registered memory, or a writable buffer
+(registered for the duration of the read)."""
+
+Chooser = Callable[[bytes, int], "Into | None"]
+
+Deliver = Callable[[bytes, memoryview], bool]
+"""Takes a small message as it arrives: its head and a view of its body,
+valid only during the call. Returns False to leave it queued instead."""
+
+
+@dataclass(slots=True)
+class _Exposure:
+    """The I/O side of a large message's exposure: its registration or memory
+    window, the future its sender awaits, and its deadline."""
+
+    key: MemoryRegion | MemoryWindow
+    """What grants the peer access: a registration of exactly the message's
+    bytes, or a window over them (revoked without deregistering)."""
+    size: int
+    done: asyncio.Future[None]
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def remote(self) -> RemoteBuffer:
+        key = self.key
+        return key.remote if isinstance(key, MemoryWindow) else key.remote()
+
+    def revoke(self) -> None:
+        """The peer's access ends now (or, for a registration still in use
+        by local work, once that work completes)."""
+        key = self.key
+        if isinstance(key, MemoryWindow):
+            key.invalidate()
+        elif not key.closed:
+            _release_mr(key)
+
+
+class Link(Protocol):
+    """What a :class:`MessageChannel` needs from the connection it runs on.
+
+    A connected queue pair, memory registration on its device (released
+    with the link), and closing. :class:`~aiordma.Connection` is one;
+    ``_when_established`` is the internal entry through which the link says
+    when both peers can send (see ``docs/design.md``). A link may also have
+    ``_add_stats(stats)``, to count the channel's metrics as its own.
+    """
+
+    @property
+    def qp(self) -> QueuePair: ...
+
+    def register(self, obj: Any, access: Access | None = None) -> MemoryRegion: ...
+
+    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion: ...
+
+    def close(self) -> Awaitable[None]: ...
+
+    async def wait_closed(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+    def _when_established(self, callback: Callable[[], None]) -> None: ...
+
+
+def check_into(into: object) -> Into:
+    """``into`` if a message can land in it; TypeError or ValueError saying why not."""
+    if isinstance(into, MemoryRegion | Segment):
+        region = into if isinstance(into, MemoryRegion) else into.mr
+        if region.closed:
+            raise ValueError("cannot receive into a closed memory region")
+        if not region.access & Access.LOCAL_WRITE:
+            raise ValueError(
+                "cannot receive into a region registered without Access.LOCAL_WRITE: "
+                "the adapter could not write into it"
+            )
+        return into
+    if not isinstance(into, bytearray | memoryview):
+        readonly = False
+        if not isinstance(into, str):
+            with contextlib.suppress(TypeError):
+                readonly = memoryview(into).readonly  # type: ignore[arg-type]
+        name = f"read-only {type(into).__name__}" if readonly else type(into).__name__
+        raise TypeError(
+            f"cannot receive into {name}: give a bytearray, a writable memoryview "
+            "or a registered MemoryRegion/Segment"
+        )
+    view = memoryview(into)
+    if view.readonly:
+        raise TypeError("cannot receive into a read-only memoryview")
+    if not view.contiguous:
+        raise ValueError("cannot receive into a non-contiguous memoryview")
+    return into
+
+
+def buffer_length(buffer: Body) -> int:
+    """Bytes in a message body or receive buffer (a region's or segment's length)."""
+    if isinstance(buffer, MemoryRegion | Segment):
+        return buffer.length
+    return memoryview(buffer).nbytes
+
+
+def buffer_view(buffer: Body) -> memoryview:
+    """A flat byte view of a message body or receive buffer (release it when done)."""
+    if isinstance(buffer, MemoryRegion | Segment):
+        return buffer.view()
+    return memoryview(buffer).cast("B")
+
+
+def _release_mr(mr: MemoryRegion) -> None:
+    """Deregister ``mr`` now, or once the work still using it completes."""
+    try:
+        mr.close()
+    except ResourceBusyError:
+        task = asyncio.get_running_loop().create_task(mr.aclose())
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+class MessageChannel:
+    """Ordered, flow-controlled messages on one connection.
+
+    Create it in the connection's ``prepare`` hook on both sides (see
+    :func:`prepare_channel`), or use :func:`open_channel` and
+    :func:`start_channel_server`, so its receive buffers are posted before
+    the peer can send. The channel owns the connection's receive queue.
+    Each side announces its ``max_message`` when the connection is
+    established; sending a message larger than the peer's raises
+    :class:`MessageTooLargeError` on the sending side.
+
+    Every message may carry a small ``head`` besides its body (see
+    :meth:`send_message` and :meth:`recv_message_with_head`): protocols
+    built on the channel, such as :mod:`aiordma.rpc`, put their framing
+    there, so the body can still land, unsplit and uncopied, in the
+    receiver's own buffer.
+
+    Large messages are exposed through their own registration, for at most
+    ``exposure_timeout`` seconds (None: until read), and at most
+    ``max_exposed`` bytes at once (further large sends wait). By default
+    that is 60 s, and 256 MiB or ``max_message`` if larger.
+
+    The channel posts ``window`` data and ``control_window`` control
+    receive buffers of ``buffer_size`` bytes (32, 8 and 8 KiB by default),
+    and keeps ``send_slots`` packets in flight (as many as it has receive
+    buffers). On a connection made with a
+    :class:`~aiordma.SharedReceiveQueue` it posts none: it draws its
+    buffers from the pool (``buffer_size`` is the pool's; the control
+    window defaults to 4, ``send_slots`` to 8, and ``window`` bounds what
+    it may borrow). Each side announces its ``buffer_size`` in its HELLO,
+    and neither sends a packet larger than the other's buffers, so the two
+    need not match.
+
+    ``protocol`` names what the channel carries (``""``: plain messages;
+    :mod:`aiordma.rpc` and ``aiordma.streams`` set their own). Both sides
+    announce it; when both name one and they differ, the channel fails on
+    both sides with :class:`ProtocolMismatchError` and the connection
+    closes. A plain channel accepts any peer (the layer above it decides).
+    """
+
+    def __init__(
+        self,
+        conn: Link,
+        *,
+        window: int = DEFAULT_WINDOW,
+        control_window: int | None = None,
+        buffer_size: int | None = None,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+        max_exposed: int | None = None,
+        exposure_timeout: float | None = DEFAULT_EXPOSURE_TIMEOUT,
+        send_slots: int | None = None,
+        protocol: str = "",
+    ) -> None:
+        max_exposed = _check_limits(max_message, max_exposed, exposure_timeout)
+        qp = conn.qp
+        shared = qp.shared_receive
+        if shared is not None:
+            if buffer_size is not None and buffer_size != shared.buffer_size:
+                raise ValueError(
+                    f"buffer_size ({buffer_size}) must be that of the shared receive "
+                    f"queue the connection receives from ({shared.buffer_size})"
+                )
+            buffer_size = shared.buffer_size
+            control_window = CONTROL_BASE if control_window is None else control_window
+            send_slots = SHARED_SEND_SLOTS if send_slots is None else send_slots
+        else:
+            buffer_size = DEFAULT_BUFFER if buffer_size is None else buffer_size
+            control_window = DEFAULT_CONTROL_WINDOW if control_window is None else control_window
+        if buffer_size < MIN_BUFFER:
+            raise ValueError(f"buffer_size must be at least {MIN_BUFFER} bytes, not {buffer_size}")
+        hello = Hello(buffer_size, protocol).pack()  # a name too long fails here, not once up
+        buffers = window + control_window
+        send_slots = buffers if send_slots is None else send_slots
+        if shared is None and buffers > qp.options.recv_depth:
+            raise ValueError(
+                f"window + control_window ({buffers}) exceeds the queue pair's "
+                f"receive depth ({qp.options.recv_depth})"
+            )
+        if send_slots > qp.options.send_depth:
+            raise ValueError(
+                f"send_slots ({send_slots}, by default window + control_window) exceeds "
+                f"the queue pair's send depth ({qp.options.send_depth})"
+            )
+        self.link: Link = conn
+        """The connection (or other :class:`~aiordma.channel.channel.Link`) the channel runs on."""
+        self.max_message = max_message
+        self.protocol = protocol
+        """What this channel carries (``""``: plain messages, any peer)."""
+        self.exposure_timeout = exposure_timeout
+        """Seconds a large message stays readable for the peer (None: no limit)."""
+        self._qp = qp
+        self._loop = qp.loop
+        self.eager_limit = buffer_size - HEADER_SIZE
+        """Messages (head included) up to this size travel in a single packet
+        (lowered to fit the peer's receive buffers once its HELLO came)."""
+        self._size = buffer_size
+        self._hello = hello
+        """Our HELLO's head: our buffer size and protocol."""
+        self._shared = shared
+        data: DataCredits | None = None
+        if shared is not None:
+            data = shared.join(qp, self._on_packet, self._fail, window, control_window)
+            self._recv_mr = shared.mr
+            self._recv_slots: list[Segment] = []
+            self._on_packets: list[Callable[[BaseException | None, int], None]] = []
+        else:
+            self._recv_mr = conn.alloc(buffers * buffer_size)
+            # Per-slot segments and completion callbacks, made once: each packet
+            # is posted with them and reported straight from the completion drain.
+            self._recv_slots = [self._recv_mr[i * buffer_size : (i + 1) * buffer_size]
+                                for i in range(buffers)]  # fmt: skip
+            self._on_packets = [functools.partial(self._on_packet, i) for i in range(buffers)]
+        self._state = ChannelState(
+            window, control_window, max_exposed, send_slots=send_slots, data=data
+        )
+        self._send_mr = conn.alloc(send_slots * buffer_size)
+        self._on_sent = [functools.partial(self._sent, i) for i in range(send_slots)]
+        self._waiters: list[asyncio.Future[None]] = []
+        self._exposures: dict[int, _Exposure] = {}
+        self._withdrawn: dict[int, _Exposure] = {}
+        """Revoked exposures, readable until the peer answers the REVOKE."""
+        self._reads: set[asyncio.Future[WorkCompletion]] = set()
+        """RDMA reads of rendezvous bodies in flight (cancelled ones too)."""
+        self._send_lock = asyncio.Lock()
+        self._recv_lock = asyncio.Lock()
+        self._room_task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._signal_every = max(1, send_slots // 2)
+        self._silent_run = 0
+        self._deliver: Deliver | None = None
+        self._staging: MemoryRegion | None = None
+        self._stats = Stats("channel", self._gauges)
+        add_stats = getattr(conn, "_add_stats", None)  # optional for a Link
+        if add_stats is not None:
+            add_stats(self._stats)
+
+    def stats(self) -> dict[str, Any]:
+        """This channel's metrics, as plain data (see :mod:`aiordma.metrics`):
+        ``messages_sent``/``_received``, ``bytes_sent``/``_received`` (bodies),
+        ``large_sent``/``_received`` (by rendezvous), ``credit_stalls`` (sends
+        that waited for credit), ``large_revoked`` and ``exposure_timeouts``;
+        gauges ``exposed_bytes`` and ``exposures``. The connection's
+        :meth:`~aiordma.Connection.stats` includes them."""
+        return self._stats.snapshot()
+
+    def _gauges(self) -> dict[str, int]:
+        return {"exposed_bytes": self._state.exposed_bytes, "exposures": len(self._exposures)}
+
+    def _count_received(self, header: Header) -> None:
+        stats = self._stats
+        stats.add("messages_received")
+        stats.add("bytes_received", header.length)
+        if header.kind == Kind.RENDEZVOUS:
+            stats.add("large_received")
+
+    def _count_sent(self, size: int, large: bool) -> None:
+        stats = self._stats
+        stats.add("messages_sent")
+        stats.add("bytes_sent", size)
+        if large:
+            stats.add("large_sent")
+
+    def __repr__(self) -> str:
+        state = (
+            f"failed: {self._error!r}"
+            if self._error
+            else f"credits={self._state.data.available}+{self._state.control.available}"
+        )
+        return f"<MessageChannel {self.link!r} {state}>"
+
+    @property
+    def conn(self) -> Connection:
+        """The :class:`~aiordma.Connection` the channel runs on (TypeError if
+        it runs on another kind of :class:`~aiordma.channel.channel.Link`)."""
+        if not isinstance(self.link, Connection):
+            raise TypeError(f"this channel runs on {self.link!r}, not on a Connection")
+        return self.link
+
+    @property
+    def max_exposed(self) -> int:
+        """Bytes of large messages this side may hold exposed to the peer at once."""
+        return self._state.max_exposed
+
+    @property
+    def peer_max_message(self) -> int | None:
+        """The peer's ``max_message``, once its announcement arrived."""
+        return self._state.peer_max_message
+
+    @property
+    def exposed_bytes(self) -> int:
+        """Bytes of large messages currently exposed to the peer by this side."""
+        return self._state.exposed_bytes
+
+    async def _start(self) -> None:
+        if self._shared is None:  # a shared queue's buffers are posted already
+            for index in range(self._state.buffers):
+                self._qp.post_recv_callback(self._recv_slots[index], self._on_packets[index])
+        self.link._when_established(self._say_hello)
+
+    def _say_hello(self) -> None:
+        """Announce our max_message and windows, and grant our first credits
+        (both peers' receives are posted by now). It goes at once: nothing
+        else may go before it (see :meth:`ChannelState.affordable`)."""
+        if self._error is not None and not isinstance(self._error, ProtocolMismatchError):
+            return
+        hello = self._state.hello(self.max_message)
+        try:
+            self._post(hello, self._hello, None, Cost.CONTROL)
+        except ResourceBusyError:  # cannot be, on a fresh queue pair; but never lose it
+            self._spawn(self._post_hello_later(hello))
+        except (RdmaError, ResourceClosedError) as exc:
+            self._fail(exc)
+        self._hello_went()
+
+    def _hello_went(self) -> None:
+        if isinstance(self._error, ProtocolMismatchError):
+            self.link.close()  # the peer now learns of the mismatch from our HELLO too
+        self._wake()
+
+    async def _post_hello_later(self, hello: Header) -> None:
+        try:
+            await self._qp.wait_send_room()
+            self._post(hello, self._hello, None, Cost.CONTROL)
+        except (RdmaError, ResourceClosedError, ResourceBusyError) as exc:
+            self._fail(exc)
+        self._hello_went()
+
+    async def _peer_limit(self) -> int:
+        """The peer's max_message (waiting for its announcement if need be)."""
+        while self._state.peer_max_message is None:
+            self._check()
+            await self._changed()
+        return self._state.peer_max_message
+
+    # -- events ------------------------------------------------------------
+
+    async def _changed(self) -> None:
+        """Wait until credits, send slots, arrivals or the channel's state change."""
+        fut = self._loop.create_future()  # callers checked the loop
+        self._waiters.append(fut)
+        await fut
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is not None:
+            return
+        self._error = exc
+        if not self._recv_mr.closed:  # keep what already arrived readable, as TCP does
+            with self._recv_mr.view() as whole:
+                for arrival in self._state.ready:
+                    if arrival.header.kind == Kind.EAGER:
+                        start = arrival.slot * self._size
+                        arrival.saved = bytes(whole[start + HEADER_SIZE : start + arrival.size])
+        if self._shared is not None:  # a shared buffer goes back to the pool now
+            for arrival in self._state.ready:
+                if arrival.slot >= 0:
+                    self._shared.repost(arrival.slot)
+                    arrival.slot = -1
+        for msg_id in self._state.clear_exposures():
+            exposure = self._exposures.pop(msg_id, None) or self._withdrawn.pop(msg_id)
+            if not exposure.done.done():
+                exposure.done.set_exception(exc)
+                exposure.done.exception()
+            self._unexpose(exposure)
+        self._wake()
+
+    def _protocol_error(self, exc: Exception) -> None:
+        error = exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc))
+        self._fail(error)
+        if not isinstance(error, ProtocolMismatchError):
+            log.warning("closing %r: peer broke the message protocol: %s", self.link, error)
+            self.link.close()
+            return
+        log.warning("closing %r: %s", self.link, error)
+        if self._state.said_hello:
+            self.link.close()
+        # else: once our HELLO went (see _say_hello), so that the peer fails as we do
+
+    # -- receiving ---------------------------------------------------------
+
+    def _on_packet(self, index: int, error: BaseException | None, size: int) -> None:
+        """A packet landed in receive slot ``index`` (called from the completion drain)."""
+        if error is not None:
+            self._fail(error)
+            return
+        if self._error is not None:
+            if self._shared is not None:
+                self._shared.repost(index)
+            return
+        state = self._state
+        try:
+            start = index * self._size
+            with self._recv_mr.view() as whole, whole[start : start + size] as packet:
+                header = Header.unpack(packet, self.max_message)
+                if header.kind == Kind.HELLO:
+                    self._heard(Hello.unpack(packet[HEADER_SIZE:]))
+            ended = state.received(header)
+        except (ProtocolError, ValueError) as err:
+            self._protocol_error(err)
+            return
+        if ended is not None:
+            exposure = self._exposures.pop(ended, None) or self._withdrawn.pop(ended)
+            self._unexpose(exposure)
+            if not exposure.done.done():
+                exposure.done.set_result(None)
+        if state.acks_due:
+            self._answer_revokes()
+        if header.kind == Kind.EAGER and self._deliver is not None and not state.ready:
+            if self._delivered(index, header):
+                if self._repost(index):
+                    state.reposted(header)
+                self._pump()
+                return
+            if self._error is not None:
+                return
+        if state.is_message(header):
+            state.queue(index, header, size)
+        elif self._repost(index):
+            state.reposted(header)
+        self._pump()
+
+    def _heard(self, hello: Hello) -> None:
+        """The peer's HELLO: check its protocol; fit our packets to its buffers."""
+        self._state.heard(hello, self.protocol, self._peer_name())
+        self.eager_limit = min(self._size, hello.buffer_size) - HEADER_SIZE
+
+    def _peer_name(self) -> str:
+        peer = getattr(self.link, "peer_address", None)  # optional for a Link
+        return f"{peer[0]}:{peer[1]}" if peer else "the peer"
+
+    def _delivered(self, index: int, header: Header) -> bool:
+        """Offer an eager message to the delivery hook, straight from its buffer."""
+        assert self._deliver is not None
+        start = index * self._size + HEADER_SIZE
+        end = start + header.head_length
+        try:
+            with self._recv_mr.view() as whole, whole[end : end + header.length] as body:
+                taken = self._deliver(bytes(whole[start:end]), body)
+            if taken:
+                self._count_received(header)
+            return taken
+        except ProtocolError as err:
+            self._protocol_error(err)
+        except Exception as exc:  # the hook's bug must not stall the channel
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "message delivery hook failed", "exception": exc}
+            )
+            return True
+        return False
+
+    def deliver_to(self, deliver: Deliver | None) -> None:
+        """Hand small messages to ``deliver`` as they arrive (None: stop).
+
+        A message the hook takes is never seen by :meth:`recv_message`; one
+        it refuses, and every message while earlier ones are queued (and all
+        large ones), is queued as usual, so order is kept. This saves a
+        task wake-up per message, which is what request/reply protocols
+        such as :mod:`aiordma.rpc` pay for latency.
+        """
+        self._deliver = deliver
+
+    def _repost(self, index: int) -> bool:
+        """Post receive buffer ``index`` again; whether its credit may be granted."""
+        shared = self._shared
+        if shared is not None:
+            if index < 0:  # given back to the pool when the channel failed
+                return False
+            try:
+                shared.repost(index, self._qp)
+            except (RdmaError, ResourceClosedError) as exc:
+                self._fail(exc)
+                return False
+            return self._error is None
+        if self._error is not None:
+            return False
+        try:
+            self._qp.post_recv_callback(self._recv_slots[index], self._on_packets[index])
+        except (RdmaError, ResourceClosedError) as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    async def _next_arrival(self) -> Arrival:
+        ready = self._state.ready
+        while True:
+            if ready:
+                arrival = ready[0]
+                if self._error is None or arrival.saved is not None:
+                    return arrival
+            self._check()
+            await self._changed()
+
+    def _answer_revokes(self) -> None:
+        """Tell the sender, by DONE, that revoked messages will not be read,
+        once no read is in flight (so no read can meet a revoked key)."""
+        if self._reads or self._error is not None:
+            return
+        for msg_id in self._state.acks_due:
+            self._spawn(self._send_control(Header(Kind.DONE, 0, msg_id)))
+        self._state.acks_due.clear()
+
+    def _read_landed(self, read: asyncio.Future[WorkCompletion]) -> None:
+        self._reads.discard(read)
+        if not self._reads and self._state.acks_due:
+            self._answer_revokes()
+
+    def _consumed(self) -> None:
+        state = self._state
+        arrival, done_due = state.consumed()
+        if self._repost(arrival.slot):
+            state.reposted(arrival.header)
+        if done_due:
+            self._spawn(self._send_control(Header(Kind.DONE, 0, arrival.header.msg_id)))
+        self._pump()
+
+    def _head(self, arrival: Arrival) -> bytes:
+        if arrival.saved is not None:
+            return arrival.saved[: arrival.header.head_length]
+        start = arrival.slot * self._size + HEADER_SIZE
+        with self._recv_mr.view() as whole:
+            return bytes(whole[start : start + arrival.header.head_length])
+
+    async def wait_message(self) -> None:
+        """Wait until a message has arrived, without taking it.
+
+        Raises as :meth:`recv_message` would once the channel has failed and
+        nothing that arrived before is left.
+        """
+        check_loop(self._loop)
+        await self._next_arrival()
+
+    async def recv_message_with_head(
+        self, choose: Chooser | None = None
+    ) -> tuple[bytes, bytes | bytearray | int]:
+        """The next message as ``(head, body)``.
+
+        ``body`` is a new object (``bytes`` for small messages, the
+        ``bytearray`` an RDMA read landed in for large ones), unless
+        ``choose(head, body_length)`` returns somewhere for it to land: then
+        the body is put there and ``body`` is its length. ``choose`` decides
+        per message, from its head (``None``: a new object). Raises
+        :class:`BufferTooSmallError`, leaving the message queued, when the
+        chosen buffer is too short, and :class:`MessageRevokedError` (with
+        the message's head) for a large message its sender withdrew.
+        """
+        check_loop(self._loop)
+        ready = self._state.ready
+        if (
+            ready
+            and ready[0].header.kind == Kind.EAGER
+            and self._error is None
+            and not self._recv_lock.locked()
+        ):
+            # A small message is already here: take it without a task switch.
+            arrival = ready[0]
+            head, into = self._chosen(arrival, choose)
+            small = self._small_body(arrival, into)
+            self._consumed()
+            self._count_received(arrival.header)
+            return head, small
+        async with self._recv_lock:
+            arrival = await self._next_arrival()
+            header = arrival.header
+            head, into = self._chosen(arrival, choose)
+            body: bytes | bytearray | int
+            if arrival.saved is not None or header.kind == Kind.EAGER:
+                body = self._small_body(arrival, into)
+            elif into is None:
+                landed = bytearray(header.length)
+                await self._read_body(arrival, landed)
+                body = landed
+            else:
+                await self._read_body(arrival, into)
+                body = header.length
+            self._consumed()
+            self._count_received(header)
+            return head, body
+
+    def _chosen(self, arrival: Arrival, choose: Chooser | None) -> tuple[bytes, Into | None]:
+        """The message's head and where its body goes (None: a new object);
+        raises for a revoked message (consuming it) or a buffer too small."""
+        header = arrival.header
+        head = self._head(arrival)
+        if arrival.revoked:
+            self._consumed()
+            raise MessageRevokedError(
+                f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
+                "before it was read: its send was cancelled or it was not read within "
+                "the sender's exposure_timeout",
+                head,
+            )
+        into = choose(head, header.length) if choose is not None else None
+        if into is not None and buffer_length(into) < header.length:
+            raise BufferTooSmallError(header.length, buffer_length(into))
+        return head, into
+
+    def _small_body(self, arrival: Arrival, into: Into | None) -> bytes | int:
+        """An eager (or saved) message's body: a copy, or its length once put in ``into``."""
+        header = arrival.header
+        if arrival.saved is not None:
+            body = arrival.saved[header.head_length :]
+            if into is None:
+                return body
+            buffer_view(into)[: header.length] = body
+            return header.length
+        start = arrival.slot * self._size + HEADER_SIZE + header.head_length
+        with self._recv_mr.view() as whole, whole[start : start + header.length] as data:
+            if into is None:
+                return bytes(data)
+            buffer_view(into)[: header.length] = data
+            return header.length
+
+    async def _read_body(self, arrival: Arrival, target: Into) -> None:
+        """Read a rendezvous message's body into ``target``; a REVOKE that came
+        during a read that failed or was cancelled is answered after it."""
+        assert arrival.header.remote is not None
+        arrival.reading = True
+        try:
+            await self._read(target, arrival.header.remote)
+        except BaseException:
+            self._state.read_stopped(arrival)
+            self._answer_revokes()
+            raise
+
+    async def _read(self, target: Into, remote: RemoteBuffer) -> None:
+        """RDMA-read ``remote`` into the start of ``target``."""
+        own: MemoryRegion | None = None
+        if isinstance(target, MemoryRegion):
+            segment = target.segment(0, remote.length)
+        elif isinstance(target, Segment):
+            segment = target[: remote.length]
+        elif remote.length <= STAGED_READ_LIMIT:
+            # Reads run one at a time (under the receive lock), and a read
+            # left behind by a cancelled receive lands before the next one
+            # completes (RC order), so one staging buffer serves them all.
+            if self._staging is None:
+                self._staging = self.link.alloc(STAGED_READ_LIMIT)
+            staged = self._staging.segment(0, remote.length)
+            await self._read_pieces(staged, remote)
+            with staged.view() as data:
+                buffer_view(target)[: remote.length] = data
+            return
+        else:
+            own = self.link.register(target, Access.LOCAL_WRITE)
+            segment = own.segment(0, remote.length)
+        try:
+            await self._read_pieces(segment, remote)
+        finally:
+            if own is not None:
+                _release_mr(own)
+
+    async def _read_pieces(self, local: Segment, remote: RemoteBuffer) -> None:
+        """RDMA-read ``remote`` into ``local`` in pieces of :data:`READ_PIECE`,
+        at most :data:`READS_IN_FLIGHT` at once.
+
+        One read of many megabytes makes the peer's adapter send every
+        response packet at once, with nothing to pace it: across a real link
+        a receiver that falls behind drops some, and each loss costs a
+        retransmission of everything after it (64 MiB took 340 s over the
+        two-host lab's link in one read). A window of four 64 KiB pieces
+        read fastest there, with and without packet loss (see
+        ``docs/design.md``), and the first bytes land while later pieces are
+        still being asked for.
+        """
+        qp = self._qp
+        size = remote.length
+        starts = range(0, size, READ_PIECE)
+
+        def piece(start: int) -> Read:
+            end = min(start + READ_PIECE, size)
+            return Read(local[start:end], remote[start:end])
+
+        async def post(first: int, last: int) -> list[asyncio.Future[WorkCompletion]]:
+            reads = await qp.post_batch([piece(start) for start in starts[first:last]])
+            for read in reads:  # tracked until they land, awaited or not
+                self._reads.add(read)
+                read.add_done_callback(self._read_landed)
+            return reads
+
+        pending = collections.deque(await post(0, READS_IN_FLIGHT))
+        try:
+            for index in range(READS_IN_FLIGHT, len(starts)):
+                await pending.popleft()
+                pending.extend(await post(index, index + 1))
+            while pending:
+                await pending.popleft()
+        finally:
+            for left in pending:  # cancelled or failed: nobody awaits the rest
+                left.add_done_callback(_retrieve)
+
+    async def recv_message(self) -> bytes | bytearray:
+        """The next message, in the order they were sent.
+
+        Small messages come back as ``bytes``; larger ones as a
+        ``bytearray`` (above :data:`~aiordma.channel.channel.STAGED_READ_LIMIT`,
+        the one the RDMA read landed in, with no copy). Cancelling leaves
+        the message queued for the next receive. A head the sender added
+        is dropped (see :meth:`recv_message_with_head`).
+        """
+        _, body = await self.recv_message_with_head()
+        assert not isinstance(body, int)
+        return body
+
+    async def recv_message_into(self, buffer: Into) -> int:
+        """Receive the next message into ``buffer``; returns its length.
+
+        Large messages are read by the adapter straight into ``buffer`` when
+        it is registered memory, or when larger than
+        :data:`~aiordma.channel.channel.STAGED_READ_LIMIT` (it is registered for
+        the read); others go through the channel's registered staging
+        buffer and are copied. Raises :class:`BufferTooSmallError`, leaving
+        the message queued, when it does not fit. If cancelled during a
+        large read the message stays queued, but a ``buffer`` read into
+        directly may still be written to until that read completes. Raises
+        ``TypeError``/``ValueError`` at once for a buffer nothing can land
+        in (``bytes``, a closed or read-only region).
+        """
+        check_into(buffer)
+        _, n = await self.recv_message_with_head(lambda _head, _n: buffer)
+        assert isinstance(n, int)
+        return n
+
+    def __aiter__(self) -> MessageChannel:
+        return self
+
+    async def __anext__(self) -> bytes | bytearray:
+        try:
+            return await self.recv_message()
+        except (ConnectionLostError, ResourceClosedError):
+            raise StopAsyncIteration from None
+
+    # -- sending -----------------------------------------------------------
+
+    async def send_message(self, data: Body, *, head: bytes = b"") -> None:
+        """Send ``data`` as one message, with an optional small ``head``.
+
+        Small messages are copied into a registered send buffer: this returns
+        once that is posted, and ``data`` may be reused at once. Larger ones
+        are read by the peer from ``data`` itself, and this returns once the
+        peer has them; ``data`` must not change meanwhile. Waits for credit
+        when the peer is slow to receive, and for room under ``max_exposed``.
+        Cancelling a large send, or the peer not reading it within
+        ``exposure_timeout`` (:class:`ExposureTimeoutError`), revokes it:
+        its memory stops being readable and the peer's receive of it raises
+        :class:`MessageRevokedError`. Raises :class:`MessageTooLargeError`
+        for a message larger than this side's or the peer's ``max_message``.
+
+        ``head`` travels in the message's first packet, whatever the body's
+        size, and at most ``eager_limit`` bytes; the receiver gets it from
+        :meth:`recv_message_with_head` (or its ``choose`` callback, before
+        deciding where the body goes).
+        """
+        check_loop(self._loop)
+        size = buffer_length(data)
+        if size > self.max_message:
+            raise MessageTooLargeError(
+                f"message of {size} bytes exceeds this channel's max_message of {self.max_message}"
+            )
+        if not isinstance(head, bytes | bytearray):
+            raise TypeError(f"a message head must be bytes, not {type(head).__name__}")
+        if len(head) > self.eager_limit:
+            raise ValueError(f"message head of {len(head)} bytes exceeds {self.eager_limit}")
+        peer_limit = self._state.peer_max_message
+        if peer_limit is None:
+            peer_limit = await self._peer_limit()
+            if len(head) > self.eager_limit:  # the peer's buffers are smaller than ours
+                raise ValueError(f"message head of {len(head)} bytes exceeds {self.eager_limit}")
+        if size > peer_limit:
+            raise MessageTooLargeError(
+                f"message of {size} bytes exceeds the peer's max_message of {peer_limit} "
+                "(the receiving side sets it)"
+            )
+        if len(head) + size <= self.eager_limit:
+            eager = Header(Kind.EAGER, 0, 0, size)
+            if (
+                not self._send_lock.locked()
+                and self._error is None
+                and self._state.affordable(Cost.DATA)
+            ):
+                # Nobody is ahead of us and there is credit: post without a task switch.
+                with contextlib.suppress(ResourceBusyError):  # send queue full: wait below
+                    self._post(eager, head, data, Cost.DATA)
+                    self._count_sent(size, False)
+                    return
+            async with self._send_lock:
+                await self._post_when_possible(eager, head, data, Cost.DATA)
+            self._count_sent(size, False)
+            return
+        msg_id, exposure = await self._expose(data, size)
+        header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposure.remote)
+        try:
+            async with self._send_lock:
+                await self._post_when_possible(header, head, None, Cost.DATA)
+        except BaseException:
+            if self._state.withdraw(msg_id):
+                del self._exposures[msg_id]
+                self._unexpose(exposure)
+            exposure.done.cancel()
+            raise
+        if self.exposure_timeout is not None and not exposure.done.done():
+            # The deadline starts once the peer can know of the message.
+            exposure.timer = self._loop.call_later(
+                self.exposure_timeout, self._revoke, msg_id, None
+            )
+        try:
+            await asyncio.shield(exposure.done)
+        except asyncio.CancelledError:
+            if not exposure.done.done():
+                self._revoke(msg_id, asyncio.CancelledError())
+            raise
+        self._count_sent(size, True)
+
+    async def _expose(self, body: Body, size: int) -> tuple[int, _Exposure]:
+        """Expose exactly ``body``'s bytes for remote reading, once they fit
+        under ``max_exposed``; the peer can read nothing else with the rkey.
+
+        Memory registered with ``Access.MW_BIND`` is exposed through a memory
+        window bound on this channel's queue pair (nothing is registered);
+        anything else through its own registration.
+        """
+        while not self._state.room_for(size):
+            self._check()
+            await self._changed()
+        self._check()
+        key: MemoryRegion | MemoryWindow | None = self._window_over(body)
+        if key is None:
+            source = body.view() if isinstance(body, MemoryRegion | Segment) else body
+            try:
+                key = self.link.register(source, Access.REMOTE_READ)
+            except TypeError:  # not contiguous
+                key = self.link.register(bytes(memoryview(source)), Access.REMOTE_READ)
+        msg_id = self._state.expose(size)
+        exposure = _Exposure(key, size, self._loop.create_future())
+        self._exposures[msg_id] = exposure
+        return msg_id, exposure
+
+    def _window_over(self, body: Body) -> MemoryWindow | None:
+        """A window exposing exactly ``body``, bound (in send-queue order, so
+        before the rendezvous that names it) on this channel's queue pair;
+        None where a window cannot do that."""
+        if not isinstance(body, MemoryRegion | Segment):
+            return None
+        segment = body[:] if isinstance(body, MemoryRegion) else body
+        region = segment.mr
+        qp = self.link.qp
+        attributes = qp.device.attributes
+        if region.closed or not region.access & Access.MW_BIND or not attributes.memory_windows:
+            return None
+        if not attributes.bounded_windows and len(segment) != len(region):
+            return None  # its rkey would reach the whole region (rxe)
+        try:
+            return qp.bind_window_nowait(segment, Access.REMOTE_READ)
+        except (ResourceBusyError, ValueError):  # queue full, or another device's memory
+            return None
+
+    def _unexpose(self, exposure: _Exposure) -> None:
+        """End an exposure's I/O (the state already stopped counting it): the
+        rkey stops working now (or once local work on it is done)."""
+        if exposure.timer is not None:
+            exposure.timer.cancel()
+            exposure.timer = None
+        exposure.revoke()
+        self._wake()
+
+    def _revoke(self, msg_id: int, cause: BaseException | None) -> None:
+        """Withdraw an unread large message (its send was cancelled, or ``cause``
+        is None: it timed out) and tell the peer. The caller stops waiting now;
+        the bytes stay readable until the peer answers (it may be reading
+        them: a revoked key would fail its read and the connection), or for
+        ``exposure_timeout`` more at most."""
+        if not self._state.revoke(msg_id):
+            return
+        self._stats.add("large_revoked" if cause is not None else "exposure_timeouts")
+        exposure = self._withdrawn[msg_id] = self._exposures.pop(msg_id)
+        if exposure.timer is not None:
+            exposure.timer.cancel()
+            exposure.timer = None
+        if self.exposure_timeout is not None:
+            exposure.timer = self._loop.call_later(
+                self.exposure_timeout, self._forget_withdrawn, msg_id
+            )
+        if not exposure.done.done():
+            if cause is None:
+                error = ExposureTimeoutError(
+                    f"the peer did not read message {msg_id} ({exposure.size} bytes) within "
+                    f"exposure_timeout ({self.exposure_timeout} s); it was revoked"
+                )
+                log.warning("%r: %s", self.link, error)
+                exposure.done.set_exception(error)
+            else:
+                exposure.done.cancel()
+        if self._error is None:
+            self._spawn(self._send_control(Header(Kind.REVOKE, 0, msg_id)))
+
+    def _forget_withdrawn(self, msg_id: int) -> None:
+        """The peer did not answer a REVOKE within ``exposure_timeout``: end the exposure."""
+        if self._state.forget_revoked(msg_id):
+            exposure = self._withdrawn.pop(msg_id)
+            exposure.timer = None
+            log.warning("%r: the peer did not answer the revocation of message %d within "
+                        "%s s; its memory is no longer readable", self.link, msg_id,
+                        self.exposure_timeout)  # fmt: skip
+            self._unexpose(exposure)
+
+    async def _post_when_possible(
+        self, header: Header, head: bytes, body: Body | None, cost: Cost
+    ) -> None:
+        """Post a packet once a send slot, the credit it costs and send-queue room are there."""
+        stalled = False
+        while True:
+            self._check()
+            if self._state.affordable(cost):
+                try:
+                    self._post(header, head, body, cost)
+                    return
+                except ResourceBusyError:
+                    await self._qp.wait_send_room()
+                    continue
+            if not stalled:
+                stalled = True
+                self._stats.add("credit_stalls")
+            await self._changed()
+
+    def _post(self, header: Header, head: bytes, body: Body | None, cost: Cost) -> None:
+        """Post one packet now, piggybacking the credits we owe; raises
+        ResourceBusyError (changing nothing) if the send queue is full."""
+        state = self._state
+        slot = state.free_slots.pop()
+        try:
+            start = slot * self._size
+            end = HEADER_SIZE + len(head)
+            with self._send_mr.view() as whole, whole[start : start + self._size] as view:
+                state.stamp(header, len(head)).pack_into(view)
+                view[HEADER_SIZE:end] = head
+                if body is not None and header.kind == Kind.EAGER:
+                    with buffer_view(body) as source:
+                        view[end : end + header.length] = source
+                    end += header.length
+            signal = self._silent_run + 1 >= self._signal_every
+            packet = Segment(self._send_mr, start, end)
+            self._qp.post_send_callback(packet, self._on_sent[slot], signaled=signal)
+        except BaseException:
+            state.free_slots.append(slot)
+            raise
+        self._silent_run = 0 if signal else self._silent_run + 1
+        state.posted(cost, header.kind)
+
+    def _sent(self, slot: int, error: BaseException | None, _length: int) -> None:
+        """The packet in send slot ``slot`` went (called from the completion drain)."""
+        self._state.free_slots.append(slot)
+        if error is not None:
+            self._fail(error)
+        self._pump()
+
+    async def _send_control(self, header: Header) -> None:
+        try:
+            await self._post_when_possible(header, b"", None, Cost.CONTROL)
+        except (RdmaError, ResourceClosedError, ConnectionResetError) as exc:
+            log.debug("could not send %s for %d: %r", header.kind.name, header.msg_id, exc)
+
+    def _pump(self) -> None:
+        """Return owed credits if an update is due, and wake waiters."""
+        update = self._state.update_due()
+        if update is not None and self._error is None and self._room_task is None:
+            try:
+                self._post(Header(update[0], 0), b"", None, update[1])
+            except ResourceBusyError:
+                self._room_task = asyncio.get_running_loop().create_task(self._pump_later())
+            except (RdmaError, ResourceClosedError) as exc:
+                self._fail(exc)
+        self._wake()
+
+    async def _pump_later(self) -> None:
+        try:
+            await self._qp.wait_send_room()
+        except BaseException:
+            return
+        finally:
+            self._room_task = None
+        self._pump()
+
+    def _spawn(self, coro: Any) -> None:
+        task = self._loop.create_task(coro)
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def is_closing(self) -> bool:
+        """True once the channel's connection is closing or closed."""
+        return self.link.is_closing()
+
+    def close(self) -> Awaitable[None]:
+        """Close the channel's connection (see :meth:`aiordma.Connection.close`)."""
+        return self.link.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the channel's connection is closed."""
+        await self.link.wait_closed()
+
+    async def __aenter__(self) -> MessageChannel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def prepare_channel(conn: Link) -> MessageChannel:
+    """A ``prepare`` hook giving each connection a :class:`MessageChannel` in ``conn.prepared``.
+
+    It sets up a channel on any :class:`~aiordma.channel.channel.Link` the same way: its
+    receives are posted when this returns, before the peer may send.
+    """
+    channel = MessageChannel(conn)
+    await channel._start()
+    return channel
+
+
+def channel_factory(**options: Any) -> Callable[[Connection], Any]:
+    """A ``prepare`` hook like :func:`prepare_channel`, with :class:`MessageChannel` options."""
+    _check_options(options)
+
+    async def prepare(conn: Connection) -> MessageChannel:
+        channel = MessageChannel(conn, **options)
+        await channel._start()
+        return channel
+
+    return prepare
+
+
+_OPTIONS: Final = frozenset(
+    {"window", "control_window", "buffer_size", "max_message", "max_exposed", "exposure_timeout",
+     "send_slots", "protocol"}
+)  # fmt: skip
+
+
+def channel_then(
+    prepare: Prepare | None, options: dict[str, Any]
+) -> Callable[[Connection], Awaitable[MessageChannel]]:
+    """A ``prepare`` hook that sets up a :class:`MessageChannel` with ``options``,
+    then runs ``prepare`` (which sees the channel in ``conn.prepared``; its
+    result is discarded)."""
+    make_channel = channel_factory(**options)  # checks the options now
+
+    async def prepare_both(conn: Connection) -> MessageChannel:
+        channel: MessageChannel = await make_channel(conn)
+        if prepare is not None:
+            conn.prepared = channel
+            result = prepare(conn)
+            if inspect.isawaitable(result):
+                await result
+        return channel
+
+    return prepare_both
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    """Refuse bad channel options when a server or client is set up, not per connection."""
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown MessageChannel option(s): {', '.join(unknown)}")
+    _check_limits(
+        options.get("max_message", DEFAULT_MAX_MESSAGE),
+        options.get("max_exposed"),
+        options.get("exposure_timeout", DEFAULT_EXPOSURE_TIMEOUT),
+    )
+
+
+def _check_shared(shared: SharedReceiveQueue | None, options: dict[str, Any]) -> None:
+    """Refuse a ``buffer_size`` the shared receive queue's buffers do not have."""
+    size = options.get("buffer_size")
+    if shared is not None and size is not None and size != shared.buffer_size:
+        raise ValueError(
+            f"buffer_size ({size}) must be that of the shared receive queue's "
+            f"buffers ({shared.buffer_size}), or left out"
+        )
+
+
+def _check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:
+    """The effective ``max_exposed``; ValueError for limits that cannot work together."""
+    if max_message < 0:
+        raise ValueError("max_message must not be negative")
+    if exposure_timeout is not None and exposure_timeout <= 0:
+        raise ValueError("exposure_timeout must be positive (or None)")
+    if max_exposed is None:
+        return max(DEFAULT_MAX_EXPOSED, max_message)
+    if max_exposed < max_message:
+        raise ValueError(
+            f"max_exposed ({max_exposed}) must be at least max_message ({max_message}), "
+            "or a message of max_message bytes could never be sent"
+        )
+    return max_exposed
+
+
+async def open_channel(
+    host: str,
+    port: int,
+    *,
+    private_data: bytes = b"",
+    timeout: float | None = 10.0,  # noqa: ASYNC109  (as aiordma.connect)
+    device: Device | None = None,
+    options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
+    auth: PresharedKey | bytes | None = None,
+    shared_receive: SharedReceiveQueue | None = None,
+    **channel_options: Any,
+) -> MessageChannel:
+    """Connect and return the connection's :class:`MessageChannel`, like
+    :func:`asyncio.open_connection` returns a stream.
+
+    The peer must serve channels too (:func:`start_channel_server`, or
+    ``prepare=prepare_channel``). ``channel_options`` are
+    :class:`MessageChannel`'s keyword arguments; the connection is
+    ``channel.conn``, and closing the channel closes it. ``prepare``, if
+    given, runs after the channel is set up (its result is discarded).
+    ``auth`` authenticates both peers, as for :func:`aiordma.connect`.
+    With ``shared_receive`` the channel draws its receive buffers from that
+    :class:`~aiordma.SharedReceiveQueue` (for clients of many servers).
+
+    It returns once the server's channel has said HELLO, so the server
+    holds the connection too: a server that dropped it during set-up (its
+    ``handshake_timeout`` expired under load, say) raises
+    :class:`ConnectionLostError` here, a peer speaking another protocol
+    :class:`ProtocolMismatchError`, and no HELLO within ``timeout``
+    ``TimeoutError``; the connection is closed in each case.
+    """
+    _check_shared(shared_receive, channel_options)
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    conn = await connect_rdma(
+        host,
+        port,
+        private_data=private_data,
+        timeout=timeout,
+        device=device,
+        options=options,
+        prepare=channel_then(prepare, channel_options),
+        auth=auth,
+        shared_receive=shared_receive,
+    )
+    channel: MessageChannel = conn.prepared
+    try:
+        async with asyncio.timeout_at(deadline):
+            await channel._peer_limit()
+    except BaseException as exc:
+        conn.close()
+        if not isinstance(exc, Exception):  # cancelled: the close goes on by itself
+            raise
+        await conn.wait_closed()
+        if isinstance(exc, TimeoutError):
+            raise TimeoutError(
+                f"{host}:{port} accepted the connection but its channel did not confirm it "
+                f"(HELLO) within {timeout} s"
+            ) from exc
+        if not isinstance(exc, ConnectionError):  # a mismatch; a server with no channel (RNR)
+            raise
+        raise ConnectionLostError(
+            f"{host}:{port} dropped the connection before its channel confirmed it; a "
+            "loaded server may have given up the set-up (its handshake_timeout)"
+        ) from exc
+    return channel
+
+
+async def start_channel_server(
+    client_connected_cb: Callable[[MessageChannel], Awaitable[object] | None],
+    host: str | None = None,
+    port: int = 0,
+    *,
+    accept: Accept | None = None,
+    backlog: int = 128,
+    device: Device | None = None,
+    options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
+    auth: PresharedKey | bytes | None = None,
+    shared_receive: SharedReceiveQueue | None = None,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+    **channel_options: Any,
+) -> Server:
+    """Like :func:`aiordma.start_server`, handing each client's
+    :class:`MessageChannel` to ``client_connected_cb``.
+
+    ``channel_options`` are :class:`MessageChannel`'s keyword arguments.
+    ``prepare``, if given, runs after the channel is set up (its result is
+    discarded; ``conn.prepared`` stays the channel). ``auth`` serves only
+    clients holding the same key, as for :func:`aiordma.start_server`.
+
+    With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) every
+    client's channel draws its receive buffers from that one pool instead
+    of posting its own: memory grows with the traffic, not with the number
+    of clients (see the flow-control guide). ``handshake_timeout`` is
+    :func:`aiordma.start_server`'s.
+    """
+    _check_shared(shared_receive, channel_options)
+    prepare_both = channel_then(prepare, channel_options)
+
+    def handle(conn: Connection) -> Awaitable[object] | None:
+        return client_connected_cb(conn.prepared)
+
+    return await start_rdma_server(
+        handle,
+        host,
+        port,
+        accept=accept,
+        backlog=backlog,
+        device=device,
+        options=options,
+        prepare=prepare_both,
+        auth=auth,
+        shared_receive=shared_receive,
+        handshake_timeout=handshake_timeout,
+    )

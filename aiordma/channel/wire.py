@@ -1,0 +1,171 @@
+"""The header every message-channel packet starts with, and its codec.
+
+A packet is one RDMA send into one of the peer's pre-posted receive buffers.
+Its 40-byte header says what it is, returns receive credits to the peer
+(piggybacked on any packet) and, for a rendezvous, where the body can be
+read from. A message is an optional short *head* (framing for the layer
+above, e.g. an RPC call id) and a *body*: an eager packet carries both after
+the header, a rendezvous packet carries the head and advertises the body.
+
+Malformed headers raise :class:`ProtocolError`, which closes the
+connection that sent them.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Final, NamedTuple
+
+from aiordma.exceptions import ProtocolError
+from aiordma.verbs.memory import RemoteBuffer
+
+MAGIC: Final = 0xA5
+VERSION: Final = 4
+"""2 added REVOKE and HELLO; 3 made HELLO carry each side's windows and first
+grants, and data packets say when they spend the last credit; 4 made HELLO
+carry a :class:`Hello` (the sender's receive buffer size and protocol). A
+peer speaking another version is refused at its first packet."""
+
+_HEADER: Final = struct.Struct("<BBBBHHQQQIHxx")
+HEADER_SIZE: Final = _HEADER.size
+_HELLO: Final = struct.Struct("<I")
+MAX_PROTOCOL: Final = 32
+"""Bytes a protocol name may take (UTF-8)."""
+MIN_BUFFER: Final = 128
+"""The smallest receive buffer a channel may have: a HELLO with the longest
+protocol name fits, with room to spare."""
+
+
+class Kind(enum.IntEnum):
+    """What a packet carries."""
+
+    EAGER = 1
+    """The whole message follows the header in this packet."""
+    RENDEZVOUS = 2
+    """The message is in the sender's memory, at the advertised remote buffer."""
+    DONE = 3
+    """The receiver has read the rendezvous message ``msg_id``; the sender may reuse it."""
+    CREDIT = 4
+    """Returns credits (sent when half a window of data credits is owed)."""
+    CONTROL_CREDIT = 5
+    """Returns control credits only (sent when half the control window is owed)."""
+    REVOKE = 6
+    """The sender withdrew rendezvous message ``msg_id`` (cancelled, or not read
+    in time): its memory is no longer readable."""
+    HELLO = 7
+    """Sent first, once, when the connection is established: ``length`` is the
+    largest message the sender accepts (its ``max_message``), ``msg_id`` its
+    control window (high 32 bits) and data window (low 32 bits), its
+    credits are the sender's first grants (nothing is granted before), and
+    its head is a :class:`Hello`."""
+
+
+LAST_CREDIT: Final = 1
+"""Flag: this data packet spent the sender's last data credit (a receiver
+lending from a shared pool takes it as a sign to lend more)."""
+_FLAGS: Final = LAST_CREDIT
+
+
+class Header(NamedTuple):
+    """One packet's header (a named tuple: one is made per packet sent and
+    received, and a tuple is the cheapest immutable record to make)."""
+
+    kind: Kind
+    credits: int
+    """Buffers the sender re-posted for consumed data messages since it last said so."""
+    msg_id: int = 0
+    length: int = 0
+    """Body length (EAGER, RENDEZVOUS)."""
+    remote: RemoteBuffer | None = None
+    """Where a RENDEZVOUS body can be read (its length is ``length``)."""
+    head_length: int = 0
+    """Bytes of head that follow the header (EAGER, RENDEZVOUS)."""
+    control_credits: int = 0
+    """Buffers the sender re-posted after control packets (DONE, CREDIT, CONTROL_CREDIT)."""
+    flags: int = 0
+    """:data:`LAST_CREDIT`, or nothing."""
+
+    def pack_into(self, buf: memoryview | bytearray) -> None:
+        if not (0 <= self.credits < 1 << 16 and 0 <= self.control_credits < 1 << 16):
+            raise ValueError("credits must fit in 16 bits")
+        addr = self.remote.addr if self.remote is not None else 0
+        rkey = self.remote.rkey if self.remote is not None else 0
+        _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.kind, self.flags, self.credits,
+                          self.control_credits, self.msg_id, self.length, addr, rkey,
+                          self.head_length)  # fmt: skip
+
+    def pack(self) -> bytes:
+        buf = bytearray(HEADER_SIZE)
+        self.pack_into(buf)
+        return bytes(buf)
+
+    @classmethod
+    def unpack(cls, data: bytes | bytearray | memoryview, max_length: int) -> Header:
+        """Parse and check a received header; ``max_length`` bounds message sizes."""
+        if len(data) < HEADER_SIZE:
+            raise ProtocolError(f"packet of {len(data)} bytes is shorter than a header")
+        magic, version, kind, flags, credits, control, msg_id, length, addr, rkey, head = (
+            _HEADER.unpack_from(data)
+        )
+        if magic != MAGIC or version != VERSION:
+            raise ProtocolError(f"not an aiordma message packet (magic {magic:#x}, v{version})")
+        k = _KINDS.get(kind)
+        if k is None:
+            raise ProtocolError(f"unknown packet kind {kind}")
+        if flags & ~_FLAGS:
+            raise ProtocolError(f"unknown packet flags {flags:#x}")
+        if length > max_length and k != Kind.HELLO:
+            raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_length}")
+        carried = len(data) - HEADER_SIZE
+        remote = None
+        if k == Kind.RENDEZVOUS:
+            if length == 0 or addr == 0:
+                raise ProtocolError("rendezvous without a readable buffer")
+            remote = RemoteBuffer(addr, length, rkey)
+            if head != carried:
+                raise ProtocolError(f"rendezvous packet says {head} head bytes, carries {carried}")
+        elif k == Kind.EAGER:
+            if head + length != carried:
+                raise ProtocolError(
+                    f"eager packet says {head} + {length} bytes but carries {carried}"
+                )
+        elif k == Kind.HELLO:
+            if head != carried:
+                raise ProtocolError(f"HELLO packet says {head} head bytes, carries {carried}")
+        elif head or carried or length:
+            raise ProtocolError(f"{k.name} packet with a payload")
+        return cls(k, credits, msg_id, length, remote, head, control, flags)
+
+
+_KINDS: Final = {int(k): k for k in Kind}
+
+
+class Hello(NamedTuple):
+    """What a HELLO announces besides limits and credits (its head)."""
+
+    buffer_size: int
+    """Bytes of each of the sender's receive buffers: no packet to it may be larger."""
+    protocol: str
+    """What the sender speaks on the channel (``""``: plain messages); both
+    sides must speak the same."""
+
+    def pack(self) -> bytes:
+        name = self.protocol.encode()
+        if len(name) > MAX_PROTOCOL:
+            raise ValueError(f"protocol name {self.protocol!r} exceeds {MAX_PROTOCOL} bytes")
+        return _HELLO.pack(self.buffer_size) + name
+
+    @classmethod
+    def unpack(cls, data: bytes | bytearray | memoryview) -> Hello:
+        """Parse a HELLO's head; :class:`ProtocolError` if it is malformed."""
+        if not _HELLO.size <= len(data) <= _HELLO.size + MAX_PROTOCOL:
+            raise ProtocolError(f"HELLO announcement of {len(data)} bytes")
+        (size,) = _HELLO.unpack_from(data)
+        if size < MIN_BUFFER:
+            raise ProtocolError(f"peer announced receive buffers of {size} bytes")
+        try:
+            protocol = bytes(data[_HELLO.size :]).decode()
+        except UnicodeDecodeError:
+            raise ProtocolError("HELLO names its protocol in invalid UTF-8") from None
+        return cls(size, protocol)

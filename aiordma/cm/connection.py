@@ -1,0 +1,635 @@
+"""Connections set up by rdma_cm, and :func:`connect`, the active side.
+
+A :class:`Connection` pairs one rdma_cm identifier with one of our own
+queue pairs (an "external QP" to rdma_cm): rdma_cm resolves the address and
+route and runs the CM handshake; ``rdma_init_qp_attr`` supplies the
+attributes that move the QP to RTR and RTS. The QP's completions arrive on
+the device's completion queue of the running loop like any other QP's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import inspect
+import logging
+import warnings
+import weakref
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from aiordma import metrics
+from aiordma.cm import _rdmacm
+from aiordma.cm._events import CMEventChannel, CMId, release_removed_device
+from aiordma.cm._handshake import (
+    check_host,
+    check_port,
+    check_private_data,
+    check_shared_receive,
+    conn_params,
+    create_qp_for,
+    expect,
+    handshake_message,
+    move_to_rts,
+    post_handshake_receive,
+    resolve_address,
+)
+from aiordma.cm._rdmacm import Event, EventType
+from aiordma.cm.auth import (
+    MESSAGE_BUFFER,
+    REQUEST_SIZE,
+    VERDICT,
+    Binding,
+    ClientHandshake,
+    PresharedKey,
+    Refusal,
+    Refused,
+    as_key,
+    failure,
+    refusal,
+)
+from aiordma.exceptions import (
+    AuthenticationError,
+    ConnectionLostError,
+    DeviceError,
+    NotPreparedError,
+    RdmaError,
+    ResourceBusyError,
+    ResourceClosedError,
+)
+from aiordma.metrics import Stats, merged
+from aiordma.verbs.device import Device
+from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
+from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, SendOp
+from aiordma.verbs.window import MemoryWindow
+
+if TYPE_CHECKING:
+    from aiordma.channel.pool import SharedReceiveQueue
+    from aiordma.verbs.completion import WorkCompletion
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+Prepare = Callable[["Connection"], Any]
+"""Called with a connection before the peer can use it (e.g. to post receives)."""
+
+DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+LINGER: Final = 2.0
+"""Seconds ``close()`` waits for posted sends to complete before disconnecting."""
+
+
+def abandon_setup(cm_id: CMId, qp: QueuePair | None, conn: Connection | None) -> None:
+    """Release what a connection setup that failed had made so far."""
+    if conn is not None:
+        conn._abandon()
+        return
+    if qp is not None:
+        qp.destroy()
+    cm_id.destroy()
+
+
+_NOT_PREPARED: Final[Any] = object()
+
+
+async def run_prepare(prepare: Prepare | None, conn: Connection) -> None:
+    if prepare is not None:
+        result = prepare(conn)
+        if inspect.isawaitable(result):
+            result = await result
+        conn.prepared = result
+
+
+class Connection:
+    """A connected reliable queue pair, set up through rdma_cm.
+
+    Made by :func:`connect` or handed to a server's callback. It carries the
+    queue pair's operations, memory registration on its device, both
+    addresses and the private data the peer sent while connecting. Close it
+    with ``await conn.close()`` (or ``async with``): that disconnects, fails
+    pending work with :class:`ResourceClosedError` and releases the queue pair
+    and the memory registered through the connection. If the peer
+    disconnects or dies, or the device is removed, pending and later
+    operations fail with :class:`ConnectionLostError` and :meth:`wait_closed`
+    returns.
+    """
+
+    def __init__(self, cm_id: CMId, qp: QueuePair, peer_private_data: bytes) -> None:
+        self._cm_id: CMId | None = cm_id
+        self.qp: QueuePair = qp
+        """The underlying queue pair."""
+        self.device: Device = qp.device
+        self.local_address: Address = cm_id.local_address
+        self.peer_address: Address = cm_id.peer_address
+        self.peer_private_data: bytes = peer_private_data
+        """Private data from the peer's connect (server side) or accept (client side),
+        zero-padded by rdma_cm to the CM message's fixed size."""
+        self._prepared: Any = _NOT_PREPARED
+        self._loop = cm_id.channel.loop
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+        self._closing = False
+        self._error: ConnectionLostError | None = None
+        self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
+        self._task: asyncio.Task[None] | None = None
+        self._established = False
+        self._on_established: list[Callable[[], None]] = []
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._stat_parts: list[Stats] = [qp._stats]
+        """The stats of what runs on this connection (its QP, channel, RPC)."""
+        self._probing = qp.options.keepalive is not None
+        if self._probing:
+            # Registered now, before either side can see the connection, so
+            # its memory does not appear mid-life.
+            try:
+                qp._ready_probes()
+            except RdmaError as exc:  # 8 bytes per send slot; only a memlock limit refuses
+                log.warning("%r: no keepalive (%s)", self, exc)
+                self._probing = False
+        self.device._watch(self)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed.done() else "closing" if self._closing else "open"
+        peer = f"{self.peer_address[0]}:{self.peer_address[1]}"
+        return f"<Connection {peer} qp_num={self.qp.qp_num} {state}>"
+
+    @property
+    def prepared(self) -> Any:
+        """What the ``prepare`` hook returned (awaited if it was awaitable).
+
+        Raises :class:`~aiordma.NotPreparedError` when the connection was made
+        without a ``prepare`` hook: a message channel, for instance, exists
+        only if ``prepare=prepare_channel`` was given on this side.
+        """
+        if self._prepared is _NOT_PREPARED:
+            raise NotPreparedError(
+                f"no prepare hook was given for {self!r}, so nothing was prepared: "
+                "pass prepare= (for messages, prepare=aiordma.prepare_channel on both "
+                "sides, or use aiordma.open_channel / aiordma.start_channel_server)"
+            )
+        return self._prepared
+
+    @prepared.setter
+    def prepared(self, value: Any) -> None:
+        self._prepared = value
+
+    def _activate(self) -> None:
+        """The connection is established: from now on rdma_cm events are handled here."""
+        assert self._cm_id is not None
+        self._cm_id.set_handler(self._on_cm_event)
+        self._established = True
+        if self._probing:
+            self._keep_alive()
+        callbacks, self._on_established = self._on_established, []
+        for callback in callbacks:
+            callback()
+
+    # -- keepalive ---------------------------------------------------------
+    #
+    # RC only notices a dead peer while work is outstanding: a machine that
+    # lost power leaves an idle connection open forever. So every
+    # ``options.keepalive`` seconds a connection posts a zero-length RDMA
+    # write; the transport retries it (``timeout`` and ``retry_cnt``) and,
+    # if the peer never acknowledges it, the connection is lost. One such
+    # write per interval costs nothing measurable, busy or idle (whether
+    # sends are "in flight" says little: unsignalled ones stay counted until
+    # a later completion, and this probe is that completion).
+
+    def _keep_alive(self) -> None:
+        interval = self.qp.options.keepalive
+        if interval is not None and not self._closing:
+            self._keepalive = self._loop.call_later(interval, self._probe)
+
+    def _probe(self) -> None:
+        self._keepalive = None
+        if self._closing:
+            return
+        try:
+            self.qp.post_probe(self._probed)
+        except ResourceBusyError:
+            self._keep_alive()
+        except RdmaError as exc:  # failed or closing: reported there
+            log.debug("%r: no keepalive probe: %r", self, exc)
+
+    def _probed(self, error: BaseException | None, _length: int) -> None:
+        if error is None:
+            self._keep_alive()
+        elif not self._closing:
+            self._lost(f"{self.peer_address[0]} did not acknowledge a keepalive probe ({error})")
+            # Fail pending work now, as lost, before the completions the
+            # failed queue pair flushes are reported as mere flushes.
+            self.qp._close(self._lost_error)
+
+    def _when_established(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once both peers can send (now, if they already can)."""
+        if self._established:
+            callback()
+        else:
+            self._on_established.append(callback)
+
+    def _when_closed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once everything is released (internal entry for servers)."""
+        self._closed.add_done_callback(lambda _: callback())
+
+    def _on_cm_event(self, event: Event, _child: CMId | None) -> None:
+        if event.type == EventType.DISCONNECTED:
+            self._lost(f"{self.peer_address[0]}:{self.peer_address[1]} disconnected")
+        elif event.type == EventType.DEVICE_REMOVAL:
+            self.device._removed()
+            release_removed_device(self.device.name)
+        elif event.type not in (EventType.TIMEWAIT_EXIT, EventType.ESTABLISHED):
+            log.warning("unexpected rdma_cm %s on %r", event.name, self)
+
+    def _lost(self, reason: str) -> None:
+        if self._closing:
+            return
+        self._error = ConnectionLostError(f"connection lost: {reason}")
+        self._start_close(disconnect=False)
+
+    def _device_removed(self, device: Device) -> None:
+        """Called by the device before it closes itself: fail and release everything now."""
+        if self._closed.done():
+            return
+        if not self._closing:
+            self._error = ConnectionLostError(f"connection lost: device {device.name} was removed")
+            self._closing = True
+            self.qp._close(self._lost_error)
+        self.qp.destroy()
+        self._release()
+
+    def _lost_error(self) -> BaseException:
+        if self._error is not None:
+            return ConnectionLostError(str(self._error.strerror))
+        return ResourceClosedError("connection is closed")
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def is_closing(self) -> bool:
+        """True once the connection is closing or closed, as for asyncio transports."""
+        return self._closing
+
+    @property
+    def closed(self) -> bool:
+        """True once everything is released."""
+        return self._closed.done()
+
+    def close(self) -> Awaitable[None]:
+        """Disconnect and release the queue pair (idempotent).
+
+        Sends already posted get up to :data:`LINGER` seconds to complete
+        first, so a message sent just before closing is delivered; then
+        every pending operation fails. Returns an awaitable that completes
+        when everything is released, so both ``conn.close()`` followed by
+        ``await conn.wait_closed()`` and ``await conn.close()`` work.
+        """
+        self._start_close(disconnect=True)
+        return asyncio.shield(self._closed)
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is closed, by either side or by a failure."""
+        await asyncio.shield(self._closed)
+
+    def _start_close(self, disconnect: bool) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
+        self._task = self._loop.create_task(self._shutdown(disconnect))
+
+    async def _shutdown(self, disconnect: bool) -> None:
+        try:
+            cm_id = self._cm_id
+            if disconnect and cm_id is not None and cm_id.ptr is not None:
+                await self._linger()
+                try:
+                    _rdmacm.disconnect(cm_id.ptr)
+                except OSError as exc:
+                    log.debug("rdma_disconnect: %s", exc)
+            self.qp._close(self._lost_error)
+            await self.qp.wait_closed()
+        finally:
+            self._release()
+
+    async def _linger(self) -> None:
+        """Let sends already posted complete before disconnecting, as closing a
+        socket delivers what was written (bounded by :data:`LINGER`)."""
+        qp = self.qp
+        if qp.is_closing() or not qp.sends_in_flight:
+            return
+        try:
+            async with asyncio.timeout(LINGER):
+                await qp.flush_sends()
+        except (TimeoutError, RdmaError, ResourceClosedError):
+            pass
+
+    def _abandon(self) -> None:
+        """Internal entry for a set-up that failed after this object was made:
+        release everything now, without disconnecting."""
+        self._closing = True
+        self._release()
+
+    def _release(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
+        if self._closed.done():
+            return
+        try:
+            self.qp.destroy()
+            for mr in list(self._mrs):
+                try:
+                    mr._deregister()
+                except Exception:
+                    log.exception("could not deregister %r", mr)
+            cm_id, self._cm_id = self._cm_id, None
+            if cm_id is not None:
+                cm_id.destroy()
+        finally:
+            self.device._unwatch(self)
+            metrics.unwatch(self)
+            self._closed.set_result(None)
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        closed = getattr(self, "_closed", None)
+        if closed is not None and not closed.done():
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- metrics -----------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """What this connection has done, as plain data (see :mod:`aiordma.metrics`).
+
+        ``counters`` sums its queue pair's (awaited verbs by kind, failed
+        completions by status), its message channel's (messages, bytes and
+        large messages each way, credit stalls, revocations) and its RPC
+        client's or service's (calls, failures); ``gauges`` are current
+        values (bytes and messages exposed); ``latency`` has a histogram
+        per awaited verb and for RPC calls. Zero while metrics are off.
+        """
+        snapshot = merged("connection", self._stat_parts).snapshot()
+        snapshot["peer_address"] = self.peer_address
+        snapshot["qp_num"] = self.qp.qp_num
+        return snapshot
+
+    def _add_stats(self, stats: Stats) -> None:
+        """Internal entry: count ``stats`` (a channel's, an RPC side's) as this connection's."""
+        self._stat_parts.append(stats)
+
+    def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:
+        """For exporters (a client connection: servers export their own)."""
+        yield {"peer": "{}:{}".format(*self.peer_address)}, merged("connection", self._stat_parts)
+
+    # -- memory ------------------------------------------------------------
+
+    def register(self, obj: Any, access: Access | None = None) -> MemoryRegion:
+        """Register ``obj`` on this connection's device; deregistered when the connection closes.
+
+        ``access`` is least-privilege by default, as in :meth:`aiordma.Device.register`.
+        """
+        mr = self.device.register(obj, access)
+        self._mrs.add(mr)
+        return mr
+
+    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion:
+        """Allocate and register ``size`` bytes for the life of this connection."""
+        mr = self.device.alloc(size, access)
+        self._mrs.add(mr)
+        return mr
+
+    async def bind_window(
+        self, local: MemoryRegion | Segment, access: Access = Access.REMOTE_READ
+    ) -> MemoryWindow:
+        """Give the peer revocable access to exactly ``local``'s bytes through a
+        memory window (see :meth:`aiordma.QueuePair.bind_window`); it is revoked
+        at the latest when the connection closes."""
+        return await self.qp.bind_window(local, access)
+
+    # -- operations (see QueuePair) -----------------------------------------
+
+    async def post_send(self, local: Local, *, imm: int | None = None,
+                        inline: bool | None = None) -> WorkCompletion:  # fmt: skip
+        """Send ``local`` into the peer's next posted receive."""
+        return await self.qp.post_send(local, imm=imm, inline=inline)
+
+    async def send_with_imm(self, local: Local, imm: int) -> WorkCompletion:
+        """Send with 32-bit immediate data."""
+        return await self.qp.send_with_imm(local, imm)
+
+    async def post_recv(self, local: Local) -> WorkCompletion:
+        """Post one receive buffer and wait for the message that lands in it."""
+        return await self.qp.post_recv(local)
+
+    async def post_recv_batch(
+        self, locals_: Sequence[Local]
+    ) -> list[asyncio.Future[WorkCompletion]]:
+        """Post receives; one future per buffer, resolved as messages land."""
+        return await self.qp.post_recv_batch(locals_)
+
+    async def rdma_write(self, local: Local, remote: RemoteBuffer, *, imm: int | None = None,
+                         inline: bool | None = None) -> WorkCompletion:  # fmt: skip
+        """Write ``local`` into the peer's ``remote`` buffer."""
+        return await self.qp.rdma_write(local, remote, imm=imm, inline=inline)
+
+    async def rdma_read(self, local: Local, remote: RemoteBuffer) -> WorkCompletion:
+        """Read the peer's ``remote`` buffer into ``local``."""
+        return await self.qp.rdma_read(local, remote)
+
+    async def atomic_fetch_add(self, remote: RemoteBuffer, add: int) -> int:
+        """Atomically add to the peer's 64-bit word; returns the old value."""
+        return await self.qp.atomic_fetch_add(remote, add)
+
+    async def atomic_cmp_swap(self, remote: RemoteBuffer, compare: int, swap: int) -> int:
+        """Atomically compare-and-swap the peer's 64-bit word; returns the old value."""
+        return await self.qp.atomic_cmp_swap(remote, compare, swap)
+
+    async def post_batch(self, ops: Sequence[SendOp]) -> list[asyncio.Future[WorkCompletion]]:
+        """Post many sends/writes/reads at once; one future per operation."""
+        return await self.qp.post_batch(ops)
+
+
+async def connect(
+    host: str,
+    port: int,
+    *,
+    private_data: bytes = b"",
+    timeout: float | None = DEFAULT_CONNECT_TIMEOUT,  # noqa: ASYNC109  (issue #4's API)
+    device: Device | None = None,
+    options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
+    auth: PresharedKey | bytes | None = None,
+    shared_receive: SharedReceiveQueue | None = None,
+) -> Connection:
+    """Connect to an aiordma (or any rdma_cm) server, like :func:`asyncio.open_connection`.
+
+    ``private_data`` (at most 56 bytes, 35 with ``auth``) reaches the server's
+    accept decision.
+    ``prepare(conn)`` runs once the queue pair is ready but before the server
+    can send, which is the moment to post receives; its result is kept as
+    ``conn.prepared``. The connection uses ``device`` if given (it must be the
+    one the route goes through), else :meth:`Device.shared`.
+
+    With ``auth`` (a :class:`~aiordma.PresharedKey`, or its bytes), the
+    server must prove it holds the same key before anything is sent to it,
+    and this side proves it in turn before ``connect`` returns (see
+    the security guide); failing either way raises
+    :class:`~aiordma.AuthenticationError`.
+
+    With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) the
+    queue pair receives from that pool, on its device; a message channel
+    made in ``prepare`` then draws its receive buffers from it.
+
+    Raises :class:`~aiordma.NoListenerError` when nothing listens and
+    :class:`ConnectionRejectedError` when the server rejects (both are
+    ``ConnectionRefusedError``), ``TimeoutError`` when no answer comes within
+    ``timeout`` seconds, ``OSError`` when the address or route cannot be
+    resolved, and ``ValueError``/``TypeError`` for a port outside 1-65535 or
+    private data that is not bytes. Nothing is left behind on failure.
+    """
+    check_host(host)
+    check_port(port, listening=False)
+    key = as_key(auth)
+    check_shared_receive(shared_receive, device)
+    limit = _rdmacm.MAX_CONNECT_DATA - (REQUEST_SIZE if key is not None else 0)
+    data = check_private_data(private_data, limit, "connect")
+    handshake = ClientHandshake(key, data) if key is not None else None
+    where = f"{host}:{port}"
+    try:
+        async with asyncio.timeout(timeout):
+            deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+            return await _connect(
+                host, port, data, handshake, device, options, prepare, where, deadline,
+                shared_receive,
+            )  # fmt: skip
+    except TimeoutError as exc:
+        if exc.args:
+            raise
+        raise TimeoutError(
+            errno.ETIMEDOUT, f"connecting to {where} timed out after {timeout} s"
+        ) from None
+
+
+_RESOLVE_MS: Final = 2000
+
+
+def _ms_left(deadline: float | None) -> int:
+    """Milliseconds rdma_cm may spend resolving: 2 s, or what is left of the timeout."""
+    if deadline is None:
+        return _RESOLVE_MS
+    left = deadline - asyncio.get_running_loop().time()
+    return max(1, min(_RESOLVE_MS, int(left * 1000)))
+
+
+async def _connect(
+    host: str,
+    port: int,
+    data: bytes,
+    handshake: ClientHandshake | None,
+    device: Device | None,
+    options: QueuePairOptions | None,
+    prepare: Prepare | None,
+    where: str,
+    deadline: float | None,
+    shared_receive: SharedReceiveQueue | None,
+) -> Connection:
+    dst = await resolve_address(host, port)
+    cm_id = CMEventChannel.for_running_loop().create_id()
+    qp: QueuePair | None = None
+    conn: Connection | None = None
+    try:
+        _rdmacm.resolve_addr(cm_id.id, dst, _ms_left(deadline))
+        await expect(cm_id, EventType.ADDR_RESOLVED, where)
+        _rdmacm.resolve_route(cm_id.id, _ms_left(deadline))
+        await expect(cm_id, EventType.ROUTE_RESOLVED, where)
+        name = cm_id.device_name
+        if name is None:
+            raise DeviceError(errno.ENODEV, f"no RDMA device routes to {where}")
+        dev = device or (shared_receive.device if shared_receive else Device.shared(name))
+        qp = create_qp_for(cm_id, dev, options, shared_receive)
+        request = handshake.request() if handshake is not None else data
+        _rdmacm.connect(cm_id.id, private_data=request, **conn_params(qp))
+        reply = await expect(cm_id, EventType.CONNECT_RESPONSE, where)
+        peer_data = reply.private_data
+        if handshake is not None:
+            peer_data = _check_server(handshake, cm_id, qp, reply, where)
+        move_to_rts(qp, cm_id)
+        conn = Connection(cm_id, qp, peer_data)
+        if handshake is None:
+            await run_prepare(prepare, conn)
+            _establish(cm_id, where)
+        else:
+            await _prove(handshake, conn, cm_id, prepare, where)
+        conn._activate()
+        metrics.watch(conn)
+        return conn
+    except BaseException:
+        abandon_setup(cm_id, qp, conn)
+        raise
+
+
+def _establish(cm_id: CMId, where: str) -> None:
+    """Confirm the connection to the server (rdma_establish)."""
+    try:
+        _rdmacm.establish(cm_id.id)
+    except OSError as exc:  # EINVAL: the server's CM gave the connection up meanwhile
+        raise ConnectionLostError(
+            f"{where} gave the connection up before this side confirmed it (did the "
+            f"prepare hook take longer than the server's handshake_timeout?): {exc}"
+        ) from exc
+
+
+def _check_server(
+    handshake: ClientHandshake, cm_id: CMId, qp: QueuePair, reply: Event, where: str
+) -> bytes:
+    """The server's own private data once its proof of the key checks; else
+    reject the connection, saying why, and raise AuthenticationError."""
+    binding = Binding(qp.qp_num, reply.qp_num, cm_id.local_address, cm_id.peer_address)
+    try:
+        return handshake.check_accept(reply.private_data, binding)
+    except Refused as refused:
+        try:
+            cm_id.reject(refusal(refused.reason))
+        except OSError as exc:  # destroying the cm_id rejects too, without the reason
+            log.debug("rdma_reject after a failed server proof: %s", exc)
+        raise failure(where, refused.reason) from None
+
+
+async def _prove(
+    handshake: ClientHandshake, conn: Connection, cm_id: CMId, prepare: Prepare | None,
+    where: str,
+) -> None:  # fmt: skip
+    """Prove the key to the (verified) server and wait for its verdict.
+
+    The verdict's receive is posted before ``prepare`` posts any, so it is
+    the one the server's first message lands in; the server sends nothing
+    else before it.
+    """
+    scratch = conn.alloc(2 * MESSAGE_BUFFER)
+    verdict = scratch[:MESSAGE_BUFFER]
+    arrival = await post_handshake_receive(conn.qp, verdict)
+    await run_prepare(prepare, conn)
+    _establish(cm_id, where)
+    proof = handshake.proof()
+    scratch.view()[MESSAGE_BUFFER : MESSAGE_BUFFER + len(proof)] = proof
+    try:
+        await conn.qp.post_send(scratch[MESSAGE_BUFFER : MESSAGE_BUFFER + len(proof)])
+    except RdmaError:
+        answer = None
+    else:
+        answer = await handshake_message(cm_id, arrival)
+    if answer is None:
+        raise AuthenticationError(
+            f"{where} ended the connection during authentication: it refused this "
+            "client's proof of the key, or could not set the connection up"
+        )
+    if answer != VERDICT:
+        raise failure(where, Refusal.MALFORMED)
+    scratch.close()
+
+
+__all__ = ["Connection", "connect"]

@@ -1,0 +1,631 @@
+"""The passive side: :func:`start_server` and :class:`Server`, shaped like asyncio's.
+
+A listening cm_id receives connection requests on the loop's rdma_cm
+channel. Each request is handled in its own task: the ``accept`` callback
+decides from the client's address and private data, a queue pair is created
+and brought to RTS with rdma_cm's attributes, ``prepare`` may post receives,
+and only then is the request accepted. Once the client confirms, the
+connection is handed to the server's callback, which runs as its own task;
+the connection is closed when that callback returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import inspect
+import logging
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiordma import metrics
+from aiordma.cm import _rdmacm
+from aiordma.cm._events import CMEventChannel, CMId, release_removed_device
+from aiordma.cm._handshake import (
+    check_port,
+    check_private_data,
+    check_shared_receive,
+    conn_params,
+    create_qp_for,
+    expect,
+    handshake_message,
+    move_to_rts,
+    post_handshake_receive,
+    resolve_address,
+    setup_refusal,
+)
+from aiordma.cm._rdmacm import Event, EventType
+from aiordma.cm.auth import (
+    ACCEPT_SIZE,
+    MESSAGE_BUFFER,
+    VERDICT,
+    Binding,
+    PresharedKey,
+    Refused,
+    ServerHandshake,
+    as_key,
+    explain,
+    failure,
+    refusal,
+)
+from aiordma.cm.connection import Connection, Prepare, abandon_setup, run_prepare
+from aiordma.exceptions import (
+    AuthenticationError,
+    ConnectionLostError,
+    DeviceError,
+    RdmaError,
+    ResourceClosedError,
+    WrongLoopError,
+)
+from aiordma.metrics import Stats, merged
+from aiordma.verbs.completion import check_loop
+from aiordma.verbs.device import Device
+from aiordma.verbs.discovery import known_devices
+from aiordma.verbs.memory import MemoryRegion
+from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
+
+if TYPE_CHECKING:
+    from aiordma.channel.pool import SharedReceiveQueue
+
+log = logging.getLogger(__name__)
+
+ClientConnected = Callable[[Connection], Awaitable[object] | None]
+"""The per-connection callback of :func:`start_server`: a coroutine function
+(run as a task; the connection closes when it returns) or a plain function."""
+
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+_DEADLINE_CHECK = 0.5
+"""Seconds before the set-up deadline at which the kernel's queued events are
+read; the deadline then moves to this long after, for their delivery."""
+"""Seconds an accepted request may take to become established."""
+
+DEFAULT_SHUTDOWN_GRACE = 5.0
+"""Seconds a connection handler may keep running after ``close_clients()``
+closed its connection, before it is cancelled."""
+
+
+class RejectConnection(RdmaError):
+    """Raise from a server's ``accept`` callback to turn a request down.
+
+    ``private_data`` (at most 148 bytes) reaches the client in
+    ``ConnectionRejectedError.private_data``.
+    """
+
+    def __init__(self, private_data: bytes = b"") -> None:
+        super().__init__(private_data)
+        self.private_data = check_private_data(private_data, _rdmacm.MAX_REJECT_DATA, "reject")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRequest:
+    """What a server's ``accept`` callback decides on."""
+
+    peer_address: tuple[str, int]
+    local_address: tuple[str, int]
+    private_data: bytes
+    """The client's private data, zero-padded by rdma_cm to 56 bytes."""
+
+
+Accept = Callable[[ConnectionRequest], "bytes | Awaitable[bytes | None] | None"]
+"""Returns the private data to accept with (``None``: none) or raises :class:`RejectConnection`."""
+
+
+class Server:
+    """A listening rdma_cm endpoint; made by :func:`start_server`.
+
+    ``close()`` stops listening, ``close_clients()`` closes the connections
+    it accepted, ``wait_closed()`` waits for both; ``async with`` does all
+    three. ``serve_forever()`` waits until the server is closed and raises
+    if it stopped because of an error (such as the device's removal).
+    """
+
+    def __init__(
+        self,
+        client_connected_cb: ClientConnected,
+        *,
+        accept: Accept | None,
+        device: Device | None,
+        options: QueuePairOptions | None,
+        prepare: Prepare | None,
+        handshake_timeout: float | None,
+        shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+        auth: PresharedKey | None = None,
+        shared_receive: SharedReceiveQueue | None = None,
+    ) -> None:
+        self._callback = client_connected_cb
+        self._shared_receive = shared_receive
+        self._key = auth
+        self._accept = accept
+        self._device = device
+        self._options = options
+        self._prepare = prepare
+        self._handshake_timeout = handshake_timeout
+        self._listeners: list[CMId] = []
+        self._addresses: list[tuple[str, int]] = []
+        self._connections: set[Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._shutdown_grace = shutdown_grace
+        self._reaper: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        self._stopped: asyncio.Future[None] = self._loop.create_future()
+        self._error: BaseException | None = None
+        self._clients_closing = False
+        self._totals = Stats("server", lambda: {"connections": len(self._connections)})
+        """Counts of closed connections, and the server's own (requests,
+        refusals, set-up failures)."""
+
+    def __repr__(self) -> str:
+        where = ", ".join(f"{h}:{p}" for h, p in self._addresses)
+        return f"<Server {where}{'' if self.is_serving() else ' closed'}>"
+
+    def _listen(self, host: str, port: int, backlog: int) -> None:
+        cm_id = CMEventChannel.for_running_loop().create_id()
+        try:
+            if ":" in host:
+                _rdmacm.set_afonly(cm_id.id, False)
+            _rdmacm.bind_addr(cm_id.id, host, port)
+            _rdmacm.listen(cm_id.id, backlog)
+        except OSError as exc:
+            cm_id.destroy()
+            raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        if not _is_wildcard(host) and cm_id.device_name is None:
+            cm_id.destroy()
+            raise OSError(
+                errno.EADDRNOTAVAIL,
+                f"cannot listen on {host}:{port}: {host} is on no RDMA device, so no client "
+                f"could ever connect; {_rdma_addresses()}",
+            )
+        cm_id.set_handler(self._on_cm_event)
+        self._listeners.append(cm_id)
+        self._addresses.append(cm_id.local_address)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """The (host, port) pairs the server listens on; the port is real even if 0 was asked."""
+        return list(self._addresses)
+
+    @property
+    def connections(self) -> frozenset[Connection]:
+        """Connections accepted by this server and not yet closed."""
+        return frozenset(self._connections)
+
+    def is_serving(self) -> bool:
+        """True while the server is listening, as for :class:`asyncio.Server`."""
+        return bool(self._listeners)
+
+    def is_closing(self) -> bool:
+        """True once :meth:`close` was called (the server stopped listening)."""
+        return self._stopped.done()
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        if getattr(self, "_listeners", None):
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
+
+    # -- requests ----------------------------------------------------------
+
+    def _on_cm_event(self, event: Event, child: CMId | None) -> None:
+        if event.type == EventType.CONNECT_REQUEST and child is not None:
+            self._spawn(self._handle_request(event, child))
+        elif event.type == EventType.DEVICE_REMOVAL:
+            listener = next((cm for cm in self._listeners if cm.ptr == event.id), None)
+            name = listener.device_name if listener is not None else None
+            device = self._device or (Device.shared_if_open(name) if name else None)
+            self._device_removed(device)
+            if device is not None:
+                device._removed()
+            if name is not None:
+                release_removed_device(name)
+        else:
+            log.warning("unexpected rdma_cm %s on a listener", event.name)
+
+    def _spawn(self, coro: Any) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _decide(self, child: CMId, private_data: bytes) -> bytes | None:
+        """Private data to accept with, or None when the request was rejected."""
+        if self._accept is None:
+            return b""
+        request = ConnectionRequest(child.peer_address, child.local_address, private_data)
+        limit = _rdmacm.MAX_ACCEPT_DATA - (ACCEPT_SIZE if self._key is not None else 0)
+        try:
+            reply = self._accept(request)
+            if inspect.isawaitable(reply):
+                reply = await reply
+            return check_private_data(reply or b"", limit, "accept")
+        except RejectConnection as rejection:
+            self._totals.add("connections_rejected")
+            child.reject(rejection.private_data)
+        except Exception:
+            log.exception("accept callback failed; request from %s rejected", request.peer_address)
+            child.reject(b"")
+        return None
+
+    async def _handle_request(self, event: Event, child: CMId) -> None:
+        qp: QueuePair | None = None
+        conn: Connection | None = None
+        where = "{}:{}".format(*child.peer_address)
+        handshake: ServerHandshake | None = None
+        accepted = False
+        try:
+            data = event.private_data
+            if self._key is not None:
+                handshake = self._handshake(child, data, where)
+                if handshake is None:
+                    return
+                data = handshake.private_data
+            reply = await self._decide(child, data)
+            if reply is None:
+                child.destroy()
+                return
+            name = child.device_name
+            shared = self._shared_receive
+            device = self._device or (shared.device if shared else Device.shared(name or ""))
+            qp = create_qp_for(child, device, self._options, shared)
+            move_to_rts(qp, child)
+            conn = Connection(child, qp, data)
+            if handshake is None:
+                await run_prepare(self._prepare, conn)
+            else:
+                scratch = conn.alloc(MESSAGE_BUFFER)
+                arrival = await post_handshake_receive(qp, scratch[:])
+                binding = Binding(event.qp_num, qp.qp_num, child.peer_address,
+                                  child.local_address)  # fmt: skip
+                reply = handshake.accept(reply, binding)
+            _rdmacm.accept(child.id, private_data=reply, **conn_params(qp))
+            accepted = True
+            try:
+                async with asyncio.timeout(self._handshake_timeout) as deadline:
+                    await self._established(child, conn, where, deadline)
+                    if handshake is not None:
+                        await self._verify(handshake, conn, child, scratch, arrival, where)
+            except TimeoutError as exc:
+                step = "prove the key" if handshake is not None else "confirm the connection"
+                raise TimeoutError(
+                    f"{where} did not {step} within {self._handshake_timeout} s"
+                ) from exc
+            conn._activate()
+        except BaseException as exc:
+            if not accepted and isinstance(exc, RdmaError | MemoryError) and child.ptr is not None:
+                with contextlib.suppress(OSError):  # the client may be gone already
+                    child.reject(setup_refusal(exc))  # it learns why, not just "rejected"
+            abandon_setup(child, qp, conn)
+            if isinstance(exc, Exception):
+                self._totals.add("auth_failed" if isinstance(exc, AuthenticationError)
+                                 else "setup_failed")  # fmt: skip
+                if isinstance(exc, ConnectionLostError):  # the client gave up: its business
+                    log.info("connection from %s ended during setup: %s", where, exc)
+                else:
+                    log.warning("connection from %s failed during setup: %r", where, exc)
+                return
+            raise
+        if self._clients_closing:
+            await conn.close()
+            return
+        self._connections.add(conn)
+        self._totals.add("connections_accepted")
+        conn._when_closed(lambda: self._retire(conn))
+        task = self._loop.create_task(self._run_callback(conn))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    @staticmethod
+    async def _established(
+        child: CMId, conn: Connection, where: str, deadline: asyncio.Timeout
+    ) -> None:
+        """Wait for ``child``'s ESTABLISHED event, unless ``conn`` closes first.
+
+        A connection can close before it is established: the ``prepare``
+        hook's receives may take the client's first packets, and a message
+        channel closes a connection whose packet breaks the protocol. Its
+        cm_id is then gone and no event will come, so stop waiting at once.
+
+        ``deadline`` bounds the client's delay, not ours: once it is near, the
+        events the kernel already holds are read, so a client that confirmed
+        in time while this loop was busy with other clients is not dropped.
+        """
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:  # a callback, so it runs before the deadline's own
+            child.channel.read_pending()
+            deadline.reschedule(loop.time() + _DEADLINE_CHECK)
+
+        when = deadline.when()
+        checking = None if when is None else loop.call_at(when - _DEADLINE_CHECK, check)
+        established = asyncio.ensure_future(expect(child, EventType.ESTABLISHED, where))
+        closed = asyncio.ensure_future(conn.wait_closed())
+        try:
+            await asyncio.wait((established, closed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if checking is not None:
+                checking.cancel()
+            established.cancel()
+            closed.cancel()
+        if closed.done() and not closed.cancelled():
+            raise ConnectionLostError(f"the connection from {where} closed during set-up")
+        established.result()
+
+    def _handshake(self, child: CMId, data: bytes, where: str) -> ServerHandshake | None:
+        """The handshake a request starts; None when it started none (it is then rejected)."""
+        assert self._key is not None
+        try:
+            return ServerHandshake(self._key, data)
+        except Refused as refused:
+            self._totals.add("auth_refused")
+            log.warning("connection from %s refused: %s", where, explain(refused.reason))
+            child.reject(refusal(refused.reason))
+            child.destroy()
+            return None
+
+    async def _verify(
+        self, handshake: ServerHandshake, conn: Connection, child: CMId, scratch: MemoryRegion,
+        arrival: asyncio.Future[bytes], where: str,
+    ) -> None:  # fmt: skip
+        """Check the client's proof, then prepare the connection and tell the client.
+
+        Until the proof checks the client has been sent nothing but our own
+        proof: no message, no rkey, and no ``prepare`` has run for it.
+        """
+        proof = await handshake_message(child, arrival)
+        if proof is None:
+            raise ConnectionLostError(f"{where} left during authentication")
+        try:
+            handshake.check_proof(proof)
+        except Refused as refused:
+            raise failure(where, refused.reason) from None
+        await run_prepare(self._prepare, conn)
+        scratch.view()[: len(VERDICT)] = VERDICT
+        await conn.qp.post_send(scratch[: len(VERDICT)])
+        scratch.close()
+
+    def _retire(self, conn: Connection) -> None:
+        """A connection closed: its counts stay in the server's."""
+        self._connections.discard(conn)
+        for part in conn._stat_parts:
+            self._totals.merge(part, gauges=False)
+
+    # -- metrics -----------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """What this server and its connections have done, as plain data.
+
+        As :meth:`aiordma.Connection.stats`, summed over every connection it
+        accepted (open or closed), plus the server's own counters:
+        ``connections_accepted``, ``connections_rejected`` (by ``accept``),
+        ``auth_refused`` and ``auth_failed`` (see ``auth=``), ``setup_failed``;
+        and the ``connections`` gauge (open now).
+        """
+        snapshot = self._merged().snapshot()
+        snapshot["addresses"] = self.addresses
+        return snapshot
+
+    def _merged(self) -> Stats:
+        parts = [part for conn in list(self._connections) for part in conn._stat_parts]
+        return merged("server", [self._totals, *parts])
+
+    def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:
+        """For exporters: this server's figures, summed over its connections."""
+        where = ",".join("{}:{}".format(*address) for address in self._addresses)
+        yield {"server": where}, self._merged()
+
+    async def _run_callback(self, conn: Connection) -> None:
+        try:
+            result = self._callback(conn)
+            if inspect.isawaitable(result):
+                await result
+        except (ResourceClosedError, ConnectionError) as exc:
+            log.debug("handler of %r ended: %r", conn, exc)
+        except RdmaError as exc:  # the peer's fault (a failed transfer, a protocol breach)
+            log.warning("connection from %s:%d ended: %s", *conn.peer_address, exc)
+        except Exception:
+            log.exception("connection handler failed for %r", conn)
+        finally:
+            await conn.close()
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def _check_loop(self) -> None:
+        """WrongLoopError unless called from the server's loop, and while it is open."""
+        if self._loop.is_closed():
+            raise WrongLoopError(
+                f"{self!r} belongs to an event loop that has closed (an earlier "
+                "asyncio.run()): make servers and connections in the loop that uses them"
+            )
+        check_loop(self._loop)
+
+    def close(self) -> None:
+        """Stop listening (idempotent). Accepted connections stay open."""
+        if self._listeners or not self._stopped.done():
+            self._check_loop()
+        listeners, self._listeners = self._listeners, []
+        for cm_id in listeners:
+            cm_id.destroy()
+        if self._device is not None:
+            self._device._unwatch(self)
+        if not self._stopped.done():
+            self._stopped.set_result(None)
+
+    def close_clients(self) -> None:
+        """Start closing every connection this server accepted (and any still being accepted).
+
+        Handlers see their connection's operations fail and normally return
+        at once; one still running ``shutdown_grace`` seconds (see
+        :func:`start_server`) after its connection closed is cancelled, so
+        :meth:`wait_closed` always finishes.
+        """
+        self._check_loop()
+        self._clients_closing = True
+        for conn in list(self._connections):
+            conn.close()
+        if self._reaper is None:
+            self._reaper = self._loop.create_task(self._reap_handlers())
+            self._tasks.add(self._reaper)
+            self._reaper.add_done_callback(self._tasks.discard)
+
+    async def _reap_handlers(self) -> None:
+        """Cancel the handlers still running ``shutdown_grace`` seconds after their
+        connections closed (a handler awaiting a queue or an event, say)."""
+        while self._connections or self._handlers:
+            await asyncio.gather(
+                *(c.wait_closed() for c in list(self._connections)), return_exceptions=True
+            )
+            handlers = list(self._handlers)
+            if not handlers:
+                continue
+            _, late = await asyncio.wait(handlers, timeout=self._shutdown_grace)
+            for task in late:
+                log.info("cancelling a connection handler still running %.1f s after "
+                         "close_clients()", self._shutdown_grace)  # fmt: skip
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def wait_closed(self) -> None:
+        """Wait until the server stopped listening, its connections are closed and
+        their handlers have returned."""
+        self._check_loop()
+        await asyncio.shield(self._stopped)
+        while self._connections or self._tasks or self._handlers:
+            await asyncio.gather(
+                *(c.wait_closed() for c in list(self._connections)),
+                *(asyncio.shield(t) for t in list(self._tasks | self._handlers)),
+                return_exceptions=True,
+            )
+
+    async def serve_forever(self) -> None:
+        """Serve until closed or cancelled (cancelling closes the server).
+
+        Raises the error that stopped the server, if one did.
+        """
+        try:
+            await asyncio.shield(self._stopped)
+        except asyncio.CancelledError:
+            self.close()
+            raise
+        if self._error is not None:
+            raise self._error
+
+    def _device_removed(self, device: Device | None) -> None:
+        if self._error is not None:
+            return
+        name = device.name if device is not None else "of the listening address"
+        self._error = DeviceError(errno.ENODEV, f"server stopped: RDMA device {name} was removed")
+        self.close()
+        self.close_clients()
+
+    async def __aenter__(self) -> Server:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+        self.close_clients()
+        await self.wait_closed()
+
+
+async def start_server(
+    client_connected_cb: ClientConnected,
+    host: str | None = None,
+    port: int = 0,
+    *,
+    accept: Accept | None = None,
+    backlog: int = 128,
+    device: Device | None = None,
+    options: QueuePairOptions | None = None,
+    prepare: Prepare | None = None,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+    auth: PresharedKey | bytes | None = None,
+    shared_receive: SharedReceiveQueue | None = None,
+) -> Server:
+    """Listen for rdma_cm connections, like :func:`asyncio.start_server`.
+
+    ``client_connected_cb(conn)`` runs as its own task for each established
+    :class:`Connection` (it may be a coroutine function); the connection is
+    closed when it returns. ``accept(request)`` decides per
+    :class:`ConnectionRequest`: return private data (at most 196 bytes) or
+    ``None`` to accept, raise :class:`RejectConnection` to reject. ``prepare``
+    runs before the client can send (post receives there).
+    ``handshake_timeout`` bounds how long an accepted client has to confirm
+    the connection (and, with ``auth``, to prove its key; None: no bound);
+    a confirmation the kernel holds when it expires, while this loop was
+    busy with other clients, still counts. ``host=None``
+    listens on every address of both families; ``port=0`` picks a free port,
+    see :attr:`Server.addresses`. After ``close_clients()``, a handler still
+    running ``shutdown_grace`` seconds after its connection closed is
+    cancelled (5 s by default).
+
+    With ``auth`` (a :class:`~aiordma.PresharedKey`, or its bytes) only
+    clients that prove they hold the same key are served: the server proves
+    it too, and until the client's proof checks it gets no message, no rkey
+    and no ``prepare`` or callback runs for it (see the security guide).
+    Clients that fail are refused and logged; ``accept`` then sees only the
+    client's own private data, and may answer with at most 143 bytes.
+
+    With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) every
+    client's queue pair receives from that one pool, on its device; message
+    channels made in ``prepare`` draw their receive buffers from it (see
+    :func:`aiordma.start_channel_server`). A client arriving when the pool
+    has no room for another channel is refused.
+
+    Raises ``ValueError``/``TypeError`` for a port outside 0-65535, and
+    ``OSError`` (``EADDRNOTAVAIL``) when ``host`` is an address of no RDMA
+    device (such as ``127.0.0.1``), naming the addresses that are.
+    """
+    if not callable(client_connected_cb):
+        raise TypeError(
+            f"client_connected_cb must be callable (a coroutine function taking the "
+            f"connection), not {client_connected_cb!r}"
+        )
+    if host is not None and not isinstance(host, str):
+        raise TypeError(f"host must be a str or None (every address), not {type(host).__name__}")
+    check_port(port, listening=True)
+    if backlog <= 0:
+        raise ValueError("backlog must be positive")
+    if shutdown_grace < 0:
+        raise ValueError("shutdown_grace must not be negative")
+    key = as_key(auth)
+    check_shared_receive(shared_receive, device)
+    server = Server(
+        client_connected_cb,
+        accept=accept,
+        device=device,
+        options=options,
+        prepare=prepare,
+        handshake_timeout=handshake_timeout,
+        shutdown_grace=shutdown_grace,
+        auth=key,
+        shared_receive=shared_receive,
+    )
+    addr = "::" if host is None else (await resolve_address(host, port))[0]
+    server._listen(addr, port, backlog)
+    if device is not None:
+        device._watch(server)
+    metrics.watch(server)
+    return server
+
+
+def _is_wildcard(host: str) -> bool:
+    return host.split("%")[0] in ("0.0.0.0", "::")
+
+
+def _rdma_addresses() -> str:
+    """The IP addresses of this host's RDMA devices, for an error message."""
+    found = sorted(
+        {
+            f"{gid.ip} ({dev.name})"
+            for dev in known_devices()
+            for port in dev.ports
+            for gid in port.gids
+            if gid.ip is not None and not gid.ip.is_link_local
+        }
+    )
+    if not found:
+        return "this host has no RDMA device with an IP address ('aiordma devices' lists them)"
+    return "RDMA addresses here: " + ", ".join(found)
+
+
+__all__ = ["ConnectionRequest", "RejectConnection", "Server", "start_server"]

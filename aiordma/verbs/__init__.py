@@ -1,0 +1,7 @@
+"""Layer 1: verbs resources on the event loop.
+
+Devices, memory regions and windows, completion queues whose channel is on
+the running loop, queue pairs whose verbs are coroutines, shared receive
+queues. Nothing here knows rdma_cm or messages; ``_driver`` is the compile
+boundary (the C core or pyverbs), chosen once.
+"""

@@ -1,0 +1,771 @@
+"""The work-request engine of one queue pair: validated work in, futures out.
+
+:class:`WorkEngine` owns a pyverbs ``QP`` handle and everything between "a
+validated list of segments and an opcode" and "a future resolved or
+failed": building work requests (reusing pyverbs objects, which are costly
+to make and never freed), posting them, tracking them by ``wr_id`` on the
+completion queue, resolving their futures when completions arrive, settling
+unsignalled sends, and failing or flushing what is pending when the queue
+pair fails or closes. It checks nothing the caller should have checked and
+starts no tasks: :class:`~aiordma.QueuePair` validates arguments and waits
+for queue room (``sq``/``rq``), then calls :meth:`WorkEngine.post_sends` or
+:meth:`WorkEngine.post_recvs`.
+
+This module is the compile boundary of the per-message path: keep its
+interface small and its state in this one class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import errno
+import functools
+import os
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+from pyverbs.qp import QPAttr
+from pyverbs.wr import SGE, RecvWR, SendWR
+
+from aiordma import _ibv
+from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
+from aiordma.metrics import Stats
+from aiordma.verbs import _driver as _accel
+from aiordma.verbs._slots import SlotPool
+from aiordma.verbs.completion import Opcode, WorkCompletion, completion_error, to_work_completion
+from aiordma.verbs.memory import MemoryRegion, Segment
+
+if TYPE_CHECKING:
+    from pyverbs.cq import WC
+    from pyverbs.mr import MW
+    from pyverbs.qp import QP
+
+    from aiordma.verbs.completion import CompletionQueue
+
+SIGNAL_FRACTION = 4
+"""However many unsignalled requests are posted, at least every
+``send_depth // SIGNAL_FRACTION``-th is signalled, so their send-queue slots
+come back."""
+RECV_WR_CACHE = 512
+"""Single-buffer receive work requests kept for reuse, per queue pair."""
+
+
+def closed_error() -> BaseException:
+    """The error pending and later work gets once its queue pair is closed."""
+    return ResourceClosedError("queue pair is closed")
+
+
+def _no_result() -> WorkCompletion:
+    raise AssertionError("callback work has no WorkCompletion")
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def total_length(segments: tuple[Segment, ...]) -> int:
+    """Bytes covered by a scatter/gather list."""
+    return sum(seg.length for seg in segments)
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """A validated send-queue work request, ready to post."""
+
+    opcode: int
+    segments: tuple[Segment, ...]
+    flags: int
+    imm: int | None = None
+    remote_addr: int = 0
+    rkey: int = 0
+    compare_add: int = 0
+    swap: int = 0
+    signaled: bool = True
+
+
+Done = Callable[[BaseException | None, int], None]
+"""How callback work reports: ``done(None, byte_len)`` on success, else
+``done(error, 0)``; called from the completion drain, no future involved."""
+
+
+class _Work:
+    """One posted work request: the future to resolve (or the callback to
+    call) and the memory to keep alive."""
+
+    __slots__ = (
+        "done", "engine", "future", "opcode", "recv", "reported", "scratch", "segments", "seq",
+        "silent",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        engine: WorkEngine,
+        future: asyncio.Future[WorkCompletion] | None,
+        opcode: int,
+        segments: tuple[Segment, ...],
+        recv: bool,
+        scratch: int | None = None,
+        seq: int = 0,
+        silent: bool = False,
+        done: Done | None = None,
+    ) -> None:
+        self.engine = engine
+        self.future = future
+        self.done = done
+        """Called instead of resolving a future (``future`` is None then)."""
+        self.reported = False
+        """Whether ``done`` was called."""
+        self.opcode = opcode
+        self.segments = segments
+        self.recv = recv
+        self.scratch = scratch
+        self.seq = seq
+        """Position on the send queue (send-side work only)."""
+        self.silent = silent
+        """Posted unsignalled: no completion entry unless it fails."""
+
+    def complete(self, wc: WC) -> None:
+        self.engine.complete(self, wc)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the outcome was given out (the future is done, or ``done`` was called)."""
+        return self.reported if self.future is None else self.future.done()
+
+    def succeed(self, byte_len: int, result: Callable[[], WorkCompletion]) -> None:
+        """Report success: ``result()`` resolves the future, or ``done`` gets ``byte_len``."""
+        if self.future is None:
+            if not self.reported:
+                self.reported = True
+                self._call(None, byte_len)
+        elif not self.future.done():
+            self.future.set_result(result())
+
+    def fail(self, exc: BaseException, *, later: bool = False, quiet: bool = False) -> None:
+        """Report failure (``done`` on the loop's next turn if ``later``; a
+        future marked retrieved if ``quiet``: a consequence of closing)."""
+        if self.future is None:
+            if not self.reported:
+                self.reported = True
+                if later:
+                    self.engine._loop.call_soon(self._call, exc, 0)
+                else:
+                    self._call(exc, 0)
+        elif not self.future.done():
+            self.future.set_exception(exc)
+            if quiet:
+                self.future.exception()
+
+    def _call(self, exc: BaseException | None, byte_len: int) -> None:
+        assert self.done is not None
+        try:
+            self.done(exc, byte_len)
+        except Exception as error:  # the callback's bug must not corrupt the engine
+            self.engine._loop.call_exception_handler(
+                {"message": "aiordma work callback failed", "exception": error}
+            )
+
+
+class _SendChain:
+    """Reusable send work requests, linked once, each with one SGE.
+
+    Building pyverbs ``SendWR``/``SGE`` objects costs more than posting them,
+    and pyverbs (44 to at least 64) never frees their C buffers (their
+    ``__dealloc`` is misnamed). ``ibv_post_send`` copies what it is given, so
+    a queue pair keeps a list of them, each linked to the next and the last
+    to nothing: posting ``k`` requests fills the last ``k`` and posts from
+    the first of those. Each WR's scatter list points at its own SGE, whose
+    fields are rewritten per post. The list grows, at its front, on demand.
+    """
+
+    __slots__ = ("sges", "wrs")
+
+    def __init__(self) -> None:
+        self.sges: list[SGE] = []
+        self.wrs: list[SendWR] = []
+
+    @staticmethod
+    def supported() -> bool:
+        wr = SendWR(num_sge=1, sg=[SGE(0, 0, 0)])
+        try:
+            wr.sg_list = SGE(0, 0, 0)
+        except AttributeError:  # a pyverbs without the setter: build WRs per post
+            return False
+        return True
+
+    def take(self, count: int) -> list[SendWR]:
+        """The last ``count`` requests of the chain (the first is the one to post)."""
+        while len(self.wrs) < count:
+            sge = SGE(0, 0, 0)
+            wr = SendWR(num_sge=1, sg=[sge])
+            wr.sg_list = sge
+            if self.wrs:
+                wr.next_wr = self.wrs[0]
+            self.sges.insert(0, sge)
+            self.wrs.insert(0, wr)
+        return self.wrs[len(self.wrs) - count :]
+
+    def fill(
+        self, index: int, wr_id: int, opcode: int, flags: int, seg: Segment, imm: int
+    ) -> SendWR:
+        """Rewrite request ``index`` of the chain for one post and return it."""
+        sge, wr = self.sges[index], self.wrs[index]
+        sge.addr = seg.addr
+        sge.length = seg.length
+        sge.lkey = seg.lkey
+        wr.wr_id = wr_id
+        wr.opcode = opcode
+        wr.send_flags = flags
+        wr.num_sge = 1
+        wr.imm_data = imm
+        return wr
+
+
+_CHAIN_SUPPORTED = _SendChain.supported()
+
+
+class WorkEngine:
+    """Posts, tracks and completes the work requests of one pyverbs ``QP``.
+
+    ``sq`` and ``rq`` count free send- and receive-queue slots: callers take
+    slots (waiting if they must) before :meth:`post_sends` /
+    :meth:`post_recvs`, and completions give them back. ``alloc(size)``
+    registers local scratch memory (atomic results and the marker write of
+    :meth:`post_marker`) on first need.
+    """
+
+    def __init__(
+        self,
+        qp: QP,
+        cq: CompletionQueue,
+        send_depth: int,
+        recv_depth: int,
+        alloc: Callable[[int], MemoryRegion],
+        recv_cq: CompletionQueue | None = None,
+    ) -> None:
+        self.qp: QP | None = qp
+        """The pyverbs handle (None once destroyed)."""
+        self.qp_num: int = qp.qp_num
+        self.cq = cq
+        self.sq = SlotPool(send_depth)
+        self.rq = SlotPool(recv_depth)
+        self.works: dict[int, _Work] = {}
+        """Posted work whose completion has not arrived, by ``wr_id``."""
+        self.failure: BaseException | None = None
+        """The first failed completion, once the queue pair is in the error state."""
+        self.closing = False
+        self.close_error: Callable[[], BaseException] = closed_error
+        self.drained: asyncio.Future[None] | None = None
+        """Set by a closer waiting for :attr:`works` to empty; resolved when it does."""
+        self.last_send: _Work | None = None
+        self._loop = cq.loop
+        self._alloc = alloc
+        self._scratch: MemoryRegion | None = None
+        self._scratch_free: list[int] = []
+        self.driver = _accel.qp_driver(qp, cq._driver, (recv_cq or cq)._driver)
+        """The compiled core's handle on this QP (None: posts go through pyverbs)."""
+        self._chain = _SendChain() if _CHAIN_SUPPORTED and self.driver is None else None
+        self._recv_wrs: dict[tuple[int, int, int], RecvWR] = {}
+        self._send_seq = 0
+        self._silent: collections.deque[tuple[int, _Work]] = collections.deque()
+        self._silent_run = 0
+        self._signal_every = max(1, send_depth // SIGNAL_FRACTION)
+        self.stats = Stats("queue_pair")
+        """Operations by kind, errors by status, latency of awaited verbs."""
+
+    # -- state -------------------------------------------------------------
+
+    def check_usable(self) -> None:
+        """Raise unless work may be posted now (right loop, open, not failed)."""
+        self.cq.check_loop()
+        if self.closing or self.qp is None:
+            raise self.close_error()
+        if self.failure is not None:
+            raise self.failed_error()
+
+    def failed_error(self, flushed: BaseException | None = None) -> QueuePairError:
+        """The error of work refused or flushed by a QP in the error state,
+        naming the first failure (its cause), or the flush if none was seen."""
+        first = self.failure or flushed
+        error = QueuePairError(f"queue pair failed earlier: {first}")
+        error.__cause__ = first
+        return error
+
+    def _fail(self, exc: BaseException) -> None:
+        """The QP is in the error state: refuse new work; pending work will flush."""
+        if self.failure is None:
+            self.failure = exc
+            err = QueuePairError(f"queue pair failed: {exc}")
+            err.__cause__ = exc
+            self.sq.fail(err)
+            self.rq.fail(err)
+
+    # -- send side ---------------------------------------------------------
+
+    def ensure_scratch(self) -> None:
+        """Register the scratch memory atomics land in (one 8-byte word per send slot)."""
+        if self._scratch is None:
+            self._scratch = self._alloc(8 * self.sq.size)
+            self._scratch_free = list(range(0, 8 * self.sq.size, 8))
+
+    def post_sends(self, chunk: Sequence[SendRequest]) -> list[asyncio.Future[WorkCompletion]]:
+        """Post ``chunk`` (its send-queue slots already taken) as one linked list.
+
+        Atomics need :meth:`ensure_scratch` to have been called. Returns one
+        future per request. Raises (giving the slots back, posting nothing)
+        when the queue pair is not usable or the provider refuses.
+        """
+        try:
+            self.check_usable()
+        except BaseException:
+            self.sq.release(len(chunk))
+            raise
+        if self.driver is not None:
+            return self._post_sends_compiled(chunk)
+        items = [(*self._new_send(b), b) for b in chunk]
+        self._post_pyverbs(items)
+        return self._sends_posted([(wr_id, work) for wr_id, work, _, _ in items])
+
+    def _post_pyverbs(self, items: Sequence[tuple[int, _Work, int, SendRequest]]) -> None:
+        """Post ``(wr_id, work, flags, request)`` items through pyverbs work
+        requests (the pure-Python path); on refusal, undo and raise."""
+        qp = self.qp
+        assert qp is not None
+        works: list[tuple[int, _Work]] = []
+        wrs: list[SendWR] = []
+        chain = self._chain
+        base = 0
+        if chain is not None and all(len(item[3].segments) <= 1 for item in items):
+            first = chain.take(len(items))[0]
+            base = len(chain.wrs) - len(items)
+        else:
+            chain = None
+        for wr_id, work, flags, b in items:
+            segments = work.segments
+            atomic = b.opcode in _ibv.ATOMIC_OPCODES
+            imm = 0 if b.imm is None else socket.htonl(b.imm)
+            if chain is not None:
+                wr = chain.fill(base + len(wrs), wr_id, b.opcode, flags, segments[0], imm)
+            else:
+                sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
+                wr = SendWR(wr_id=wr_id, opcode=b.opcode, num_sge=len(sges), sg=sges,
+                            send_flags=flags, imm_data=imm)  # fmt: skip
+                if wrs:
+                    wrs[-1].next_wr = wr
+            if atomic:
+                wr.set_wr_atomic(b.rkey, b.remote_addr, b.compare_add, b.swap)
+            elif b.opcode not in _ibv.SEND_OPCODES:
+                wr.set_wr_rdma(b.rkey, b.remote_addr)
+            works.append((wr_id, work))
+            wrs.append(wr)
+        try:
+            qp.post_send(first if chain is not None else wrs[0])
+        except PyverbsRDMAError as exc:
+            self._unpost(works, self.sq)
+            self._silent_run = 0
+            raise DeviceError(exc.error_code, f"ibv_post_send failed: {exc}") from exc
+
+    def _new_send(self, b: SendRequest) -> tuple[int, _Work, int]:
+        """Book-keeping for one send-side request: its ``wr_id``, work and flags."""
+        fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
+        scratch = None
+        segments = b.segments
+        if b.opcode in _ibv.ATOMIC_OPCODES:
+            scratch = self._scratch_free.pop()
+            assert self._scratch is not None
+            segments = (self._scratch[scratch : scratch + 8],)
+        seq, silent = self._next_send(b.signaled)
+        work = _Work(self, fut, b.opcode, segments, False, scratch, seq, silent)
+        flags = b.flags if silent else _ibv.SEND_SIGNALED | b.flags
+        return self.cq.register(work), work, flags
+
+    def _next_send(self, signaled: bool) -> tuple[int, bool]:
+        """The next send-queue position, and whether that request goes
+        unsignalled (asked for, and not the ``signal_every``-th in a row)."""
+        self._send_seq += 1
+        silent = not signaled and self._silent_run + 1 < self._signal_every
+        self._silent_run = self._silent_run + 1 if silent else 0
+        return self._send_seq, silent
+
+    def _refused(self, works: Sequence[tuple[int, _Work]], pool: SlotPool, rc: int) -> DeviceError:
+        """Undo work the compiled core's post was refused; the error to raise."""
+        self._unpost(works, pool)
+        if pool is self.sq:
+            self._silent_run = 0
+            return DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
+        return DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
+
+    def _post_sends_compiled(
+        self, chunk: Sequence[SendRequest]
+    ) -> list[asyncio.Future[WorkCompletion]]:
+        """:meth:`post_sends` through the compiled core: no pyverbs objects."""
+        driver = self.driver
+        assert driver is not None
+        works: list[tuple[int, _Work]] = []
+        requests: list[tuple[Any, ...]] = []
+        for b in chunk:
+            wr_id, work, flags = self._new_send(b)
+            works.append((wr_id, work))
+            requests.append((wr_id, b.opcode, flags, b.imm or 0, work.segments,
+                             b.remote_addr, b.rkey, b.compare_add, b.swap))  # fmt: skip
+        rc = driver.post_sends(requests)
+        if rc:
+            raise self._refused(works, self.sq, rc)
+        return self._sends_posted(works)
+
+    def _sends_posted(self, works: list[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
+        self.cq.kick()
+        self.last_send = works[-1][1]
+        self._silent.extend(item for item in works if item[1].silent)
+        return self._track(works)
+
+    def post_packet(
+        self, seg: Segment, signaled: bool, done: Done, opcode: int = _ibv.WR_SEND
+    ) -> None:
+        """Post one send of ``seg`` (its send-queue slot already taken) whose
+        outcome goes to ``done`` from the drain: the message channel's path,
+        with no future, no request object and no per-post validation beyond
+        the queue pair's state. ``opcode`` may also be a zero-length RDMA
+        write (a probe: no remote address or key is needed for zero bytes)."""
+        try:
+            self.check_usable()
+        except BaseException:
+            self.sq.release(1)
+            raise
+        seq, silent = self._next_send(signaled)
+        work = _Work(self, None, opcode, (seg,), False, None, seq, silent, done)
+        wr_id = self.cq.register(work)
+        flags = 0 if silent else _ibv.SEND_SIGNALED
+        driver = self.driver
+        if driver is not None:
+            rc = driver.post_send(wr_id, opcode, flags, seg.addr, seg.length, seg.lkey)
+            if rc:
+                raise self._refused([(wr_id, work)], self.sq, rc)
+        else:
+            self._post_pyverbs([(wr_id, work, flags, SendRequest(opcode, (seg,), flags))])
+        self.cq.kick()
+        self.last_send = work
+        if silent:
+            self._silent.append((wr_id, work))
+        self.works[wr_id] = work
+        seg.mr._acquire()
+
+    def post_bind(
+        self, mw: MW, seg: Segment, access: int, kind: int
+    ) -> tuple[asyncio.Future[WorkCompletion], int]:
+        """Post a signalled bind of memory window ``mw`` (of type ``kind``)
+        over ``seg`` (its send-queue slot already taken); returns the bind's
+        future and the rkey the window will have. Always through pyverbs: a
+        bind is rare, and type 1 binds go through ``ibv_bind_mw``."""
+        from pyverbs.mr import MWBind, MWBindInfo
+
+        try:
+            self.check_usable()
+        except BaseException:
+            self.sq.release(1)
+            raise
+        qp, mr = self.qp, seg.mr._mr
+        assert qp is not None
+        assert mr is not None
+        fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
+        seq, _ = self._next_send(True)
+        work = _Work(self, fut, _ibv.WR_BIND_MW, (seg,), False, None, seq)
+        wr_id = self.cq.register(work)
+        try:
+            info = MWBindInfo(mr, seg.addr, seg.length, access)
+            if kind == _ibv.MW_TYPE_2:
+                wr = SendWR(wr_id=wr_id, opcode=_ibv.WR_BIND_MW, send_flags=_ibv.SEND_SIGNALED)
+                wr.set_bind_wr(mw, info)
+                qp.post_send(wr)
+                rkey = wr.rkey
+            else:
+                qp.bind_mw(mw, MWBind(info, _ibv.SEND_SIGNALED, wr_id))
+                rkey = mw.rkey
+        except PyverbsError as exc:
+            self._unpost([(wr_id, work)], self.sq)
+            self._silent_run = 0
+            code = getattr(exc, "error_code", 0) or errno.EINVAL
+            raise DeviceError(code, f"binding a memory window failed: {exc}") from exc
+        return self._sends_posted([(wr_id, work)])[0], rkey
+
+    def post_probe(self, done: Done) -> None:
+        """Post a signalled zero-length RDMA write (its send-queue slot
+        already taken) whose acknowledgement, or failure, goes to ``done``."""
+        try:
+            self.ensure_scratch()
+        except BaseException:
+            self.sq.release(1)
+            raise
+        assert self._scratch is not None
+        self.post_packet(self._scratch.segment(0, 0), True, done, _ibv.WR_RDMA_WRITE)
+
+    def post_packet_recv(self, seg: Segment, done: Done) -> None:
+        """Post one receive into ``seg`` (its receive-queue slot already
+        taken) whose outcome goes to ``done`` from the drain."""
+        try:
+            self.check_usable()
+        except BaseException:
+            self.rq.release(1)
+            raise
+        work = _Work(self, None, -1, (seg,), True, done=done)
+        wr_id = self.cq.register(work)
+        driver = self.driver
+        if driver is not None:
+            rc = driver.post_recv(wr_id, seg.addr, seg.length, seg.lkey)
+            if rc:
+                raise self._refused([(wr_id, work)], self.rq, rc)
+        else:
+            qp = self.qp
+            assert qp is not None
+            try:
+                qp.post_recv(self._single_recv(wr_id, seg))
+            except PyverbsRDMAError as exc:
+                self._unpost([(wr_id, work)], self.rq)
+                raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
+        self.works[wr_id] = work
+        seg.mr._acquire()
+
+    def silent_tail(self) -> bool:
+        """Whether the newest send-side request is unsignalled (and pending)."""
+        last = self.last_send
+        return last is not None and bool(self._silent) and self._silent[-1][1] is last
+
+    def post_marker(self) -> asyncio.Future[WorkCompletion]:
+        """Post a signalled zero-length RDMA write (its send-queue slot already
+        acquired): it touches no remote memory, and its completion settles
+        every unsignalled request before it."""
+        self.ensure_scratch()
+        assert self._scratch is not None
+        marker_request = SendRequest(_ibv.WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)
+        (marker,) = self.post_sends([marker_request])
+        marker.add_done_callback(_retrieve)  # maybe nobody awaits it; a flush is no news
+        return marker
+
+    def _report_silent_tail(self) -> None:
+        """Post a marker behind an unsignalled tail, so the tail is accounted
+        for even if nothing else is ever posted."""
+        if not self.silent_tail() or self.failure is not None or not self.sq.try_acquire(1):
+            return
+        with contextlib.suppress(DeviceError, QueuePairError, ResourceClosedError):
+            self.post_marker()
+
+    # -- receive side ------------------------------------------------------
+
+    def post_recvs(
+        self, chunk: Sequence[tuple[Segment, ...]]
+    ) -> list[asyncio.Future[WorkCompletion]]:
+        """Post one receive per scatter list (receive-queue slots already taken)."""
+        try:
+            self.check_usable()
+        except BaseException:
+            self.rq.release(len(chunk))
+            raise
+        if self.driver is not None:
+            return self._post_recvs_compiled(chunk)
+        qp = self.qp
+        assert qp is not None
+        works: list[tuple[int, _Work]] = []
+        wrs: list[RecvWR] = []
+        for segments in chunk:
+            fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
+            work = _Work(self, fut, -1, segments, True)
+            wr_id = self.cq.register(work)
+            if len(chunk) == 1 and len(segments) == 1:
+                wr = self._single_recv(wr_id, segments[0])
+            else:
+                sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
+                wr = RecvWR(wr_id=wr_id, num_sge=len(sges), sg=sges)
+            if wrs:
+                wrs[-1].next_wr = wr
+            works.append((wr_id, work))
+            wrs.append(wr)
+        try:
+            qp.post_recv(wrs[0])
+        except PyverbsRDMAError as exc:
+            self._unpost(works, self.rq)
+            raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
+        return self._track(works)
+
+    def _post_recvs_compiled(
+        self, chunk: Sequence[tuple[Segment, ...]]
+    ) -> list[asyncio.Future[WorkCompletion]]:
+        """:meth:`post_recvs` through the compiled core."""
+        driver = self.driver
+        assert driver is not None
+        works: list[tuple[int, _Work]] = []
+        requests: list[tuple[int, tuple[Segment, ...]]] = []
+        for segments in chunk:
+            work = _Work(self, self._loop.create_future(), -1, segments, True)
+            wr_id = self.cq.register(work)
+            works.append((wr_id, work))
+            requests.append((wr_id, segments))
+        rc = driver.post_recvs(requests)
+        if rc:
+            raise self._refused(works, self.rq, rc)
+        return self._track(works)
+
+    def _single_recv(self, wr_id: int, seg: Segment) -> RecvWR:
+        """A receive WR for one buffer, reused whenever that buffer is posted alone.
+
+        pyverbs copies the scatter list into the WR when it is built (and
+        never frees it), so a buffer posted again and again, as message
+        channels do, is served by one object; such WRs are never chained.
+        """
+        key = (seg.addr, seg.length, seg.lkey)
+        wr = self._recv_wrs.get(key)
+        if wr is None:
+            wr = RecvWR(wr_id=wr_id, num_sge=1, sg=[SGE(*key)])
+            if len(self._recv_wrs) < RECV_WR_CACHE:
+                self._recv_wrs[key] = wr
+        else:
+            wr.wr_id = wr_id
+        return wr
+
+    # -- tracking ----------------------------------------------------------
+
+    def _track(self, works: Sequence[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
+        """Record posted work and mark its memory busy until the completion arrives."""
+        futures = []
+        for wr_id, work in works:
+            self.works[wr_id] = work
+            for seg in work.segments:
+                seg.mr._acquire()
+            assert work.future is not None
+            futures.append(work.future)
+        return futures
+
+    def _unpost(self, works: Sequence[tuple[int, _Work]], pool: SlotPool) -> None:
+        """Undo the bookkeeping of a chain the provider refused.
+
+        Everything is validated before posting, so what remains to fail is the
+        QP's state, which providers check on the first work request: the
+        whole chain is taken as not posted. (pyverbs' ``bad_wr`` cannot be
+        used: it copies the failed WR, SGE list pointer included, and frees
+        that list a second time.)
+        """
+        for wr_id, work in works:
+            self.cq.forget(wr_id)
+            if work.scratch is not None:
+                self._scratch_free.append(work.scratch)
+            if work.future is not None:
+                work.future.cancel()
+            work.reported = True  # the caller gets the error
+        pool.release(len(works))
+
+    # -- completions -------------------------------------------------------
+
+    def complete(self, work: _Work, wc: WC) -> None:
+        """The completion of ``work`` arrived: resolve or fail its future."""
+        if not work.recv:
+            self._settle_silent(work.seq)
+        self._finish(wc.wr_id, work)
+        if wc.status == _ibv.WC_SUCCESS:
+            if work.future is None:
+                work.succeed(wc.byte_len, _no_result)
+            elif not work.future.done():
+                result = to_work_completion(wc)
+                if work.scratch is not None:
+                    assert self._scratch is not None
+                    raw = self._scratch.view()[work.scratch : work.scratch + 8]
+                    value = int.from_bytes(raw, sys.byteorder)
+                    result = dataclasses.replace(result, atomic_value=value)
+                work.future.set_result(result)
+        else:
+            opname = "recv" if work.recv else _ibv.WR_NAMES.get(work.opcode, str(work.opcode))
+            exc: BaseException = completion_error(wc, opname)
+            flushed = exc.flushed  # type: ignore[attr-defined]
+            if not flushed:
+                self.stats.add("errors:" + exc.status_name)  # type: ignore[attr-defined]
+                self._fail(exc)
+            else:  # the QP is in the error state: a consequence, not a new failure
+                self.stats.add("flushed")
+                exc = self.close_error() if self.closing else self.failed_error(exc)
+            work.fail(exc, quiet=flushed)  # a dropped flushed future is no news
+        if work.scratch is not None:
+            self._scratch_free.append(work.scratch)
+        if not self.works and self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+
+    def _finish(self, wr_id: int, work: _Work) -> None:
+        self.works.pop(wr_id, None)
+        for seg in work.segments:
+            seg.mr._release()
+        (self.rq if work.recv else self.sq).release(1)
+
+    def _settle_silent(self, seq: int) -> None:
+        """A send-queue completion arrived for request ``seq``: the send queue
+        completes in order, so every unsignalled request before it succeeded."""
+        silent = self._silent
+        while silent and silent[0][1].seq <= seq:
+            wr_id, work = silent.popleft()
+            if work.seq == seq:
+                break  # its own (failed) completion: handled by the caller
+            self.cq.forget(wr_id)
+            self._finish(wr_id, work)
+            length = total_length(work.segments)
+            opcode = Opcode.SEND if work.opcode in _ibv.SEND_OPCODES else Opcode.RDMA_WRITE
+            result = functools.partial(WorkCompletion, wr_id, opcode, length, None, self.qp_num)
+            work.succeed(length, result)
+
+    # -- closing -----------------------------------------------------------
+
+    def close(self, error: Callable[[], BaseException]) -> bool:
+        """Fail pending and later work with ``error()`` and move the QP to the
+        error state so the adapter flushes what was posted.
+
+        Returns True when the QP can be destroyed now (nothing to flush, or
+        the state change failed), False when flush completions are due.
+        """
+        self._report_silent_tail()
+        self.closing = True
+        self.close_error = error
+        err = error()
+        self.sq.fail(err)
+        self.rq.fail(err)
+        for work in list(self.works.values()):
+            work.fail(err, later=True, quiet=True)
+        if not self.works or self.qp is None:
+            return True
+        try:
+            attr = QPAttr()
+            attr.qp_state = _ibv.QPS_ERR
+            self.qp.modify(attr, _ibv.QP_STATE)
+        except PyverbsError:
+            return True
+        return False
+
+    def destroy(self) -> None:
+        """Forget pending work (failing its futures), destroy the QP and the
+        scratch memory (idempotent)."""
+        qp, self.qp = self.qp, None
+        if qp is None:
+            return
+        self.closing = True
+        err = self.close_error()
+        self.sq.fail(err)
+        self.rq.fail(err)
+        for wr_id, work in self.works.items():
+            self.cq.forget(wr_id)
+            for seg in work.segments:
+                seg.mr._release()
+        works = list(self.works.values())
+        self.works.clear()
+        for work in works:
+            work.fail(err, later=True, quiet=True)
+        self._silent.clear()
+        self.last_send = None
+        if self.driver is not None:
+            self.driver.detach()
+        try:
+            qp.close()
+        finally:
+            if self._scratch is not None:
+                self._scratch.close()

@@ -1,0 +1,457 @@
+"""Completion queues on the event loop.
+
+Each :class:`CompletionQueue` owns a completion channel whose descriptor is
+registered with its loop's ``add_reader``. When the adapter signals, the
+channel's events are consumed (acknowledged in batches), completions are
+polled in batches and handed to whoever posted the work request, and the CQ
+is re-armed and polled once more so a completion that raced with the arming
+is never lost. After a bounded number of completions the drain yields to the
+loop and continues on the next iteration, so one busy CQ cannot starve the
+loop. Nothing blocks and no thread is involved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import errno
+import itertools
+import logging
+import os
+import socket
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from pyverbs import enums
+from pyverbs.cq import CQ, CompChannel
+from pyverbs.pyverbs_error import PyverbsRDMAError
+
+from aiordma import _ibv
+from aiordma._pyverbs import verbs_errors
+from aiordma.exceptions import (
+    CompletionError,
+    DeviceError,
+    RemoteAccessError,
+    ResourceClosedError,
+    WrongLoopError,
+)
+from aiordma.verbs import _driver as _accel
+from aiordma.verbs._driver.fdprobe import create_with_fd
+
+if TYPE_CHECKING:
+    from pyverbs.cq import WC
+    from pyverbs.device import Context
+
+log = logging.getLogger(__name__)
+
+POLL_BATCH = 16
+"""Completions taken per ``ibv_poll_cq`` round."""
+DRAIN_BUDGET = 256
+"""Completions handled before the drain yields to the event loop."""
+ACK_BATCH = 64
+"""Channel events acknowledged together (``ibv_ack_cq_events`` takes a mutex)."""
+SPIN_SLICE = 50e-6
+"""Seconds the compiled core spins on an empty CQ per round of polling, before
+the loop runs its other work."""
+
+
+def _spin_from_env() -> float:
+    value = os.environ.get("AIORDMA_POLL_US", "")
+    try:
+        return max(0.0, float(value) / 1e6) if value else DEFAULT_POLL
+    except ValueError:
+        raise ValueError(f"AIORDMA_POLL_US must be microseconds, not {value!r}") from None
+
+
+DEFAULT_POLL = 0.0
+"""Seconds a CQ keeps polling for completions, after work was posted or a
+completion handled, before it arms its channel and waits for an event
+(``AIORDMA_POLL_US`` overrides it per process)."""
+
+
+class Opcode(enum.IntEnum):
+    """What a work completion completed (``ibv_wc_opcode``)."""
+
+    SEND = 0
+    RDMA_WRITE = 1
+    RDMA_READ = 2
+    COMP_SWAP = 3
+    FETCH_ADD = 4
+    BIND_MW = 5
+    LOCAL_INV = 6
+    TSO = 7
+    RECV = 128
+    RECV_RDMA_WITH_IMM = 129
+
+
+_REMOTE_ACCESS_STATUSES = frozenset({"IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_INV_REQ_ERR"})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkCompletion:
+    """The successful completion of one work request."""
+
+    wr_id: int
+    opcode: Opcode
+    byte_len: int
+    """Bytes received (receives) or transferred (reads, atomics)."""
+    imm_data: int | None
+    """Immediate data carried by a send/write with immediate (host byte order), else None."""
+    qp_num: int
+    atomic_value: int | None = None
+    """For atomics: the 64-bit value the remote word held before the operation."""
+
+
+_checked: tuple[weakref.ref[asyncio.AbstractEventLoop], int] | None = None
+"""The loop :func:`check_loop` last confirmed, and the thread it runs in."""
+
+
+def check_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Raise WrongLoopError unless called from ``loop`` (what a resource is bound to).
+
+    On the per-message path this runs for every operation, and on Python
+    3.11 ``asyncio.get_running_loop()`` makes a ``getpid`` system call each
+    time (tens of microseconds under emulation). So once a loop has been
+    confirmed running in a thread, a call from that thread while that loop
+    is running is taken as coming from it: a thread runs one loop at a time.
+    """
+    global _checked
+    checked = _checked
+    if (
+        checked is not None
+        and checked[0]() is loop
+        and checked[1] == threading.get_ident()
+        and loop.is_running()
+    ):
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is not loop:
+        raise WrongLoopError(
+            "this object belongs to another event loop; create it (or open the "
+            "device) on the loop that uses it"
+        )
+    _checked = (weakref.ref(loop), threading.get_ident())
+
+
+def _comp_channel(context: Context) -> CompChannel:
+    with verbs_errors("creating a completion channel"):
+        return CompChannel(context)
+
+
+def _status_name(status: int) -> str:
+    try:
+        return str(enums.ibv_wc_status(status).name)
+    except ValueError:
+        return f"IBV_WC_STATUS_{status}"
+
+
+def completion_error(wc: WC, opcode: str) -> CompletionError:
+    """The typed exception for a failed work completion."""
+    name = _status_name(wc.status)
+    cls = RemoteAccessError if name in _REMOTE_ACCESS_STATUSES else CompletionError
+    return cls(wc.status, name, wc.vendor_err, opcode, wc.wr_id)
+
+
+def to_work_completion(wc: WC) -> WorkCompletion:
+    try:
+        opcode = Opcode(wc.opcode)
+    except ValueError:
+        opcode = Opcode.SEND
+    imm = socket.ntohl(wc.imm_data) if wc.wc_flags & _ibv.WC_WITH_IMM else None
+    return WorkCompletion(wc.wr_id, opcode, wc.byte_len, imm, wc.qp_num)
+
+
+class CompletionHandler(Protocol):
+    """Whoever posted a work request; told once when its completion arrives."""
+
+    def complete(self, wc: WC) -> None: ...
+
+
+class CompletionQueue:
+    """A CQ and its completion channel, driven by one event loop.
+
+    Queue pairs post with a ``wr_id`` from :meth:`register` and are told
+    about the completion through the handler they registered. The CQ's
+    capacity grows (``ibv_resize_cq``) as queue pairs reserve room for their
+    send and receive queues, so it can never overflow.
+    """
+
+    def __init__(
+        self,
+        context: Context,
+        loop: asyncio.AbstractEventLoop,
+        capacity: int = 256,
+        poll: float | None = None,
+    ):
+        self._loop = loop
+        self._poll = _spin_from_env() if poll is None else poll
+        self._poll_until = 0.0
+        self._polling = False
+        self._armed = True
+        self._max_cqe: int = context.query_device().max_cqe
+        channel, fd = create_with_fd(
+            lambda: _comp_channel(context),
+            "anon_inode:[infinibandevent]",
+            lambda ch: getattr(ch, "fd", None),
+        )
+        self._channel: CompChannel | None = channel
+        self._fd = fd
+        try:
+            os.set_blocking(fd, False)
+            with verbs_errors("creating a completion queue"):
+                self._cq: CQ | None = CQ(context, min(capacity, self._max_cqe), None, channel, 0)
+            self._driver = _accel.cq_driver(self._cq, fd)
+            """The compiled core's handle on this CQ (None: the pure-Python path)."""
+            self._arm()
+            loop.add_reader(fd, self._on_readable)
+        except BaseException:
+            if getattr(self, "_cq", None) is not None:
+                self._cq.close()  # type: ignore[union-attr]
+            channel.close()
+            raise
+        self._reserved = 0
+        self._unacked = 0
+        self._handlers: dict[int, CompletionHandler] = {}
+        self._ids = itertools.count(1)
+        self._drain_scheduled = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this CQ's channel is registered with."""
+        return self._loop
+
+    @property
+    def cq(self) -> CQ:
+        """The pyverbs ``CQ`` (raises :class:`~aiordma.ResourceClosedError` once closed)."""
+        if self._cq is None:
+            raise ResourceClosedError("completion queue is closed")
+        return self._cq
+
+    @property
+    def capacity(self) -> int:
+        """Entries the CQ holds now (it grows as queue pairs reserve room)."""
+        return int(self.cq.cqe)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run."""
+        return self._cq is None
+
+    def check_loop(self) -> None:
+        """Raise WrongLoopError unless called from this CQ's event loop."""
+        check_loop(self._loop)
+
+    def has_room(self, entries: int) -> bool:
+        """Whether :meth:`reserve` of ``entries`` would succeed."""
+        return self._reserved + entries <= self._max_cqe
+
+    def reserve(self, entries: int) -> None:
+        """Make room for ``entries`` more outstanding completions (a QP's queues)."""
+        need = self._reserved + entries
+        if need > self._max_cqe:
+            raise DeviceError(
+                errno.ENOMEM,
+                f"completion queue would need {need} entries; the device allows {self._max_cqe}",
+            )
+        if need > self.capacity:
+            with verbs_errors("resizing a completion queue"):
+                self.cq.resize(min(self._max_cqe, max(need, 2 * self.capacity)))
+        self._reserved = need
+
+    def unreserve(self, entries: int) -> None:
+        """Give back room reserved with :meth:`reserve` (a queue pair was destroyed)."""
+        self._reserved -= entries
+
+    @property
+    def reserved(self) -> int:
+        """Entries reserved by the queue pairs that use this CQ (0: none uses it)."""
+        return self._reserved
+
+    def register(self, handler: CompletionHandler) -> int:
+        """A fresh ``wr_id`` whose completion will be given to ``handler``."""
+        wr_id = next(self._ids)
+        self._handlers[wr_id] = handler
+        return wr_id
+
+    def forget(self, wr_id: int) -> None:
+        """Drop a registration whose work request was never posted."""
+        self._handlers.pop(wr_id, None)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiled core drains this CQ (else pure Python does)."""
+        return self._driver is not None
+
+    def _arm(self) -> None:
+        if self._driver is not None:
+            self._driver.req_notify()
+        else:
+            self.cq.req_notify()
+
+    def _report(self, exc: Exception | None, wc: WC) -> None:
+        """A handler failed, or nobody posted ``wc``: work given up when its
+        queue pair was destroyed leaves flushed completions in the CQ, which
+        are expected and not news; a successful one is."""
+        if exc is not None:
+            self._loop.call_exception_handler(
+                {"message": "aiordma completion handler failed", "exception": exc}
+            )
+        elif wc.status == _ibv.WC_SUCCESS:
+            log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
+
+    def _on_readable(self) -> None:
+        channel, cq = self._channel, self._cq
+        if channel is None or cq is None:
+            return
+        driver = self._driver
+        if driver is not None:
+            if driver.take_event():  # and acknowledges it
+                self._armed = False
+            self._drain()
+            return
+        while True:
+            try:
+                channel.get_cq_event(cq)
+            except PyverbsRDMAError as exc:
+                if exc.error_code in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    break
+                raise
+            self._unacked += 1
+            self._armed = False
+            break  # one event per arming: if another is pending the fd stays readable
+        if self._unacked >= ACK_BATCH:
+            cq.ack_events(self._unacked)
+            self._unacked = 0
+        self._drain()
+
+    def _scheduled_drain(self) -> None:
+        self._drain_scheduled = False
+        self._drain()
+
+    def kick(self) -> None:
+        """Work was posted: poll for its completion for a while (see :data:`DEFAULT_POLL`)."""
+        if self._poll > 0 and not self._polling and self._cq is not None:
+            self._polling = True
+            self._poll_until = self._loop.time() + self._poll
+            self._loop.call_soon(self._poll_step)
+
+    def _poll_step(self) -> None:
+        """One round of polling between the loop's other work; arms once nothing came for long."""
+        if self._cq is None:
+            self._polling = False
+            return
+        driver = self._driver
+        if driver is not None:  # spin in C, no Python per empty poll
+            driver.spin(min(SPIN_SLICE, max(0.0, self._poll_until - self._loop.time())))
+        if self._drain(arm=False):
+            self._poll_until = self._loop.time() + self._poll
+        if self._handlers and self._loop.time() < self._poll_until:
+            self._loop.call_soon(self._poll_step)
+            return
+        self._polling = False
+        self._drain(keep_polling=False)
+
+    def _drain(self, arm: bool = True, keep_polling: bool = True) -> int:
+        """Hand out completions until the CQ is empty (or the budget is spent); how many.
+
+        With ``arm`` the CQ is armed before returning (and polled once more,
+        so a completion that raced with the arming is not missed), unless
+        ``keep_polling`` lets it be polled for a while first.
+        """
+        cq = self._cq
+        if cq is None:
+            return 0
+        if self._driver is not None:
+            return self._drain_compiled(arm, keep_polling)
+        handlers = self._handlers
+        budget = DRAIN_BUDGET
+        handled: int = 0
+        while True:
+            count, wcs = cq.poll(POLL_BATCH)
+            for wc in wcs:
+                handler = handlers.pop(wc.wr_id, None)
+                if handler is None:
+                    self._report(None, wc)
+                    continue
+                try:
+                    handler.complete(wc)
+                except Exception as exc:  # a handler bug must not kill the loop
+                    self._report(exc, wc)
+            budget -= count
+            handled += int(count)
+            if count < POLL_BATCH:
+                if self._armed_now(arm, keep_polling):
+                    return handled
+            elif budget <= 0:
+                self._yield_drain()
+                return handled
+
+    def _drain_compiled(self, arm: bool, keep_polling: bool) -> int:
+        """:meth:`_drain` by the compiled core: same steps, no WC objects."""
+        driver = self._driver
+        assert driver is not None
+        handled = 0
+        while self._cq is not None:
+            count, empty = driver.drain(self._handlers, DRAIN_BUDGET - handled, self._report)
+            handled += count
+            if self._cq is None:  # a handler closed this CQ
+                break
+            if empty:
+                if self._armed_now(arm, keep_polling):
+                    break
+            elif handled >= DRAIN_BUDGET:
+                self._yield_drain()
+                break
+        return handled
+
+    def _armed_now(self, arm: bool, keep_polling: bool) -> bool:
+        """The CQ was found empty: whether the drain is over (True), or must
+        poll once more because it just armed the CQ (False)."""
+        if not arm or self._armed:
+            return True
+        if keep_polling and self._poll > 0 and self._handlers:
+            self.kick()
+            if self._polling:
+                return True
+        # Re-arm, then poll again: a completion that arrived between the
+        # empty poll and the arming raises no event.
+        self._arm()
+        self._armed = True
+        return False
+
+    def _yield_drain(self) -> None:
+        """The budget is spent: continue on the loop's next iteration."""
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._scheduled_drain)
+
+    @property
+    def pending(self) -> int:
+        """Work requests posted through this CQ whose completions have not arrived."""
+        return len(self._handlers)
+
+    def close(self) -> None:
+        """Unregister from the loop and destroy the CQ and channel (idempotent).
+
+        Queue pairs using the CQ must be closed first.
+        """
+        cq, channel = self._cq, self._channel
+        if cq is None or channel is None:
+            return
+        self._cq = self._channel = None
+        if not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError, ValueError, OSError):
+                self._loop.remove_reader(self._fd)
+        self._handlers.clear()
+        if self._driver is not None:
+            self._driver.detach()
+        try:
+            cq.close()  # acknowledges outstanding events first
+        finally:
+            channel.close()

@@ -1,0 +1,418 @@
+"""RDMA devices and their protection domain."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import errno
+import mmap
+import resource
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from aiordma import _ibv
+from aiordma._pyverbs import verbs_errors
+from aiordma.exceptions import DeviceError, MemoryLimitError, ResourceClosedError
+from aiordma.verbs._closing import CloseWaiters
+from aiordma.verbs.completion import CompletionQueue
+from aiordma.verbs.discovery import (
+    DeviceInfo,
+    PortInfo,
+    find_roce_endpoint,
+    forget_devices,
+    list_devices,
+    lookup,
+)
+from aiordma.verbs.memory import Access, MemoryRegion
+from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
+
+if TYPE_CHECKING:
+    from pyverbs.device import Context
+    from pyverbs.pd import PD
+
+    from aiordma.channel.pool import SharedReceiveQueue
+
+
+class _RemovalWatcher(Protocol):
+    def _device_removed(self, device: Device) -> None: ...
+
+
+_shared: dict[str, Device] = {}
+_shared_default: str | None = None
+"""The name ``Device.shared()`` resolved its default to."""
+_open: weakref.WeakSet[Device] = weakref.WeakSet()
+"""Every open device, so that exit can close what the program left open."""
+
+
+@atexit.register
+def _close_shared() -> None:
+    """Release devices before interpreter teardown frees pyverbs objects in
+    any order (which can crash inside libibverbs): shared ones silently,
+    others left open by the program with a ResourceWarning."""
+    for dev in list(_shared.values()):
+        with contextlib.suppress(Exception):
+            dev.close()
+    _shared.clear()
+    for dev in list(_open):
+        warnings.warn(f"unclosed {dev!r} closed at exit", ResourceWarning, stacklevel=1)
+        with contextlib.suppress(Exception):
+            dev.close()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAttributes:
+    """The limits of a device that shape what can be posted (from ``ibv_query_device``)."""
+
+    max_qp_wr: int
+    max_sge: int
+    max_sge_rd: int
+    max_cqe: int
+    max_mr_size: int
+    max_qp_rd_atom: int
+    max_qp_init_rd_atom: int
+    atomic: bool
+    """Whether the device supports atomic operations."""
+    phys_port_cnt: int
+    fw_version: str
+    vendor_id: int
+    vendor_part_id: int
+    memory_windows: int = 0
+    """The memory window type :meth:`QueuePair.bind_window` uses: 2 where the
+    device supports type 2 windows, 1 where only type 1, 0 without windows."""
+    bounded_windows: bool = False
+    """Whether the device confines a window's rkey to the window's bytes.
+    False on rxe, whose responder checks an access against the whole
+    underlying region (revocation and type 2's tie to one queue pair hold)."""
+
+
+_RXE_VENDOR_ID: Final = 0xFFFFFF
+"""Soft-RoCE's vendor id (``RXE_VENDOR_ID`` in the kernel)."""
+
+
+def _window_type(flags: int, max_mw: int) -> int:
+    """The best memory window type a device offers (0: none)."""
+    if not max_mw or not flags & _ibv.DEVICE_MEM_WINDOW:
+        return 0
+    if flags & (_ibv.DEVICE_MEM_WINDOW_TYPE_2A | _ibv.DEVICE_MEM_WINDOW_TYPE_2B):
+        return _ibv.MW_TYPE_2
+    return _ibv.MW_TYPE_1
+
+
+def _default_device_name() -> str:
+    """The first device with a RoCE v2 address (IPv4 first), else with an active port."""
+
+    def choose(devices: list[DeviceInfo]) -> str | None:
+        endpoint = find_roce_endpoint(devices) or find_roce_endpoint(devices, family=6)
+        if endpoint is not None:
+            return endpoint.device
+        return next((d.name for d in devices if any(p.active for p in d.ports)), None)
+
+    name = lookup(choose)
+    if name is None:
+        raise DeviceError(19, "no RDMA device with an active port (try 'aiordma devices')")
+    return name
+
+
+class Device:
+    """An opened RDMA device with one protection domain.
+
+    ``Device()`` opens the first device with an active port; ``Device("rxe0")``
+    a named one. Memory registered and queue pairs created through it share
+    its protection domain. Use it as an (async) context manager or call
+    :meth:`close`, which releases queue pairs, memory regions, completion
+    queues, the protection domain and the device context, in that order.
+    """
+
+    def __init__(self, name: str | None = None) -> None:
+        from pyverbs.device import Context
+        from pyverbs.pd import PD
+
+        self.name: str = name or _default_device_name()
+        with verbs_errors(f"opening RDMA device {self.name!r}", errno.ENODEV):
+            self._context: Context | None = Context(name=self.name)
+        try:
+            with verbs_errors(f"allocating a protection domain on {self.name}"):
+                self._pd: PD | None = PD(self._context)
+                attr = self._context.query_device()
+        except BaseException:
+            self._context.close()
+            raise
+        self.attributes = DeviceAttributes(
+            max_qp_wr=attr.max_qp_wr,
+            max_sge=attr.max_sge,
+            max_sge_rd=attr.max_sge_rd,
+            max_cqe=attr.max_cqe,
+            max_mr_size=attr.max_mr_size,
+            max_qp_rd_atom=attr.max_qp_rd_atom,
+            max_qp_init_rd_atom=attr.max_qp_init_rd_atom,
+            atomic=attr.atomic_caps != _ibv.ATOMIC_NONE,
+            phys_port_cnt=attr.phys_port_cnt,
+            fw_version=str(attr.fw_version),
+            vendor_id=attr.vendor_id,
+            vendor_part_id=attr.vendor_part_id,
+            memory_windows=_window_type(attr.device_cap_flags, attr.max_mw),
+            bounded_windows=attr.vendor_id != _RXE_VENDOR_ID,
+        )
+        self._cqs: dict[asyncio.AbstractEventLoop, list[CompletionQueue]] = {}
+        self._qps: set[QueuePair] = set()
+        self._srqs: set[SharedReceiveQueue] = set()
+        self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
+        # Weak: a watcher that was collected needs no news of a removal.
+        self._watchers: weakref.WeakSet[_RemovalWatcher] = weakref.WeakSet()
+        self._close_waiters = CloseWaiters()
+        self.removed = False
+        """True once the device was removed from the system (its connections failed)."""
+        _open.add(self)
+
+    @classmethod
+    def shared(cls, name: str | None = None) -> Device:
+        """The process-wide :class:`Device` for ``name``, opened on first use.
+
+        ``None`` means the default device, as for ``Device()``.
+
+        Connections made by :func:`aiordma.connect` and :func:`aiordma.start_server`
+        without an explicit ``device`` use it, so memory registered on it
+        serves every such connection. It stays open until closed explicitly or
+        until the device is removed.
+        """
+        global _shared_default
+        if name is None and _shared_default is not None:  # no sysfs scan on every call
+            dev = _shared.get(_shared_default)
+            if dev is not None and not dev.closed:
+                return dev
+        key = name or _default_device_name()
+        dev = _shared.get(key)
+        if dev is None or dev.closed:
+            dev = _shared[key] = cls(key)
+        if name is None:
+            _shared_default = key
+        return dev
+
+    def __repr__(self) -> str:
+        return f"<Device {self.name}{' closed' if self.closed else ''}>"
+
+    @classmethod
+    def shared_if_open(cls, name: str) -> Device | None:
+        """The shared device for ``name`` if it is open, without opening it."""
+        dev = _shared.get(name)
+        return None if dev is None or dev.closed else dev
+
+    @property
+    def closed(self) -> bool:
+        """True once the device is closed."""
+        return self._context is None
+
+    @property
+    def context(self) -> Context:
+        """The pyverbs ``Context`` (for what aiordma does not wrap)."""
+        if self._context is None:
+            raise ResourceClosedError(f"device {self.name} is closed")
+        return self._context
+
+    @property
+    def pd(self) -> PD:
+        """The pyverbs ``PD`` everything of this device is created in."""
+        if self._pd is None:
+            raise ResourceClosedError(f"device {self.name} is closed")
+        return self._pd
+
+    @property
+    def ports(self) -> tuple[PortInfo, ...]:
+        """Ports with their state and GID table, read now."""
+        for info in list_devices():
+            if info.name == self.name:
+                return info.ports
+        return ()
+
+    def gid_index(self, port: int = 1, family: int = 4) -> int:
+        """Index of the port's RoCE v2 GID for an IP address of ``family``; 0 on InfiniBand."""
+        endpoint = find_roce_endpoint(device=self.name, port=port, family=family)
+        if endpoint is not None:
+            return endpoint.gid_index
+        if any(p.number == port and p.link_layer == "InfiniBand" for p in self.ports):
+            return 0
+        raise DeviceError(
+            99, f"{self.name} port {port} has no active RoCE v2 GID for an IPv{family} address"
+        )
+
+    def register(self, obj: Any, access: Access | None = None) -> MemoryRegion:
+        """Register ``obj``'s memory (any contiguous buffer) without copying it.
+
+        ``access`` defaults to ``Access.LOCAL_WRITE`` for writable buffers and
+        ``Access.NONE`` (usable as a source only) for read-only ones. Remote
+        access is granted only when asked for.
+        """
+        try:
+            mr = MemoryRegion(self.pd, obj, access)
+        except DeviceError as exc:
+            if exc.errno != errno.ENOMEM:
+                raise
+            raise self._memory_limit_error(memoryview(obj).nbytes) from exc
+        self._mrs.add(mr)
+        return mr
+
+    def _memory_limit_error(self, requested: int) -> MemoryLimitError:
+        registered = sum(mr.length for mr in list(self._mrs) if not mr.closed)
+        soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        limit = None if soft == resource.RLIM_INFINITY else soft
+        shown = "unlimited" if limit is None else f"{limit // 1024} KiB"
+        return MemoryLimitError(
+            f"cannot register {requested} bytes on {self.name}: out of lockable memory "
+            f"(ENOMEM). This process already has {registered} bytes registered there, and "
+            f"its locked-memory limit is {shown}: the usual cause is that limit ('ulimit -l'; "
+            "raise it with 'ulimit -l unlimited', systemd's LimitMEMLOCK= or "
+            "/etc/security/limits.conf, or grant CAP_IPC_LOCK). Each message channel pins "
+            "2 x (window + control_window) x buffer_size bytes (640 KiB by default).",
+            requested,
+            registered,
+            limit,
+        )
+
+    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion:
+        """Allocate ``size`` page-aligned bytes and register them."""
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise TypeError(f"size must be an int, not {type(size).__name__}")
+        if size <= 0:
+            raise ValueError(f"size must be positive, not {size}")
+        buf = mmap.mmap(-1, size)
+        try:
+            mr = self.register(buf, access)
+        except BaseException:
+            buf.close()
+            raise
+        mr._owned = buf
+        return mr
+
+    def completion_queue(self, entries: int = 0) -> CompletionQueue:
+        """A completion queue of this device on the running loop with room for ``entries`` more.
+
+        Queue pairs share it; another one is created once the device's CQ size
+        limit would be exceeded.
+        """
+        loop = asyncio.get_running_loop()
+        for stale in [lp for lp in self._cqs if lp.is_closed()]:
+            for cq in self._cqs.pop(stale):
+                cq.close()
+        cqs = self._cqs.setdefault(loop, [])
+        cqs[:] = [cq for cq in cqs if not cq.closed]
+        for cq in cqs:
+            if cq.has_room(entries):
+                return cq
+        cq = CompletionQueue(self.context, loop)
+        cqs.append(cq)
+        return cq
+
+    def create_qp(
+        self,
+        options: QueuePairOptions | None = None,
+        shared_receive: SharedReceiveQueue | None = None,
+    ) -> QueuePair:
+        """A new reliable-connected queue pair on the running loop (in INIT
+        state), receiving from ``shared_receive`` if given."""
+        opts = options or QueuePairOptions()
+        entries = opts.send_depth + (0 if shared_receive is not None else opts.recv_depth)
+        qp = QueuePair(self, self.completion_queue(entries), opts, shared_receive)
+        self._qps.add(qp)
+        return qp
+
+    def _forget_qp(self, qp: QueuePair) -> None:
+        self._qps.discard(qp)
+
+    def _release_cq(self, cq: CompletionQueue) -> None:
+        """Close ``cq`` once no queue pair uses it, unless it is its loop's first
+        (kept for the next queue pair: a CQ costs a completion channel to make)."""
+        if cq.closed or cq.reserved > 0 or cq.loop.is_closed():
+            return
+        # Not now: this may run inside the CQ's own drain.
+        cq.loop.call_soon(self._close_if_unused, cq)
+
+    def _close_if_unused(self, cq: CompletionQueue) -> None:
+        if cq.closed or cq.reserved > 0 or cq.pending > 0:
+            return
+        cqs = self._cqs.get(cq.loop)
+        if cqs and cqs[0] is not cq and cq in cqs:
+            cqs.remove(cq)
+            cq.close()
+
+    def _watch(self, watcher: _RemovalWatcher) -> None:
+        self._watchers.add(watcher)
+
+    def _unwatch(self, watcher: _RemovalWatcher) -> None:
+        self._watchers.discard(watcher)
+
+    def _removed(self) -> None:
+        """The device is going away: fail everything on it, then release it.
+
+        The kernel finishes removing a device only once every user context on
+        it is closed, so this closes the device rather than leave it half-open.
+        """
+        if self.removed:
+            return
+        self.removed = True
+        forget_devices()
+        for watcher in list(self._watchers):
+            watcher._device_removed(self)
+        self._watchers.clear()
+        self.close()
+        if _shared.get(self.name) is self:
+            del _shared[self.name]
+
+    def close(self) -> None:
+        """Release everything (idempotent): queue pairs, memory, CQs, PD, context."""
+        if self._context is None:
+            return
+        _open.discard(self)
+        for qp in list(self._qps):
+            qp.destroy()
+        self._qps.clear()
+        for srq in list(self._srqs):
+            srq._release()
+        for mr in list(self._mrs):
+            mr._deregister()
+        for cqs in self._cqs.values():
+            for cq in cqs:
+                cq.close()
+        self._cqs.clear()
+        pd, ctx = self._pd, self._context
+        self._pd = self._context = None
+        try:
+            if pd is not None:
+                pd.close()
+        finally:
+            ctx.close()
+            self._close_waiters.closed()
+
+    def is_closing(self) -> bool:
+        """True once the device is closed (or was removed)."""
+        return self._context is None
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        if getattr(self, "_context", None) is not None:
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
+
+    async def wait_closed(self) -> None:
+        """Wait until the device is closed (by :meth:`close`, :meth:`aclose` or removal)."""
+        if not self.closed:
+            await self._close_waiters.wait()
+
+    async def aclose(self) -> None:
+        """Close gracefully: let queue pairs flush their pending work, then :meth:`close`."""
+        for qp in list(self._qps):
+            qp.close()
+            await qp.wait_closed()
+        self.close()
+
+    async def __aenter__(self) -> Device:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,830 @@
+"""Reliable-connected queue pairs whose work requests are coroutines.
+
+Every posted work request is registered with the device's completion queue
+under a fresh ``wr_id``; its completion resolves an ``asyncio.Future``.
+Sends and writes may be posted unsignalled (``signaled=False``): the send
+queue completes in order, so their futures resolve when a later signalled
+request completes, and a failure still reports itself. The work request's
+local memory stays referenced (and its memory regions counted as busy) until
+that completion arrives, whatever happens to the awaiting task: cancelling
+an await abandons only the wait."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from pyverbs.addr import GID, AHAttr, GlobalRoute
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+
+from aiordma import _ibv, metrics
+from aiordma._pyverbs import verbs_errors
+from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
+from aiordma.verbs._engine import (
+    RECV_WR_CACHE,
+    SIGNAL_FRACTION,
+    Done,
+    SendRequest,
+    WorkEngine,
+    closed_error,
+    total_length,
+)
+from aiordma.verbs.completion import WorkCompletion
+from aiordma.verbs.endpoint import Endpoint, gid_to_bytes, gid_to_str
+from aiordma.verbs.memory import (
+    Access,
+    Local,
+    MemoryRegion,
+    RemoteBuffer,
+    Segment,
+    as_segments,
+    check_remote,
+    check_segments,
+    check_writable,
+)
+from aiordma.verbs.window import MemoryWindow, check_window
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from aiordma.channel.pool import SharedReceiveQueue
+    from aiordma.verbs.completion import CompletionQueue
+    from aiordma.verbs.device import Device
+
+_OP_COUNTERS: Final = {
+    kind: "ops:" + kind
+    for kind in (
+        "send",
+        "rdma_write",
+        "rdma_read",
+        *(_ibv.WR_NAMES[op] for op in _ibv.ATOMIC_OPCODES),
+    )
+}
+"""The counter of each awaited verb, named once rather than per operation."""
+
+__all__ = [
+    "FLUSH_TIMEOUT",
+    "RECV_WR_CACHE",
+    "SIGNAL_FRACTION",
+    "Endpoint",
+    "QueuePair",
+    "QueuePairOptions",
+    "Read",
+    "Send",
+    "SendOp",
+    "Write",
+    "connect_loopback_pair",
+]
+
+FLUSH_TIMEOUT = 5.0
+"""How long :meth:`QueuePair.wait_closed` waits for flushed completions."""
+
+
+_RNR_TIMER_MS: Final = (655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32,
+                        0.48, 0.64, 0.96, 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36,
+                        20.48, 30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68,
+                        491.52)  # fmt: skip
+"""Milliseconds of each ``min_rnr_timer`` code (the InfiniBand specification's table)."""
+
+DEFAULT_KEEPALIVE = 10.0
+"""Seconds between a connection's probes of its peer (see ``keepalive``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePairOptions:
+    """Sizes and transport parameters of a queue pair; the defaults suit most uses."""
+
+    send_depth: int = 128
+    recv_depth: int = 128
+    max_send_sge: int = 4
+    max_recv_sge: int = 4
+    max_inline: int = 64
+    """Sends and writes up to this many bytes are copied into the WQE (no DMA read)."""
+    port: int = 1
+    gid_index: int | None = None
+    """Source GID; by default the port's RoCE v2 IPv4 GID."""
+    path_mtu: int | None = None
+    """``ibv_mtu`` enum value (1=256 ... 5=4096); by default the port's active MTU."""
+    max_rd_atomic: int = 16
+    """Outstanding RDMA reads/atomics, each way (clamped to the device's limits)."""
+    timeout: int = 14
+    """Local ACK timeout exponent: 4.096 us * 2**timeout (14 is about 67 ms)."""
+    retry_cnt: int = 6
+    """Transport retries of an unacknowledged packet before the work fails
+    with ``IBV_WC_RETRY_EXC_ERR`` (see :attr:`retry_bound`). Not 7: rxe
+    treats 7 as "retry forever", so work on a dead peer would never fail."""
+    rnr_retry: int = 6
+    """Receiver-not-ready retries before failing (7 would retry forever)."""
+    min_rnr_timer: int = 31
+    """How long a sender facing our empty receive queue waits per retry, as
+    the ``ibv_qp_attr`` code (31, the longest, is about 0.49 s; see
+    :attr:`rnr_bound`). A loaded server may post its first receives late."""
+    keepalive: float | None = DEFAULT_KEEPALIVE
+    """Seconds between a connection's probes of its peer
+    (:meth:`QueuePair.post_probe`); a probe the transport gives up on fails
+    the connection with :class:`~aiordma.ConnectionLostError`. None: never
+    probe (a dead peer is then noticed only by work posted to it)."""
+
+    @property
+    def retry_bound(self) -> float:
+        """Seconds the transport keeps resending unacknowledged work before
+        failing it: ``(retry_cnt + 1) * 4.096 us * 2**timeout`` (about 0.47 s
+        for the defaults). A link out for less loses nothing; for longer,
+        work in flight fails about this long after the link went, and an
+        idle connection within ``keepalive + retry_bound``."""
+        return float((self.retry_cnt + 1) * 4.096e-6 * 2**self.timeout)
+
+    @property
+    def rnr_bound(self) -> float:
+        """Seconds a peer's send waits for us to post a receive before it fails
+        with ``IBV_WC_RNR_RETRY_EXC_ERR``: ``rnr_retry`` waits of ``min_rnr_timer``
+        (about 2.9 s for the defaults, enough for a loaded server's handler
+        to post its first receive; a forgotten receive still fails)."""
+        return self.rnr_retry * _RNR_TIMER_MS[self.min_rnr_timer] / 1000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_rnr_timer < len(_RNR_TIMER_MS):
+            raise ValueError(
+                f"min_rnr_timer must be a code from 0 to 31, not {self.min_rnr_timer!r}"
+            )
+        if self.keepalive is not None and not self.keepalive > 0:
+            raise ValueError(f"keepalive must be a positive number of seconds or None, "
+                             f"not {self.keepalive!r}")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """A send (optionally with 32-bit immediate data) for :meth:`QueuePair.post_batch`.
+
+    ``signaled=False`` asks for no completion entry of its own (selective
+    signalling): its future resolves when a later signalled request on the
+    same queue pair completes, which saves the adapter a completion and the
+    event loop a wake-up. It still fails at once if it fails. See
+    :meth:`QueuePair.flush_sends`.
+    """
+
+    local: Local
+    imm: int | None = None
+    inline: bool | None = None
+    signaled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """An RDMA write (optionally with immediate data) for :meth:`QueuePair.post_batch`.
+
+    ``signaled`` works as for :class:`Send`.
+    """
+
+    local: Local
+    remote: RemoteBuffer
+    imm: int | None = None
+    inline: bool | None = None
+    signaled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """An RDMA read into ``local`` for :meth:`QueuePair.post_batch`."""
+
+    local: Local
+    remote: RemoteBuffer
+
+
+SendOp = Send | Write | Read
+"""What :meth:`QueuePair.post_batch` accepts: a :class:`Send`, :class:`Write` or :class:`Read`."""
+
+
+def _operand(value: int, name: str) -> int:
+    """An atomic operand as the 64-bit word the adapter takes (a negative one
+    in two's complement, so ``atomic_fetch_add(r, -1)`` subtracts)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"{name} ({value}) does not fit the 64-bit word atomics work on")
+    return value & ((1 << 64) - 1)
+
+
+def _check_imm(imm: int | None) -> None:
+    if imm is not None and not 0 <= imm < 1 << 32:
+        raise ValueError("immediate data must fit in 32 bits (0 <= imm < 2**32)")
+
+
+class QueuePair:
+    """A reliable-connected (RC) queue pair driven by the event loop.
+
+    Create with :meth:`aiordma.Device.create_qp`, connect with
+    :meth:`connect` (or through rdma_cm), then await its operations. When the
+    send or receive queue is full, posting waits for room. A failed work
+    request raises :class:`CompletionError`; once the queue pair has failed,
+    every pending and later operation raises too.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        cq: CompletionQueue,
+        options: QueuePairOptions | None = None,
+        shared_receive: SharedReceiveQueue | None = None,
+    ) -> None:
+        opts = options or QueuePairOptions()
+        attrs = device.attributes
+        for name in ("send_depth", "recv_depth"):
+            if not 0 < getattr(opts, name) <= attrs.max_qp_wr:
+                raise ValueError(f"{name} must be between 1 and {attrs.max_qp_wr}")
+        for name in ("max_send_sge", "max_recv_sge"):
+            if not 0 < getattr(opts, name) <= attrs.max_sge:
+                raise ValueError(f"{name} must be between 1 and {attrs.max_sge}")
+        self.options = opts
+        self.device = device
+        self._cq = cq
+        self._loop = cq.loop
+        self._rd_atomic = max(1, min(opts.max_rd_atomic, attrs.max_qp_rd_atom))
+        self.shared_receive = shared_receive
+        """The :class:`~aiordma.SharedReceiveQueue` this QP receives from (None: its own queue)."""
+        recv_cq = cq
+        if shared_receive is not None:
+            if shared_receive.device is not device:
+                raise ValueError(f"{shared_receive!r} belongs to {shared_receive.device!r}")
+            if shared_receive.is_closing():
+                raise ResourceClosedError("the shared receive queue is closed")
+            recv_cq = shared_receive.cq
+        self._reserved = opts.send_depth + (0 if shared_receive else opts.recv_depth)
+        cq.reserve(self._reserved)
+        try:
+            init = QPInitAttr(
+                qp_type=_ibv.QPT_RC,
+                scq=cq.cq,
+                rcq=recv_cq.cq,
+                srq=shared_receive.srq if shared_receive is not None else None,
+                cap=QPCap(
+                    max_send_wr=opts.send_depth,
+                    max_recv_wr=opts.recv_depth,
+                    max_send_sge=opts.max_send_sge,
+                    max_recv_sge=opts.max_recv_sge,
+                    max_inline_data=opts.max_inline,
+                ),
+                sq_sig_all=0,
+            )
+            attr = QPAttr(port_num=opts.port)
+            # Memory regions carry the least-privilege grants; the QP allows all kinds.
+            attr.qp_access_flags = int(Access.LOCAL_WRITE | Access.REMOTE | Access.REMOTE_ATOMIC)
+            with verbs_errors(f"creating a queue pair on {device.name}"):
+                qp = QP(device.pd, init, attr)
+        except BaseException:
+            cq.unreserve(self._reserved)
+            raise
+        self.qp_num: int = qp.qp_num
+        self.psn: int = random.getrandbits(24)
+        self.remote_endpoint: Endpoint | None = None
+        self._connected = False
+        self._engine = WorkEngine(
+            qp, cq, opts.send_depth, opts.recv_depth, device.alloc, recv_cq=recv_cq
+        )
+        if shared_receive is not None:
+            shared_receive._attach(self)
+        self._stats = self._engine.stats
+        self._windows: set[MemoryWindow] = set()
+        """Windows this QP bound: revoked when it is destroyed (a type 2
+        window would otherwise keep the QP alive in the kernel)."""
+
+    def __repr__(self) -> str:
+        return f"<QueuePair qp_num={self.qp_num} {self.state_name}>"
+
+    @functools.cached_property
+    def gid_index(self) -> int:
+        """Source GID index used by :meth:`connect` (rdma_cm picks its own)."""
+        opts = self.options
+        return opts.gid_index if opts.gid_index is not None else self.device.gid_index(opts.port)
+
+    @functools.cached_property
+    def local_endpoint(self) -> Endpoint:
+        """What the peer needs to :meth:`connect` to this queue pair."""
+        ctx = self.device.context
+        gid = ctx.query_gid(self.options.port, self.gid_index).gid
+        lid = ctx.query_port(self.options.port).lid
+        return Endpoint(self.qp_num, self.psn, gid_to_bytes(gid), lid)
+
+    # -- state -------------------------------------------------------------
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this queue pair's completions arrive on (it belongs to it)."""
+        return self._loop
+
+    @property
+    def state_name(self) -> str:
+        """The QP's state as the device reports it (``RESET``, ``RTS``, ``ERR``...)."""
+        engine = self._engine
+        if engine.qp is None:
+            return "DESTROYED"
+        if engine.closing:
+            return "CLOSING"
+        if engine.failure is not None:
+            return "ERROR"
+        return "CONNECTED" if self._connected else "INIT"
+
+    def is_closing(self) -> bool:
+        """True once :meth:`close` was called (or the QP failed and is closing)."""
+        return self._engine.closing or self._engine.qp is None
+
+    @property
+    def pending(self) -> int:
+        """Posted work requests whose completions have not arrived yet."""
+        return len(self._engine.works)
+
+    @property
+    def sends_in_flight(self) -> int:
+        """Send-queue work requests posted and not yet completed."""
+        sq = self._engine.sq
+        return sq.size - sq.free
+
+    @property
+    def qp(self) -> QP:
+        """The pyverbs ``QP`` (for what aiordma does not wrap)."""
+        qp = self._engine.qp
+        if qp is None:
+            raise ResourceClosedError("queue pair is closed")
+        return qp
+
+    def connect(self, remote: Endpoint) -> None:
+        """Move to RTS, connected to the queue pair described by ``remote``."""
+        opts = self.options
+        attr = QPAttr(port_num=opts.port)
+        attr.path_mtu = opts.path_mtu or self.device.context.query_port(opts.port).active_mtu
+        attr.dest_qp_num = remote.qp_num
+        attr.rq_psn = remote.psn
+        attr.max_dest_rd_atomic = self._rd_atomic
+        attr.min_rnr_timer = opts.min_rnr_timer
+        route = GlobalRoute(dgid=GID(gid_to_str(remote.gid)), sgid_index=self.gid_index)
+        attr.ah_attr = AHAttr(port_num=opts.port, is_global=1, gr=route, dlid=remote.lid)
+        attr.timeout = opts.timeout
+        attr.retry_cnt = opts.retry_cnt
+        attr.rnr_retry = opts.rnr_retry
+        attr.sq_psn = self.psn
+        attr.max_rd_atomic = min(self._rd_atomic, self.device.attributes.max_qp_init_rd_atom)
+        qp = self.qp
+        with verbs_errors(f"connecting QP {self.qp_num} to QP {remote.qp_num}"):
+            qp.to_rtr(attr)
+            qp.to_rts(attr)
+        self.remote_endpoint = remote
+        self._connected = True
+
+    def _move_to_rts(self, rtr: QPAttr, rtr_mask: int, rts: QPAttr, rts_mask: int) -> None:
+        """Internal entry for rdma_cm set-up (:mod:`aiordma.cm._handshake`): apply the
+        RTR then RTS attributes rdma_cm computed for this connection."""
+        for attr, mask, what in ((rtr, rtr_mask, "RTR"), (rts, rts_mask, "RTS")):
+            with verbs_errors(f"moving QP {self.qp_num} to {what}"):
+                self.qp.modify(attr, mask)
+        self._connected = True
+
+    # -- send side ---------------------------------------------------------
+
+    def _inline_flag(self, opcode: int, segments: tuple[Segment, ...], inline: bool | None) -> int:
+        if inline is False or opcode not in _ibv.INLINE_OPCODES:
+            return 0
+        size = total_length(segments)
+        limit = self.options.max_inline
+        if inline and size > limit:
+            raise ValueError(f"{size} bytes exceed the queue pair's max_inline of {limit}")
+        return _ibv.SEND_INLINE if size <= limit else 0
+
+    def _build(self, op: SendOp) -> SendRequest:
+        """Validate ``op`` into a request the engine can post."""
+        if not isinstance(op, Send | Write | Read):
+            raise TypeError(f"not a send-side operation (Send, Write or Read): {op!r}")
+        segments = as_segments(op.local)
+        check_segments(segments, self.options.max_send_sge)
+        if isinstance(op, Send):
+            _check_imm(op.imm)
+            opcode = _ibv.WR_SEND if op.imm is None else _ibv.WR_SEND_WITH_IMM
+            flags = self._inline_flag(opcode, segments, op.inline)
+            return SendRequest(opcode, segments, flags, op.imm, signaled=op.signaled)
+        size = total_length(segments)
+        check_remote(op.remote)
+        if size > op.remote.length:
+            raise ValueError(
+                f"{size} local bytes do not fit the {op.remote.length}-byte remote buffer"
+            )
+        if isinstance(op, Write):
+            _check_imm(op.imm)
+            opcode = _ibv.WR_RDMA_WRITE if op.imm is None else _ibv.WR_RDMA_WRITE_WITH_IMM
+            flags = self._inline_flag(opcode, segments, op.inline)
+            return SendRequest(opcode, segments, flags, op.imm, op.remote.addr, op.remote.rkey,
+                               signaled=op.signaled)  # fmt: skip
+        check_writable(segments, "rdma_read")
+        return SendRequest(_ibv.WR_RDMA_READ, segments, 0, None, op.remote.addr, op.remote.rkey)
+
+    async def post_batch(self, ops: Sequence[SendOp]) -> list[asyncio.Future[WorkCompletion]]:
+        """Post many sends/writes/reads, chained into as few ``ibv_post_send`` calls as room allows.
+
+        Returns one future per operation, in order; they resolve as the
+        completions arrive. Waits for send-queue room when needed.
+        """
+        engine = self._engine
+        engine.check_usable()
+        built = [self._build(op) for op in ops]
+        self._stats.add("ops:batched", len(built))
+        futures: list[asyncio.Future[WorkCompletion]] = []
+        size = engine.sq.size
+        for start in range(0, len(built), size):
+            chunk = built[start : start + size]
+            await engine.sq.acquire(len(chunk))
+            futures += engine.post_sends(chunk)
+        return futures
+
+    def post_batch_nowait(self, ops: Sequence[SendOp]) -> list[asyncio.Future[WorkCompletion]]:
+        """:meth:`post_batch` without waiting: raises :class:`ResourceBusyError`
+        (and posts nothing) when the send queue has no room for all of ``ops``."""
+        engine = self._engine
+        engine.check_usable()
+        built = [self._build(op) for op in ops]
+        if not engine.sq.try_acquire(len(built)):
+            raise ResourceBusyError(f"send queue has no room for {len(built)} work requests")
+        self._stats.add("ops:batched", len(built))
+        return engine.post_sends(built)
+
+    def post_send_callback(self, local: Segment, done: Done, *, signaled: bool = True) -> None:
+        """Send one registered segment; ``done(error, byte_len)`` is called
+        from the completion drain instead of resolving a future.
+
+        The cheapest way to send, and what :class:`~aiordma.MessageChannel`
+        uses per packet: no future, no task, no request object. ``done`` gets
+        ``(None, length)`` on success and ``(error, 0)`` on failure (on the
+        loop's next turn if the queue pair is closing); it must not raise.
+        With ``signaled=False`` the send may complete silently and ``done``
+        is called once a later send-queue completion settles it (see
+        :meth:`flush_sends`). Raises :class:`ResourceBusyError` when the
+        send queue is full.
+        """
+        engine = self._engine
+        if local.mr.closed:
+            raise ResourceClosedError("cannot send from a closed memory region")
+        if not engine.sq.try_acquire(1):
+            engine.check_usable()
+            raise ResourceBusyError("send queue is full")
+        engine.post_packet(local, signaled, done)
+
+    def post_probe(self, done: Done) -> None:
+        """Ask the peer's adapter for an acknowledgement: a signalled
+        zero-length RDMA write, which touches no memory on either side.
+
+        ``done(None, 0)`` reports the acknowledgement; ``done(error, 0)``
+        that the transport gave up (``IBV_WC_RETRY_EXC_ERR`` once the
+        retries of ``timeout`` and ``retry_cnt`` ran out: the peer machine
+        or the path to it is gone). What connection keepalives are made of.
+        Raises :class:`ResourceBusyError` when the send queue is full.
+        """
+        engine = self._engine
+        if not engine.sq.try_acquire(1):
+            engine.check_usable()
+            raise ResourceBusyError("send queue is full")
+        engine.post_probe(done)
+
+    def _ready_probes(self) -> None:
+        """Register what :meth:`post_probe` needs now (internal entry for
+        connections with keepalive), so no registration happens mid-life."""
+        self._engine.ensure_scratch()
+
+    def post_recv_callback(self, local: Segment, done: Done) -> None:
+        """Post one receive into a registered segment; ``done(error,
+        byte_len)`` is called from the completion drain when a message lands
+        (see :meth:`post_send_callback`). Raises :class:`ResourceBusyError`
+        when the receive queue is full."""
+        engine = self._engine
+        self._check_own_receives()
+        if local.mr.closed:
+            raise ResourceClosedError("cannot receive into a closed memory region")
+        if not local.mr.access & Access.LOCAL_WRITE:
+            raise ValueError("post_recv needs memory registered with Access.LOCAL_WRITE")
+        if not engine.rq.try_acquire(1):
+            engine.check_usable()
+            raise ResourceBusyError("receive queue is full")
+        engine.post_packet_recv(local, done)
+
+    async def wait_send_room(self, n: int = 1) -> None:
+        """Wait until ``n`` send-queue slots are free (they are not taken)."""
+        sq = self._engine.sq
+        await sq.acquire(n)
+        sq.release(n)
+
+    def stats(self) -> dict[str, Any]:
+        """What this queue pair did, as plain data (see :mod:`aiordma.metrics`):
+        awaited verbs by kind (``ops:rdma_read``...) with their latency,
+        batched and received work requests, windows bound, failed
+        completions by status (``errors:IBV_WC_...``), and work flushed once
+        the QP was in the error state (``flushed``, apart: every close flushes)."""
+        return self._stats.snapshot()
+
+    async def _run(self, kind: str, request: SendRequest) -> WorkCompletion:
+        """Post ``request`` and await its completion, counting it as ``kind``
+        and timing it (from posting to completion) while metrics are on."""
+        if not metrics.enabled():
+            return await (await self._one(request))
+        stats = self._stats
+        stats.add(_OP_COUNTERS[kind])
+        start = time.perf_counter()
+        try:
+            return await (await self._one(request))
+        finally:
+            stats.observe(kind, time.perf_counter() - start)
+
+    async def _one(self, request: SendRequest) -> asyncio.Future[WorkCompletion]:
+        engine = self._engine
+        engine.check_usable()
+        if not engine.sq.try_acquire(1):
+            await engine.sq.acquire(1)
+        return engine.post_sends([request])[0]
+
+    async def post_send(self, local: Local, *, imm: int | None = None,
+                        inline: bool | None = None) -> WorkCompletion:  # fmt: skip
+        """Send ``local`` to the peer's next posted receive; resolves when acknowledged."""
+        return await self._run("send", self._build(Send(local, imm, inline)))
+
+    async def send_with_imm(self, local: Local, imm: int) -> WorkCompletion:
+        """Send with 32-bit immediate data, delivered in the receiver's completion."""
+        return await self.post_send(local, imm=imm)
+
+    async def rdma_write(self, local: Local, remote: RemoteBuffer, *, imm: int | None = None,
+                         inline: bool | None = None) -> WorkCompletion:  # fmt: skip
+        """Write ``local`` into the peer's ``remote`` buffer.
+
+        With ``imm`` the write also consumes one of the peer's posted
+        receives, whose completion carries the immediate data.
+        """
+        return await self._run("rdma_write", self._build(Write(local, remote, imm, inline)))
+
+    async def rdma_read(self, local: Local, remote: RemoteBuffer) -> WorkCompletion:
+        """Read the peer's ``remote`` buffer into ``local`` (``len(local)`` bytes)."""
+        return await self._run("rdma_read", self._build(Read(local, remote)))
+
+    def _atomic_remote(self, remote: RemoteBuffer) -> RemoteBuffer:
+        check_remote(remote)
+        if not self.device.attributes.atomic:
+            raise DeviceError(95, f"{self.device.name} does not support atomic operations")
+        if remote.length < 8 or remote.addr % 8:
+            raise ValueError("atomics need an 8-byte aligned remote buffer of at least 8 bytes")
+        return remote[:8]
+
+    async def atomic_fetch_add(self, remote: RemoteBuffer, add: int) -> int:
+        """Atomically add ``add`` to the 64-bit word at ``remote``; returns the old value."""
+        r = self._atomic_remote(remote)
+        request = SendRequest(
+            _ibv.WR_ATOMIC_FETCH_AND_ADD, (), 0, None, r.addr, r.rkey, _operand(add, "add")
+        )
+        return await self._atomic_result(request)
+
+    async def atomic_cmp_swap(self, remote: RemoteBuffer, compare: int, swap: int) -> int:
+        """Atomically replace the 64-bit word at ``remote`` with ``swap`` if it equals
+        ``compare``; returns the old value (the swap happened iff it equals ``compare``)."""
+        r = self._atomic_remote(remote)
+        request = SendRequest(
+            _ibv.WR_ATOMIC_CMP_AND_SWP, (), 0, None, r.addr, r.rkey,
+            _operand(compare, "compare"), _operand(swap, "swap"),
+        )  # fmt: skip
+        return await self._atomic_result(request)
+
+    async def _atomic_result(self, request: SendRequest) -> int:
+        self._engine.ensure_scratch()
+        wc = await self._run(_ibv.WR_NAMES[request.opcode], request)
+        assert wc.atomic_value is not None
+        return wc.atomic_value
+
+    async def bind_window(
+        self, local: MemoryRegion | Segment, access: Access = Access.REMOTE_READ
+    ) -> MemoryWindow:
+        """Bind a memory window over ``local``: remote access to exactly
+        those bytes, with its own rkey, revocable at once with
+        :meth:`MemoryWindow.invalidate`.
+
+        ``local``'s region must have been registered on this queue pair's
+        device with ``Access.MW_BIND`` (and ``LOCAL_WRITE`` for a writable
+        window); ``access`` is remote access only. Type 2 windows (where the
+        device has them) work only through this queue pair. Returns once the
+        window is bound. Raises ``ValueError``/``TypeError`` for what cannot
+        be bound, and :class:`~aiordma.DeviceError` (``EOPNOTSUPP``) on a
+        device without memory windows.
+        """
+        segment, access, kind = self._window_args(local, access)
+        engine = self._engine
+        if not engine.sq.try_acquire(1):
+            await engine.sq.acquire(1)
+        window = self._bind(segment, access, kind)
+        try:
+            await asyncio.shield(window.bound)
+        except BaseException:
+            window.invalidate()  # once the bind is over, if it is not yet
+            raise
+        return window
+
+    def bind_window_nowait(
+        self, local: MemoryRegion | Segment, access: Access = Access.REMOTE_READ
+    ) -> MemoryWindow:
+        """:meth:`bind_window` without waiting for the bind to complete.
+
+        The window's rkey works for the peer once the bind has run, and the
+        send queue runs in order: a send posted after this call reaches the
+        peer after the window is bound, so the rkey may travel in it. The
+        bind's outcome is ``window.bound``. Raises
+        :class:`~aiordma.ResourceBusyError` when the send queue is full.
+        """
+        segment, access, kind = self._window_args(local, access)
+        if not self._engine.sq.try_acquire(1):
+            raise ResourceBusyError("send queue is full: no room to bind a memory window")
+        return self._bind(segment, access, kind)
+
+    def _window_args(
+        self, local: MemoryRegion | Segment, access: Access
+    ) -> tuple[Segment, Access, int]:
+        segment, access = check_window(local, access)
+        device = self.device
+        if segment.mr not in device._mrs:
+            raise ValueError(
+                f"the region is not registered on {device.name}, this queue pair's device"
+            )
+        kind = device.attributes.memory_windows
+        if not kind:
+            raise DeviceError(95, f"{device.name} does not support memory windows")
+        self._engine.check_usable()
+        return segment, access, kind
+
+    def _bind(self, segment: Segment, access: Access, kind: int) -> MemoryWindow:
+        """Allocate a window and post its bind (one send-queue slot already taken)."""
+        from pyverbs.mr import MW
+
+        engine = self._engine
+        try:
+            with verbs_errors(f"allocating a memory window on {self.device.name}"):
+                mw = MW(self.device.pd, kind)
+        except BaseException:
+            engine.sq.release(1)
+            raise
+        try:
+            bound, rkey = engine.post_bind(mw, segment, int(access), kind)
+        except BaseException:
+            mw.close()
+            raise
+        self._stats.add("ops:bind_window")
+        return MemoryWindow(mw, segment, access, rkey, kind, self.qp_num, self._windows, bound)
+
+    async def flush_sends(self) -> None:
+        """Wait until every send-side request posted so far has completed.
+
+        If the newest is unsignalled, a zero-length signalled RDMA write
+        (which touches no remote memory) is posted behind it so its
+        completion is reported. Raises if one of them failed, or if the queue
+        pair has failed or is closed.
+        """
+        engine = self._engine
+        engine.check_usable()
+        last = engine.last_send
+        if last is None or last.settled:
+            return
+        if last.future is None or engine.silent_tail():
+            # Callback work has no future to await, and an unsignalled tail
+            # reports nothing: a marker's completion (the send queue
+            # completes in order) says when everything before it is done.
+            await engine.sq.acquire(1)
+            if not last.settled:
+                await asyncio.shield(engine.post_marker())
+                return
+            engine.sq.release(1)
+        if last.future is not None:
+            await asyncio.shield(last.future)
+
+    # -- receive side ------------------------------------------------------
+
+    def _check_own_receives(self) -> None:
+        if self.shared_receive is not None:
+            raise ValueError(
+                f"{self!r} receives from a shared receive queue: its message channel "
+                "takes its packets from there, and nothing can be posted on the QP"
+            )
+
+    def _recv_lists(self, locals_: Sequence[Local]) -> list[tuple[Segment, ...]]:
+        self._check_own_receives()
+        self._engine.check_usable()
+        seglists = [as_segments(local) for local in locals_]
+        for segs in seglists:
+            check_segments(segs, self.options.max_recv_sge)
+            check_writable(segs, "post_recv")
+        return seglists
+
+    async def post_recv_batch(
+        self, locals_: Sequence[Local]
+    ) -> list[asyncio.Future[WorkCompletion]]:
+        """Post receives for ``locals_``; one future per buffer, resolved when a message lands."""
+        seglists = self._recv_lists(locals_)
+        engine = self._engine
+        self._stats.add("ops:recv", len(seglists))
+        futures: list[asyncio.Future[WorkCompletion]] = []
+        size = engine.rq.size
+        for start in range(0, len(seglists), size):
+            chunk = seglists[start : start + size]
+            await engine.rq.acquire(len(chunk))
+            futures += engine.post_recvs(chunk)
+        return futures
+
+    def post_recv_nowait(self, locals_: Sequence[Local]) -> list[asyncio.Future[WorkCompletion]]:
+        """:meth:`post_recv_batch` without waiting: raises :class:`ResourceBusyError`
+        (and posts nothing) when the receive queue has no room for all of them."""
+        seglists = self._recv_lists(locals_)
+        if not self._engine.rq.try_acquire(len(seglists)):
+            raise ResourceBusyError(f"receive queue has no room for {len(seglists)} buffers")
+        self._stats.add("ops:recv", len(seglists))
+        return self._engine.post_recvs(seglists)
+
+    async def post_recv(self, local: Local) -> WorkCompletion:
+        """Post one receive buffer and wait for the message that lands in it."""
+        (fut,) = await self.post_recv_batch([local])
+        return await fut
+
+    # -- closing -----------------------------------------------------------
+
+    def close(self) -> None:
+        """Start closing: fail pending awaits now, flush the queues (idempotent).
+
+        Await :meth:`wait_closed` for the flush to finish and the QP to be
+        destroyed; buffers of pending work stay referenced until then.
+        """
+        self._close(closed_error)
+
+    def _close(self, error: Callable[[], BaseException]) -> None:
+        """:meth:`close`, failing pending and later work with ``error()``."""
+        if self.is_closing():
+            return
+        flushed = self._engine.close(error)
+        if self.shared_receive is not None:
+            self.shared_receive._qp_closing(self.qp_num, error())
+        if flushed:
+            self.destroy()
+
+    async def wait_closed(self) -> None:
+        """Wait until a closing queue pair has flushed and been destroyed."""
+        engine = self._engine
+        if engine.qp is None:
+            return
+        if engine.works and not self._loop.is_closed():
+            if engine.drained is None or engine.drained.done():
+                engine.drained = self._loop.create_future()
+            try:
+                async with asyncio.timeout(FLUSH_TIMEOUT):
+                    await asyncio.shield(engine.drained)
+            except TimeoutError:
+                pass
+        self.destroy()
+
+    def destroy(self) -> None:
+        """Destroy the QP now, without waiting for flushes (idempotent)."""
+        if self._engine.qp is None:
+            return
+        try:
+            for window in list(self._windows):
+                window.invalidate()
+            self._engine.destroy()
+        finally:
+            cq = self._cq
+            if not cq.closed:
+                cq.unreserve(self._reserved)
+            if self.shared_receive is not None:
+                self.shared_receive._qp_destroyed(self.qp_num)
+            self.device._forget_qp(self)
+            self.device._release_cq(cq)
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        engine = getattr(self, "_engine", None)
+        if engine is not None and engine.qp is not None:
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
+
+    async def __aenter__(self) -> QueuePair:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+        await self.wait_closed()
+
+
+async def connect_loopback_pair(
+    device: Device, options: QueuePairOptions | None = None
+) -> tuple[QueuePair, QueuePair]:
+    """Two queue pairs on ``device`` connected to each other (for tests and examples)."""
+    a = device.create_qp(options)
+    try:
+        b = device.create_qp(options)
+    except BaseException:
+        a.destroy()
+        raise
+    try:
+        a.connect(b.local_endpoint)
+        b.connect(a.local_endpoint)
+    except BaseException:
+        a.destroy()
+        b.destroy()
+        raise
+    return a, b

@@ -1,0 +1,156 @@
+"""Memory windows: revocable remote access to part of a registered region.
+
+A region's rkey opens the whole region until it is deregistered. A memory
+window is a second key over a chosen part of a region, with its own
+access, that can be revoked on its own and at once, without deregistering
+(and so without unpinning and pinning memory again). Type 2 windows are
+also tied to the one queue pair that bound them: a peer on another
+connection cannot use the key even if it learns it.
+
+Bind one with :meth:`aiordma.QueuePair.bind_window` (or the same method of
+a :class:`~aiordma.Connection`); the region must have been registered with
+:attr:`Access.MW_BIND <aiordma.Access.MW_BIND>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Final
+
+from aiordma._pyverbs import verbs_errors
+from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
+
+if TYPE_CHECKING:
+    from pyverbs.mr import MW
+
+    from aiordma.verbs.completion import WorkCompletion
+
+WINDOW_ACCESS: Final = Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
+"""The access a window may grant (a subset of its region's, remote only)."""
+
+
+class MemoryWindow:
+    """A window bound over part of a registered region, with its own rkey.
+
+    :attr:`remote` is the :class:`~aiordma.RemoteBuffer` to hand to the peer: it
+    covers exactly the window's bytes, with the window's access (on devices
+    where :attr:`~aiordma.DeviceAttributes.bounded_windows` is False, such as rxe,
+    the rkey reaches the whole region: bind windows over whole regions there).
+    :meth:`invalidate` (or :meth:`close`, or leaving a ``with`` block)
+    revokes it: from then on any access through its rkey fails on the
+    peer's side with :class:`~aiordma.RemoteAccessError`. A window is also
+    revoked when its region is deregistered or its queue pair destroyed.
+    """
+
+    def __init__(
+        self, mw: MW, segment: Segment, access: Access, rkey: int, kind: int, qp_num: int,
+        binder: set[MemoryWindow], bound: asyncio.Future[WorkCompletion],
+    ) -> None:  # fmt: skip
+        self._mw: MW | None = mw
+        self.segment = segment
+        """The bytes the window covers."""
+        self.access = access
+        """What the window lets the peer do."""
+        self.type = kind
+        """1 or 2: type 2 windows work only through the queue pair that bound them."""
+        self.qp_num = qp_num
+        """The queue pair that bound the window."""
+        self.remote = RemoteBuffer(segment.addr, len(segment), rkey)
+        """The address, length and rkey a peer accesses the window with."""
+        self._binder = binder
+        """The binding queue pair's set of windows."""
+        self.bound = bound
+        """The bind's completion: resolved once the window works, failed if
+        the bind failed (which also fails the queue pair)."""
+        segment.mr._windows.add(self)
+        binder.add(self)
+
+    def __repr__(self) -> str:
+        state = "revoked" if self._mw is None else "valid"
+        return (
+            f"<MemoryWindow type {self.type} {len(self.segment)} bytes at {self.segment.addr:#x} "
+            f"rkey={self.remote.rkey:#x} {self.access!r} {state}>"
+        )
+
+    @property
+    def region(self) -> MemoryRegion:
+        """The registered region the window is bound over."""
+        return self.segment.mr
+
+    @property
+    def valid(self) -> bool:
+        """True until the window is revoked."""
+        return self._mw is not None
+
+    def invalidate(self) -> None:
+        """Revoke the window now (idempotent): its rkey stops working at once.
+
+        The window is deallocated, which revokes it without a work request
+        and without touching the region. Local work on the region goes on.
+        """
+        mw, self._mw = self._mw, None
+        if mw is None:
+            return
+        self.segment.mr._windows.discard(self)
+        self._binder.discard(self)
+        if not self.bound.done():
+            # Deallocating under a pending bind would fail the bind, and with
+            # it the queue pair: deallocate as soon as the bind is over (the
+            # peer cannot have the rkey yet: it travels in a later send).
+            def deallocate(bound: asyncio.Future[WorkCompletion]) -> None:
+                if not bound.cancelled():
+                    bound.exception()  # reported to whoever awaits it, if anyone
+                _deallocate(mw)
+
+            self.bound.add_done_callback(deallocate)
+            return
+        _deallocate(mw)
+
+    close = invalidate
+
+    def __enter__(self) -> MemoryWindow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.invalidate()
+
+
+def _deallocate(mw: MW) -> None:
+    with verbs_errors("deallocating a memory window"):
+        mw.close()
+
+
+def check_window(local: MemoryRegion | Segment, access: Access) -> tuple[Segment, Access]:
+    """The segment and access of a window to bind; TypeError/ValueError saying what is wrong."""
+    if isinstance(local, MemoryRegion):
+        if local.closed:
+            raise ValueError("cannot bind a window over a closed memory region")
+        local = local[:]
+    if not isinstance(local, Segment):
+        raise TypeError(
+            f"a window is bound over a MemoryRegion or Segment, not {type(local).__name__}"
+        )
+    access = Access(access)
+    region = local.mr
+    if region.closed:
+        raise ValueError("cannot bind a window over a closed memory region")
+    if not access or access & ~WINDOW_ACCESS:
+        raise ValueError(
+            f"a window grants remote access only (REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC), "
+            f"not {access!r}"
+        )
+    if not region.access & Access.MW_BIND:
+        raise ValueError(
+            f"the region was registered with {region.access!r}, without Access.MW_BIND: "
+            "register it with Access.MW_BIND to bind windows over it"
+        )
+    if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not (
+        region.access & Access.LOCAL_WRITE
+    ):
+        raise ValueError("a writable window needs a region registered with Access.LOCAL_WRITE")
+    if len(local) == 0:
+        raise ValueError("a window must cover at least one byte")
+    return local, access
+
+
+__all__ = ["MemoryWindow"]

@@ -1,0 +1,820 @@
+"""Message channels over a real connection (lab device, asyncio and uvloop)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+import aiordma
+from aiordma import Access
+from aiordma.channel.channel import (
+    STAGED_READ_LIMIT,
+    Body,
+    MessageChannel,
+    _Exposure,
+    channel_factory,
+    prepare_channel,
+)
+from aiordma.channel.wire import Header, Kind
+from aiordma.exceptions import BufferTooSmallError, MessageTooLargeError, ProtocolError
+from tests.conftest import Lab, rdma_counts, start_peer_server
+
+
+def _payload(i: int, size: int) -> bytes:
+    block = hashlib.sha256(str(i).encode()).digest()
+    return (block * (size // len(block) + 1))[:size]
+
+
+Handler = Callable[[aiordma.Connection], Awaitable[None]]
+
+
+async def exposures_ended(channel: MessageChannel) -> None:
+    """Wait until ``channel`` holds nothing exposed: a revoked message stays
+    readable until the peer answers the REVOKE (it may be reading it)."""
+    async with asyncio.timeout(30):
+        while channel.exposed_bytes:
+            await channel._changed()
+
+
+@asynccontextmanager
+async def channel_to(lab: Lab, handler: Handler, **options: int) -> AsyncIterator[MessageChannel]:
+    """A channel to an in-process server running ``handler`` on each connection."""
+    prepare = channel_factory(**options)
+    async with await aiordma.start_server(handler, lab.addr, 0, prepare=prepare) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.connect(lab.addr, port, prepare=prepare) as conn:
+            yield conn.prepared
+
+
+async def echo(conn: aiordma.Connection) -> None:
+    channel: MessageChannel = conn.prepared
+    async for message in channel:
+        await channel.send_message(message)
+
+
+@pytest.mark.asyncio
+async def test_mixed_sizes_arrive_in_order_both_ways(lab: Lab) -> None:
+    rng = random.Random(4)
+    sizes = [0, 1, 100, 8000, 8152, 8153, 70_000, 1 << 20]
+    outgoing = [_payload(i, rng.choice(sizes)) for i in range(60)]
+    got: list[bytes] = []
+
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        async for message in channel:
+            got.append(bytes(message))
+            await channel.send_message(message[::-1])
+
+    async with channel_to(lab, serve) as channel:
+        sender = asyncio.gather(*(channel.send_message(m) for m in outgoing))
+        replies = [bytes(await asyncio.wait_for(channel.recv_message(), 60)) for _ in outgoing]
+        await sender
+    assert got == outgoing
+    assert replies == [m[::-1] for m in outgoing]
+
+
+@pytest.fixture(scope="module")
+def checksum_server(lab: Lab) -> Iterator[int]:
+    yield from start_peer_server(lab, "checksums")
+
+
+def _sizes(count: int, seed: int) -> list[int]:
+    """Mostly small, some medium, and a few of 16 MiB: bytes to 16 MiB."""
+    rng = random.Random(seed)
+    sizes = []
+    for i in range(count):
+        if i % 1000 == 999:
+            sizes.append(16 << 20)
+        elif i % 50 == 49:
+            sizes.append(rng.randrange(8 << 10, 1 << 20))
+        else:
+            sizes.append(rng.choice([0, 1, 7, 64, 512, 4096, 8152]))
+    return sizes
+
+
+@pytest.mark.asyncio
+async def test_ten_thousand_mixed_messages_reach_another_process_in_order(
+    lab: Lab, checksum_server: int
+) -> None:
+    sizes = _sizes(10_000, seed=5)
+    big = {size: _payload(size, size) for size in set(sizes) if size > 8 << 10}
+
+    def message(i: int) -> bytes:
+        size = sizes[i]
+        if size in big:
+            return i.to_bytes(8, "little") + big[size][8:]
+        return _payload(i, size)
+
+    async with await aiordma.connect(lab.addr, checksum_server, prepare=prepare_channel) as conn:
+        channel: MessageChannel = conn.prepared
+
+        async def send_all() -> None:
+            for i in range(len(sizes)):
+                await channel.send_message(message(i))
+
+        sender = asyncio.create_task(send_all())
+        for i in range(len(sizes)):
+            digest = await asyncio.wait_for(channel.recv_message(), 60)
+            assert digest == hashlib.sha256(message(i)).digest(), f"message {i} ({sizes[i]} B)"
+        await sender
+    assert sum(sizes) > 5 * (16 << 20)
+
+
+def _rnr_counters(device: str) -> dict[str, int]:
+    base = Path(f"/sys/class/infiniband/{device}/ports/1/hw_counters")
+    return {name: int((base / name).read_text()) for name in ("rcvd_rnr_err", "send_rnr_err")}
+
+
+@pytest.mark.asyncio
+async def test_fast_sender_is_held_back_by_a_slow_receiver_without_rnr(lab: Lab) -> None:
+    count, window = 120, 8
+    consumed = 0
+    consumed_when_sender_done = -1
+    received: list[bytes] = []
+    finished = asyncio.Event()
+
+    async def slow(conn: aiordma.Connection) -> None:
+        nonlocal consumed
+        channel: MessageChannel = conn.prepared
+        for _ in range(count):
+            received.append(bytes(await channel.recv_message()))
+            consumed += 1
+            await asyncio.sleep(0.005)  # the receiver's "work": 100x a send's cost
+        finished.set()
+        await channel.send_message(b"bye")
+
+    before = _rnr_counters(lab.device)
+    async with channel_to(lab, slow, window=window) as channel:
+        for i in range(count):
+            await channel.send_message(b"%d" % i)
+        consumed_when_sender_done = consumed
+        await asyncio.wait_for(finished.wait(), 60)
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"bye"
+    assert received == [b"%d" % i for i in range(count)]
+    # Without flow control the sender would finish long before the receiver;
+    # with it, it can be at most the credit window ahead.
+    assert consumed_when_sender_done >= count - window
+    assert _rnr_counters(lab.device) == before
+
+
+@pytest.mark.asyncio
+async def test_oversized_message_is_refused_and_the_channel_stays_usable(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+        with pytest.raises(MessageTooLargeError, match="max_message"):
+            await channel.send_message(bytes(channel.max_message + 1))
+        await channel.send_message(b"still fine")
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"still fine"
+
+
+@pytest.mark.asyncio
+async def test_receiving_into_registered_memory(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+        region = channel.conn.alloc(1 << 20)
+        big, small = _payload(1, 300_000), b"small one"
+        for data in (big, small):
+            await channel.send_message(data)
+            n = await asyncio.wait_for(channel.recv_message_into(region), 30)
+            assert bytes(region.view()[:n]) == data
+        await channel.send_message(big)
+        with pytest.raises(BufferTooSmallError, match="300000 bytes"):
+            await channel.recv_message_into(bytearray(1000))
+        # The message was not consumed: a big enough buffer still gets it.
+        target = bytearray(300_000)
+        assert await asyncio.wait_for(channel.recv_message_into(target), 30) == 300_000
+        assert target == big
+
+
+@pytest.mark.asyncio
+async def test_medium_messages_for_plain_memory_go_through_one_staging_buffer(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with channel_to(lab, echo) as channel:
+        registered: list[object] = []
+        register = channel.conn.register
+
+        def recording_register(obj: object, *args: aiordma.Access) -> aiordma.MemoryRegion:
+            registered.append(obj)
+            return register(obj, *args)
+
+        monkeypatch.setattr(channel.conn, "register", recording_register)
+        limit = STAGED_READ_LIMIT
+        target = bytearray(limit)
+        for i, size in enumerate((20_000, limit, 70_000)):
+            data = _payload(i, size)
+            await channel.send_message(data)
+            if i % 2:
+                assert await asyncio.wait_for(channel.recv_message_into(target), 30) == size
+                assert target[:size] == data
+            else:
+                got = await asyncio.wait_for(channel.recv_message(), 30)
+                assert (type(got), got) == (bytearray, data)
+        # This side registered its three exposures (bytes) and none of the
+        # destinations it received into.
+        assert [type(obj) for obj in registered] == [bytes] * 3
+        # Above the limit the destination itself is registered (no copy).
+        big = _payload(9, limit + 1)
+        await channel.send_message(big)
+        target = bytearray(limit + 1)
+        assert await asyncio.wait_for(channel.recv_message_into(target), 30) == limit + 1
+        assert target == big
+        assert target in registered
+
+
+@pytest.mark.asyncio
+async def test_a_large_send_from_registered_memory_is_read_in_place_through_its_own_rkey(
+    lab: Lab, checksum_server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await aiordma.connect(lab.addr, checksum_server, prepare=prepare_channel) as conn:
+        channel: MessageChannel = conn.prepared
+        source = conn.alloc(300_000, Access.REMOTE_READ)
+        source.view()[:] = _payload(7, 300_000)
+        registered: list[aiordma.MemoryRegion] = []
+        register = conn.register
+
+        def recording_register(obj: object, *args: aiordma.Access) -> aiordma.MemoryRegion:
+            mr = register(obj, *args)
+            registered.append(mr)
+            return mr
+
+        monkeypatch.setattr(conn, "register", recording_register)
+        sending = asyncio.create_task(channel.send_message(source[100_000:200_000]))
+        digest = await asyncio.wait_for(channel.recv_message(), 30)
+        await sending
+        assert digest == hashlib.sha256(_payload(7, 300_000)[100_000:200_000]).digest()
+        # Exposed where it is (no copy), as exactly its bytes, and only until DONE.
+        (exposure,) = registered
+        assert (exposure.addr, exposure.length) == (source.addr + 100_000, 100_000)
+        assert exposure.access == Access.REMOTE_READ
+        assert exposure.rkey != source.rkey
+        assert exposure.closed
+
+
+@pytest.mark.asyncio
+async def test_cancelled_receive_leaves_the_message_queued(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+        data = _payload(3, 4 << 20)
+        await channel.send_message(data[:10])  # something small first, so timing varies
+        assert await asyncio.wait_for(channel.recv_message(), 30) == data[:10]
+        sending = asyncio.create_task(channel.send_message(data))
+        try:
+            early = await asyncio.wait_for(channel.recv_message(), 0.01)
+        except TimeoutError:
+            early = None
+        reply = early if early is not None else await asyncio.wait_for(channel.recv_message(), 30)
+        await sending
+        assert reply == data
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"certainly not a packet header, but long enough to be taken for one",
+        Header(Kind.CREDIT, credits=1000).pack(),
+        Header(Kind.DONE, 0, msg_id=77).pack(),
+    ],
+    ids=["garbage", "too-many-credits", "unknown-done"],
+)
+@pytest.mark.asyncio
+async def test_malformed_packet_closes_only_that_connection(
+    lab: Lab, garbage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    errors: list[BaseException] = []
+    handlers: list[aiordma.Connection] = []
+    both = asyncio.Event()
+
+    async def serve(conn: aiordma.Connection) -> None:
+        handlers.append(conn)
+        if len(handlers) == 2:
+            both.set()
+        channel: MessageChannel = conn.prepared
+        try:
+            async for message in channel:
+                await channel.send_message(message)
+        except ProtocolError as exc:
+            errors.append(exc)
+
+    caplog.set_level(logging.WARNING, "aiordma.channel.channel")
+    async with await aiordma.start_server(serve, lab.addr, 0, prepare=prepare_channel) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.connect(lab.addr, port, prepare=prepare_channel) as good:
+            channel: MessageChannel = good.prepared
+            async with await aiordma.connect(lab.addr, port) as bad:
+                # Once the server handed it over (else the packet may beat the
+                # connection's ESTABLISHED event: see the next test).
+                await asyncio.wait_for(both.wait(), 30)
+                packet = bad.alloc(len(garbage))
+                packet.view()[:] = garbage
+                await bad.post_send(packet)
+                await asyncio.wait_for(bad.wait_closed(), 30)
+            await channel.send_message(b"unaffected")
+            assert await asyncio.wait_for(channel.recv_message(), 30) == b"unaffected"
+    assert len(errors) == 1
+    assert "broke the message protocol" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_a_bad_first_packet_ends_the_set_up_at_once(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A packet that breaks the protocol may arrive before the server saw the
+    connection established: the channel closes the connection, and the
+    server's set-up stops waiting for the ESTABLISHED that will never come
+    (it used to wait out the handshake timeout, here a minute)."""
+    caplog.set_level(logging.WARNING, "aiordma")
+    garbage = b"certainly not a packet header, but long enough to be taken for one"
+    server = await aiordma.start_server(
+        lambda conn: None, lab.addr, 0, prepare=prepare_channel, handshake_timeout=60
+    )
+    try:
+        for _ in range(3):
+            async with await aiordma.connect(lab.addr, server.addresses[0][1]) as bad:
+                packet = bad.alloc(len(garbage))
+                packet.view()[:] = garbage
+                await bad.post_send(packet)  # at once: it may beat ESTABLISHED
+                await asyncio.wait_for(bad.wait_closed(), 30)
+    finally:
+        server.close()
+        server.close_clients()
+        await asyncio.wait_for(server.wait_closed(), 20)  # no set-up left waiting
+    assert caplog.text.count("broke the message protocol") == 3
+    assert "did not confirm the connection" not in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_messages_that_arrived_before_the_peer_left_are_still_delivered(lab: Lab) -> None:
+    async def say_goodbye(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        for word in (b"one", b"two", b"bye"):
+            await channel.send_message(word)
+        # returning closes the connection
+
+    async with channel_to(lab, say_goodbye) as channel:
+        await asyncio.wait_for(channel.conn.wait_closed(), 30)
+        assert [await channel.recv_message() for _ in range(3)] == [b"one", b"two", b"bye"]
+        with pytest.raises(aiordma.ConnectionLostError):
+            await channel.recv_message()
+
+
+# -- exposure: exactly the message's bytes, for as long as it needs ---------
+
+
+async def _prober_read(remote: aiordma.RemoteBuffer, lab: Lab) -> bytes:
+    """RDMA-read ``remote`` from a fresh queue pair in the protection domain of this
+    process's shared device (where the channels of this test register memory)."""
+    device = aiordma.Device.shared(lab.device)
+    a, b = await aiordma.connect_loopback_pair(device)
+    try:
+        target = device.alloc(max(1, remote.length))
+        try:
+            async with asyncio.timeout(30):
+                await a.rdma_read(target.segment(0, remote.length), remote)
+            return bytes(target.view()[: remote.length])
+        finally:
+            target.close()
+    finally:
+        for qp in (a, b):
+            qp.close()
+            await qp.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_a_slice_of_a_readable_pool_exposes_only_its_bytes_and_only_until_done(
+    lab: Lab,
+) -> None:
+    slot = 64 << 10
+    seen: dict[str, object] = {}
+
+    async def receive(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        real_read = channel._read
+
+        async def probing_read(target: object, remote: aiordma.RemoteBuffer) -> None:
+            seen["remote"] = remote
+            seen["inside"] = await _prober_read(remote, lab)
+            for name, outside in (
+                ("before", aiordma.RemoteBuffer(remote.addr - 1, 1, remote.rkey)),
+                ("after", aiordma.RemoteBuffer(remote.addr + remote.length, 1, remote.rkey)),
+            ):
+                try:
+                    seen[name] = await _prober_read(outside, lab)
+                except aiordma.RemoteAccessError as exc:
+                    seen[name] = exc
+            await real_read(target, remote)  # type: ignore[arg-type]
+
+        channel._read = probing_read  # type: ignore[method-assign]
+        seen["message"] = bytes(await channel.recv_message())
+        await channel.send_message(b"ok")
+
+    async with channel_to(lab, receive) as channel:
+        pool = channel.conn.alloc(4 * slot, Access.REMOTE_READ)
+        for i in range(4):
+            pool.view()[i * slot : (i + 1) * slot] = bytes([i + 1]) * slot
+        await asyncio.wait_for(channel.send_message(pool[slot : 2 * slot]), 60)
+        assert await asyncio.wait_for(channel.recv_message(), 60) == b"ok"
+        remote = seen["remote"]
+        assert isinstance(remote, aiordma.RemoteBuffer)
+        # The advertised rkey is not the pool's, and covers the message alone.
+        assert remote.rkey != pool.rkey
+        assert (remote.addr, remote.length) == (pool.addr + slot, slot)
+        assert seen["inside"] == bytes([2]) * slot
+        assert isinstance(seen["before"], aiordma.RemoteAccessError), seen["before"]
+        assert isinstance(seen["after"], aiordma.RemoteAccessError), seen["after"]
+        assert seen["message"] == bytes([2]) * slot
+        # DONE ended the exposure: the same rkey is refused now.
+        assert channel.exposed_bytes == 0
+        with pytest.raises(aiordma.RemoteAccessError):
+            await _prober_read(remote, lab)
+
+
+def _recording_registrations(conn: aiordma.Connection) -> list[object]:
+    """What ``conn.register`` is asked to register from now on (it still registers)."""
+    registered: list[object] = []
+    register = conn.register
+
+    def recording_register(obj: object, *args: Access) -> aiordma.MemoryRegion:
+        registered.append(obj)
+        return register(obj, *args)
+
+    conn.register = recording_register  # type: ignore[assignment,method-assign]
+    return registered
+
+
+@pytest.mark.asyncio
+async def test_bindable_memory_is_exposed_through_a_window_until_done(lab: Lab) -> None:
+    """A region registered with MW_BIND is exposed through a memory window on
+    the channel's queue pair: nothing is registered, the rkey is not the
+    region's, the region itself stays closed to peers, and after DONE the
+    rkey is refused even on the very connection it was given to."""
+    size = 256 << 10
+    seen: dict[str, object] = {}
+    reread = asyncio.Event()
+
+    async def receive(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        real_read = channel._read
+
+        async def recording_read(target: object, remote: aiordma.RemoteBuffer) -> None:
+            seen["remote"] = remote
+            await real_read(target, remote)  # type: ignore[arg-type]
+
+        channel._read = recording_read  # type: ignore[method-assign]
+        seen["message"] = bytes(await channel.recv_message())
+        await channel.send_message(b"ok")
+        await reread.wait()
+        remote = seen["remote"]
+        assert isinstance(remote, aiordma.RemoteBuffer)
+        try:
+            await asyncio.wait_for(conn.rdma_read(conn.alloc(size), remote), 30)
+            seen["after"] = "read"
+        except aiordma.RdmaError as exc:
+            seen["after"] = exc
+
+    async with channel_to(lab, receive) as channel:
+        conn = channel.conn
+        region = conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
+        region.view()[:] = _payload(5, size)
+        registered = _recording_registrations(conn)
+        await asyncio.wait_for(channel.send_message(region), 60)
+        assert await asyncio.wait_for(channel.recv_message(), 60) == b"ok"
+        assert seen["message"] == _payload(5, size)
+        remote = seen["remote"]
+        assert isinstance(remote, aiordma.RemoteBuffer)
+        assert (remote.addr, remote.length) == (region.addr, size)
+        assert remote.rkey != region.rkey
+        assert registered == []  # a window, not a registration
+        assert not conn.qp._windows  # revoked at DONE
+        reread.set()
+        await asyncio.wait_for(channel.conn.wait_closed(), 30)  # the failed read broke it
+    assert isinstance(seen["after"], aiordma.RemoteAccessError), seen["after"]
+
+
+async def _take_withdrawn_then_next(
+    channel: MessageChannel, announced: asyncio.Event, got: list[object]
+) -> None:
+    """The receiver of a large send its sender withdraws, then of a small
+    message after it: say when the large one is announced, wait until the
+    small one arrived (so the REVOKE sent before it did), then take both
+    (the outcome of each goes to ``got``)."""
+    await channel.wait_message()  # the large message is announced, not yet read
+    announced.set()
+    while len(channel._state.ready) < 2:
+        await channel._changed()
+    try:
+        got.append(await channel.recv_message())
+    except aiordma.MessageRevokedError as exc:
+        got.append(exc)
+    got.append(bytes(await channel.recv_message()))
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_send_revokes_its_window(lab: Lab) -> None:
+    size = 256 << 10
+    announced, finished, probe = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    got: list[object] = []
+    shared: dict[str, aiordma.RemoteBuffer] = {}
+
+    async def slow(conn: aiordma.Connection) -> None:
+        await _take_withdrawn_then_next(conn.prepared, announced, got)
+        finished.set()
+        await probe.wait()
+        try:  # through the very connection the rkey was given to
+            await asyncio.wait_for(conn.rdma_read(conn.alloc(size), shared["remote"]), 30)
+            got.append("read")
+        except aiordma.RdmaError as exc:
+            got.append(exc)
+
+    async with channel_to(lab, slow) as channel:
+        region = channel.conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
+        exposed: list[object] = []
+        real_expose = channel._expose
+
+        async def watched(body: Body, size: int) -> tuple[int, _Exposure]:
+            result = await real_expose(body, size)
+            exposed.append(result[1].key)
+            return result
+
+        channel._expose = watched  # type: ignore[method-assign]
+        send = asyncio.ensure_future(channel.send_message(region))
+        await asyncio.wait_for(announced.wait(), 60)
+        (window,) = exposed
+        assert isinstance(window, aiordma.MemoryWindow)
+        assert window.valid
+        send.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await send
+        await exposures_ended(channel)  # the peer answered the REVOKE
+        assert not window.valid
+        await channel.send_message(b"next")
+        await asyncio.wait_for(finished.wait(), 60)
+        shared["remote"] = window.remote
+        probe.set()
+        await asyncio.wait_for(channel.conn.wait_closed(), 30)  # the refused read broke it
+    assert isinstance(got[0], aiordma.MessageRevokedError)
+    assert got[1] == b"next"
+    assert isinstance(got[2], aiordma.RemoteAccessError), got[2]
+
+
+@pytest.mark.asyncio
+async def test_a_slice_of_bindable_memory_uses_a_window_only_where_windows_are_bounded(
+    lab: Lab,
+) -> None:
+    """On rxe a window's rkey reaches its whole region, so a slice of a
+    bindable region is registered on its own instead."""
+    size = 128 << 10
+    async with channel_to(lab, echo) as channel:
+        conn = channel.conn
+        pool = conn.alloc(2 * size, Access.LOCAL_WRITE | Access.MW_BIND)
+        pool.view()[size:] = _payload(6, size)
+        registered = _recording_registrations(conn)
+        await asyncio.wait_for(channel.send_message(pool[size:]), 60)
+        assert await asyncio.wait_for(channel.recv_message(), 60) == _payload(6, size)
+        windows_used = not any(isinstance(obj, memoryview) and len(obj) == size
+                               for obj in registered)  # fmt: skip
+        assert windows_used == conn.device.attributes.bounded_windows
+
+
+@pytest.mark.asyncio
+async def test_unread_large_messages_are_bounded_then_revoked_on_both_sides(lab: Lab) -> None:
+    size, bound = 64 << 10, 3 * (64 << 10)
+    peak: list[int] = []
+    gate = asyncio.Event()
+    outcome: list[object] = []
+
+    async def never_reads_until_told(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        await gate.wait()
+        for _ in range(5):
+            try:
+                outcome.append(await channel.recv_message())
+            except aiordma.MessageRevokedError as exc:
+                outcome.append(exc)
+        await channel.send_message(b"after")
+
+    prepare = channel_factory(max_exposed=bound, max_message=bound, exposure_timeout=1.0)
+    async with await aiordma.start_server(
+        never_reads_until_told, lab.addr, 0, prepare=prepare
+    ) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.connect(lab.addr, port, prepare=prepare) as conn:
+            channel: MessageChannel = conn.prepared
+            real_expose = channel._expose
+
+            async def watched(*args: object) -> object:
+                exposure = await real_expose(*args)  # type: ignore[arg-type]
+                peak.append(channel.exposed_bytes)
+                return exposure
+
+            channel._expose = watched  # type: ignore[assignment,method-assign]
+            before = rdma_counts(lab.device)["mr"]
+            sends = [channel.send_message(bytes([i]) * size) for i in range(5)]
+            results = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 60)
+            assert all(isinstance(r, aiordma.ExposureTimeoutError) for r in results), results
+            assert len(peak) == 5
+            assert max(peak) <= bound
+            assert channel.exposed_bytes == 0
+            assert rdma_counts(lab.device)["mr"] == before - 0  # nothing left registered
+            gate.set()
+            assert await asyncio.wait_for(channel.recv_message(), 60) == b"after"
+    assert len(outcome) == 5
+    assert all(isinstance(o, aiordma.MessageRevokedError) for o in outcome), outcome
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_large_send_revokes_it(lab: Lab) -> None:
+    announced, finished = asyncio.Event(), asyncio.Event()
+    got: list[object] = []
+
+    async def slow(conn: aiordma.Connection) -> None:
+        await _take_withdrawn_then_next(conn.prepared, announced, got)
+        finished.set()
+
+    async with channel_to(lab, slow) as channel:
+        send = asyncio.ensure_future(channel.send_message(bytes(100_000)))
+        await asyncio.wait_for(announced.wait(), 60)
+        assert channel.exposed_bytes == 100_000
+        send.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await send
+        await exposures_ended(channel)  # the peer answered the REVOKE
+        await channel.send_message(b"next")
+        await asyncio.wait_for(finished.wait(), 60)
+    assert isinstance(got[0], aiordma.MessageRevokedError)
+    assert got[1] == b"next"
+
+
+@pytest.mark.asyncio
+async def test_a_message_larger_than_the_peers_limit_fails_on_the_sender(lab: Lab) -> None:
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        async for message in channel:
+            await channel.send_message(message)
+
+    server_prepare = channel_factory(max_message=100_000)
+    async with await aiordma.start_server(serve, lab.addr, 0, prepare=server_prepare) as server:
+        port = server.addresses[0][1]
+        channel = await aiordma.open_channel(lab.addr, port, max_message=1 << 20)
+        async with channel:
+            with pytest.raises(aiordma.MessageTooLargeError, match="peer's max_message of 100000"):
+                await asyncio.wait_for(channel.send_message(bytes(200_000)), 60)
+            assert channel.peer_max_message == 100_000
+            # Nothing was sent: the connection still works.
+            await channel.send_message(b"still fine")
+            assert await asyncio.wait_for(channel.recv_message(), 60) == b"still fine"
+
+
+# -- loops, hooks, shapes ----------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_receiving_from_another_event_loop_raises_instead_of_hanging(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+
+        def elsewhere() -> None:
+            async def attempt() -> None:
+                await asyncio.wait_for(channel.recv_message(), 5)
+
+            asyncio.run(attempt())
+
+        with pytest.raises(aiordma.WrongLoopError):
+            await asyncio.to_thread(elsewhere)
+        await channel.send_message(b"here")
+        assert await asyncio.wait_for(channel.recv_message(), 60) == b"here"
+
+
+@pytest.mark.asyncio
+async def test_open_channel_and_start_channel_server_hand_out_channels(lab: Lab) -> None:
+    async def shout(channel: MessageChannel) -> None:
+        async for message in channel:
+            await channel.send_message(bytes(message).upper())
+
+    async with await aiordma.start_channel_server(shout, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.open_channel(lab.addr, port) as channel:
+            assert isinstance(channel, MessageChannel)
+            await channel.send_message(b"hi")
+            assert await asyncio.wait_for(channel.recv_message(), 60) == b"HI"
+        assert channel.conn.closed
+
+
+@pytest.mark.asyncio
+async def test_a_forgotten_channel_on_one_side_is_named_on_both(lab: Lab) -> None:
+    failure: list[BaseException] = []
+
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        try:
+            await asyncio.wait_for(channel.recv_message(), 60)
+        except aiordma.CompletionError as exc:
+            failure.append(exc)
+
+    async with await aiordma.start_server(serve, lab.addr, 0, prepare=prepare_channel) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.connect(lab.addr, port) as conn:  # no prepare: no channel
+            with pytest.raises(aiordma.NotPreparedError, match="no prepare hook"):
+                conn.prepared  # noqa: B018
+            await asyncio.wait_for(conn.wait_closed(), 60)  # the server gives up on us
+    assert len(failure) == 1
+    assert "did both sides set up a message channel" in str(failure[0])
+
+
+@pytest.mark.asyncio
+async def test_receive_into_checks_the_buffer_before_waiting(lab: Lab) -> None:
+    async with channel_to(lab, echo) as channel:
+        with pytest.raises(TypeError, match="read-only"):
+            await channel.recv_message_into(b"immutable")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="str"):
+            await channel.recv_message_into("text")  # type: ignore[arg-type]
+        closed = channel.conn.alloc(64)
+        closed.close()
+        with pytest.raises(ValueError, match="closed"):
+            await channel.recv_message_into(closed)
+        with pytest.raises(ValueError, match="LOCAL_WRITE"):
+            await channel.recv_message_into(channel.conn.register(bytearray(64), Access.NONE))
+        await channel.send_message(b"x" * 100)
+        with pytest.raises(BufferTooSmallError) as info:
+            await asyncio.wait_for(channel.recv_message_into(bytearray(10)), 60)
+        assert (info.value.needed, info.value.given) == (100, 10)
+
+
+class _PairLink:
+    """A :class:`~aiordma.channel.channel.Link` made of a queue pair connected by
+    hand: the channel needs no rdma_cm connection."""
+
+    def __init__(self, qp: aiordma.QueuePair) -> None:
+        self._qp = qp
+        self._regions: list[aiordma.MemoryRegion] = []
+        self._ready: list[Callable[[], None]] = []
+
+    @property
+    def qp(self) -> aiordma.QueuePair:
+        return self._qp
+
+    def register(self, obj: object, access: Access | None = None) -> aiordma.MemoryRegion:
+        region = self._qp.device.register(obj, access)
+        self._regions.append(region)
+        return region
+
+    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> aiordma.MemoryRegion:
+        region = self._qp.device.alloc(size, access)
+        self._regions.append(region)
+        return region
+
+    def established(self) -> None:
+        for callback in self._ready:
+            callback()
+
+    def _when_established(self, callback: Callable[[], None]) -> None:
+        self._ready.append(callback)
+
+    def is_closing(self) -> bool:
+        return self._qp.is_closing()
+
+    def close(self) -> Awaitable[None]:
+        self._qp.close()
+        return asyncio.ensure_future(self.wait_closed())
+
+    async def wait_closed(self) -> None:
+        await self._qp.wait_closed()
+        for region in self._regions:
+            await region.aclose()
+
+
+@pytest.mark.asyncio
+async def test_heads_travel_with_bodies_on_any_link(device: aiordma.Device) -> None:
+    a, b = await aiordma.connect_loopback_pair(device)
+    links = _PairLink(a), _PairLink(b)
+    left, right = [await prepare_channel(link) for link in links]
+    for link in links:
+        link.established()
+    with pytest.raises(TypeError, match="not on a Connection"):
+        _ = left.conn
+    big = _payload(1, 50_000)  # rendezvous: the head travels in the announcement
+    await left.send_message(b"small", head=b"h1")
+    sending = asyncio.ensure_future(left.send_message(big, head=b"h2"))
+    await asyncio.wait_for(right.wait_message(), 30)
+    assert await right.recv_message_with_head() == (b"h1", b"small")
+    seen: list[tuple[bytes, int]] = []
+    landing = bytearray(60_000)
+
+    def choose(head: bytes, length: int) -> bytearray:
+        seen.append((head, length))
+        return landing
+
+    head, n = await asyncio.wait_for(right.recv_message_with_head(choose), 30)
+    assert isinstance(n, int)
+    await asyncio.wait_for(sending, 30)
+    assert (head, n, seen) == (b"h2", len(big), [(b"h2", len(big))])
+    assert bytes(landing[:n]) == big
+    with pytest.raises(TypeError, match="head must be bytes"):
+        await left.send_message(b"x", head="text")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="head of"):
+        await left.send_message(b"x", head=bytes(left.eager_limit + 1))
+    for channel in (left, right):
+        await channel.close()

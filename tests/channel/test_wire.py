@@ -1,0 +1,103 @@
+"""The message packet header: round trips and rejection of malformed packets (no device)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiordma import RemoteBuffer
+from aiordma.channel.wire import HEADER_SIZE, MAX_PROTOCOL, MIN_BUFFER, VERSION, Header, Hello, Kind
+from aiordma.exceptions import ProtocolError
+
+LIMIT = 64 << 20
+
+
+def test_eager_header_round_trips_with_its_payload() -> None:
+    header = Header(Kind.EAGER, credits=3, msg_id=7, length=5)
+    packet = header.pack() + b"hello"
+    assert len(header.pack()) == HEADER_SIZE
+    assert Header.unpack(packet, LIMIT) == header
+
+
+def test_rendezvous_header_carries_the_readable_buffer_and_the_head() -> None:
+    remote = RemoteBuffer(0x7F0000001000, 16 << 20, 0x1234)
+    header = Header(Kind.RENDEZVOUS, 0, 9, 16 << 20, remote, head_length=4)
+    assert Header.unpack(header.pack() + b"head", LIMIT) == header
+    with pytest.raises(ProtocolError, match="says 4 head bytes, carries 0"):
+        Header.unpack(header.pack(), LIMIT)
+
+
+def test_eager_head_and_body_lengths_add_up() -> None:
+    header = Header(Kind.EAGER, 0, 1, length=3, head_length=2)
+    assert Header.unpack(header.pack() + b"hibod", LIMIT) == header
+
+
+@pytest.mark.parametrize(
+    ("packet", "message"),
+    [
+        (b"\x00" * 10, "shorter than a header"),
+        (b"\x00" * HEADER_SIZE, "not an aiordma message packet"),
+        (bytes([0xA5, VERSION, 99]) + bytes(HEADER_SIZE - 3), "unknown packet kind 99"),
+        (Header(Kind.EAGER, 0, 1, 6).pack() + b"short", "says 0 \\+ 6 bytes but carries 5"),
+        (Header(Kind.EAGER, 0, 1, 2, head_length=2).pack() + b"abc", "says 2 \\+ 2 bytes"),
+        (Header(Kind.CREDIT, 0).pack() + b"x", "CREDIT packet with a payload"),
+        (Header(Kind.EAGER, 0, 1, LIMIT + 1).pack(), "exceeds the limit"),
+        (Header(Kind.RENDEZVOUS, 0, 1, 100).pack(), "without a readable buffer"),
+    ],
+)
+def test_malformed_packets_raise_protocol_error(packet: bytes, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        Header.unpack(packet, LIMIT)
+
+
+def test_credits_must_fit_the_field() -> None:
+    with pytest.raises(ValueError, match="16 bits"):
+        Header(Kind.CREDIT, credits=1 << 16).pack()
+    with pytest.raises(ValueError, match="16 bits"):
+        Header(Kind.CREDIT, 0, control_credits=1 << 16).pack()
+
+
+def test_both_credit_counts_round_trip() -> None:
+    header = Header(Kind.CONTROL_CREDIT, credits=3, control_credits=65535)
+    assert Header.unpack(header.pack(), LIMIT) == header
+
+
+def test_hello_carries_a_limit_larger_than_ours_and_revoke_nothing() -> None:
+    hello = Header(Kind.HELLO, 0, 0, 1 << 40).pack()
+    assert Header.unpack(hello, 1 << 20).length == 1 << 40  # the peer's limit, not a message
+    revoke = Header.unpack(Header(Kind.REVOKE, 3, 17).pack(), 1 << 20)
+    assert (revoke.kind, revoke.credits, revoke.msg_id) == (Kind.REVOKE, 3, 17)
+    with pytest.raises(ProtocolError, match="REVOKE packet with a payload"):
+        Header.unpack(Header(Kind.REVOKE, 0, 17).pack() + b"x", 1 << 20)
+    with pytest.raises(ProtocolError, match="HELLO packet says 0 head bytes, carries 1"):
+        Header.unpack(Header(Kind.HELLO, 0, 0, 5).pack() + b"x", 1 << 20)
+
+
+def test_hello_announces_buffer_size_and_protocol() -> None:
+    said = Hello(4096, "aiordma.rpc").pack()
+    packet = Header(Kind.HELLO, 0, 0, 1 << 20, head_length=len(said)).pack() + said
+    header = Header.unpack(packet, 1 << 20)
+    assert Hello.unpack(packet[HEADER_SIZE : HEADER_SIZE + header.head_length]) == (
+        4096,
+        "aiordma.rpc",
+    )
+    assert Hello.unpack(Hello(MIN_BUFFER, "").pack()) == (MIN_BUFFER, "")
+    assert HEADER_SIZE + len(Hello(0, "x" * MAX_PROTOCOL).pack()) <= MIN_BUFFER
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "HELLO announcement of 0 bytes"),
+        (Hello(4096, "x").pack() + b"y" * MAX_PROTOCOL, "HELLO announcement of"),
+        (Hello(MIN_BUFFER - 1, "").pack(), f"receive buffers of {MIN_BUFFER - 1} bytes"),
+        (Hello(4096, "").pack() + b"\xff", "invalid UTF-8"),
+    ],
+)
+def test_malformed_hello_announcements_are_refused(data: bytes, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        Hello.unpack(data)
+
+
+def test_a_protocol_name_is_bounded() -> None:
+    with pytest.raises(ValueError, match="exceeds 32 bytes"):
+        Hello(4096, "x" * (MAX_PROTOCOL + 1)).pack()
