@@ -41,8 +41,9 @@ from aiordma.exceptions import (
     WrongLoopError,
 )
 from aiordma.streams import open_connection, start_stream_server
+from aiordma.verbs.attributes import DeviceAttributes
 from aiordma.verbs.completion import CompletionQueue, Opcode, WorkCompletion
-from aiordma.verbs.device import Device, DeviceAttributes
+from aiordma.verbs.device import Device, connect_loopback_pair
 from aiordma.verbs.endpoint import Endpoint
 from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
 from aiordma.verbs.queue_pair import (
@@ -51,7 +52,6 @@ from aiordma.verbs.queue_pair import (
     Read,
     Send,
     Write,
-    connect_loopback_pair,
 )
 from aiordma.verbs.window import MemoryWindow
 
@@ -120,7 +120,7 @@ def info() -> dict[str, str]:
     import platform
     from importlib.metadata import PackageNotFoundError, version
 
-    from aiordma.verbs import _driver as _accel
+    from aiordma.verbs import per_message_path
 
     try:
         pyverbs = version("pyverbs")
@@ -130,5 +130,5 @@ def info() -> dict[str, str]:
         "aiordma": __version__,
         "python": platform.python_version(),
         "pyverbs": pyverbs,
-        "per-message path": _accel.path,
+        "per-message path": per_message_path(),
     }

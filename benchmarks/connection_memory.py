@@ -40,7 +40,7 @@ def rss() -> int:
 def registered() -> int:
     """Bytes registered by this process on the shared device."""
     device = aiordma.Device.shared_if_open(find_roce_endpoint().device)  # type: ignore[union-attr]
-    return 0 if device is None else sum(len(mr) for mr in list(device._mrs) if not mr.closed)
+    return 0 if device is None else device.registered
 
 
 SHARED_OPTIONS = aiordma.QueuePairOptions(send_depth=16)

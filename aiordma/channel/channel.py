@@ -59,7 +59,6 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.metrics import Stats
-from aiordma.verbs._engine import _retrieve
 from aiordma.verbs.completion import WorkCompletion, check_loop
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
@@ -111,6 +110,12 @@ Chooser = Callable[[bytes, int], "Into | None"]
 Deliver = Callable[[bytes, memoryview], bool]
 """Takes a small message as it arrives: its head and a view of its body,
 valid only during the call. Returns False to leave it queued instead."""
+
+
+def _consume_outcome(fut: asyncio.Future[Any]) -> None:
+    """A done-callback for work nobody awaits: its failure is no news."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 @dataclass(slots=True)
@@ -280,6 +285,10 @@ class MessageChannel:
         qp = conn.qp
         shared = qp.shared_receive
         if shared is not None:
+            if not isinstance(shared, SharedReceiveQueue):
+                raise TypeError(
+                    f"a message channel draws on an aiordma.SharedReceiveQueue, not {shared!r}"
+                )
             if buffer_size is not None and buffer_size != shared.buffer_size:
                 raise ValueError(
                     f"buffer_size ({buffer_size}) must be that of the shared receive "
@@ -820,7 +829,7 @@ class MessageChannel:
                 await pending.popleft()
         finally:
             for left in pending:  # cancelled or failed: nobody awaits the rest
-                left.add_done_callback(_retrieve)
+                left.add_done_callback(_consume_outcome)
 
     async def recv_message(self) -> bytes | bytearray:
         """The next message, in the order they were sent.

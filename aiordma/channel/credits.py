@@ -33,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
+from aiordma.verbs.srq import ReceivePool
+
 CONTROL_BASE: Final = 4
 """Control credits each side holds before the peer's HELLO: every side posts
 at least this many control buffers (the smallest control window)."""
@@ -170,49 +172,6 @@ class DataCredits:
     def reposted(self) -> None:
         """The application consumed a data message and its buffer is posted again."""
         self.owed += 1
-
-
-class ReceivePool:
-    """The buffers of a shared receive queue, as credits its members grant (pure logic).
-
-    Every posted buffer is either ``free`` or a token of one member, which
-    has granted it to its peer or holds a message in it. A member never
-    grants more than its tokens, so the queue always has a buffer for every
-    credit outstanding: no sender meets an empty queue. Each member keeps
-    ``base`` tokens for as long as it is attached; beyond them it borrows
-    free buffers while its peer uses all it was granted, and gives them
-    back while the pool is ``pressed`` (a member found nothing to borrow),
-    until a quarter of the pool is free again.
-    """
-
-    def __init__(self, buffers: int) -> None:
-        if buffers < 1:
-            raise ValueError("a receive pool needs at least one buffer")
-        self.buffers = buffers
-        self.free = buffers
-        self.pressed = False
-
-    def take(self, n: int) -> bool:
-        """Take ``n`` free buffers if there are that many."""
-        if self.free < n:
-            return False
-        self.free -= n
-        return True
-
-    def give(self, n: int) -> None:
-        """``n`` buffers are free again."""
-        self.free += n
-        if self.pressed and self.free * 4 >= self.buffers:  # a quarter free again
-            self.pressed = False
-
-    def borrow(self) -> bool:
-        """Take one free buffer for a member beyond its base (False: none, and
-        the pool is now pressed)."""
-        if self.free > 0 and not self.pressed:
-            self.free -= 1
-            return True
-        self.pressed = True
-        return False
 
 
 @dataclass

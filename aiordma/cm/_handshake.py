@@ -37,9 +37,9 @@ from aiordma.verbs.device import Device
 from aiordma.verbs.endpoint import gid_to_str
 from aiordma.verbs.memory import Segment
 from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
+from aiordma.verbs.srq import SharedReceiveRing
 
 if TYPE_CHECKING:
-    from aiordma.channel.pool import SharedReceiveQueue
     from aiordma.verbs.completion import WorkCompletion
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def _to_pyverbs(raw: _rdmacm.QpAttr, opts: QueuePairOptions) -> QPAttr:
     return attr
 
 
-def check_shared_receive(shared_receive: SharedReceiveQueue | None, device: Device | None) -> None:
+def check_shared_receive(shared_receive: SharedReceiveRing | None, device: Device | None) -> None:
     """Refuse a ``shared_receive`` that cannot serve these connections."""
     if shared_receive is None:
         return
@@ -128,7 +128,7 @@ def create_qp_for(
     cm_id: CMId,
     device: Device,
     options: QueuePairOptions | None,
-    shared_receive: SharedReceiveQueue | None = None,
+    shared_receive: SharedReceiveRing | None = None,
 ) -> QueuePair:
     """A queue pair on ``cm_id``'s port, in INIT (receiving from ``shared_receive`` if given)."""
     name = cm_id.device_name
@@ -265,6 +265,7 @@ async def post_handshake_receive(qp: QueuePair, buffer: Segment) -> asyncio.Futu
     gives its bytes."""
     shared = qp.shared_receive
     if shared is not None:
+        assert isinstance(shared, SharedReceiveRing)  # what connect and start_server pass
         message = shared.expect(qp)
     else:
         (landed,) = await qp.post_recv_batch([buffer])

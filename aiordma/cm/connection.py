@@ -64,8 +64,8 @@ from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, SendOp
 from aiordma.verbs.window import MemoryWindow
 
 if TYPE_CHECKING:
-    from aiordma.channel.pool import SharedReceiveQueue
     from aiordma.verbs.completion import WorkCompletion
+    from aiordma.verbs.srq import SharedReceiveRing
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,9 @@ class Connection:
         self._cm_id: CMId | None = cm_id
         self.qp: QueuePair = qp
         """The underlying queue pair."""
-        self.device: Device = qp.device
+        device = qp.device
+        assert isinstance(device, Device)  # a queue pair's owner is the device that made it
+        self.device: Device = device
         self.local_address: Address = cm_id.local_address
         self.peer_address: Address = cm_id.peer_address
         self.peer_private_data: bytes = peer_private_data
@@ -463,7 +465,7 @@ async def connect(
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
     auth: PresharedKey | bytes | None = None,
-    shared_receive: SharedReceiveQueue | None = None,
+    shared_receive: SharedReceiveRing | None = None,
 ) -> Connection:
     """Connect to an aiordma (or any rdma_cm) server, like :func:`asyncio.open_connection`.
 
@@ -535,7 +537,7 @@ async def _connect(
     prepare: Prepare | None,
     where: str,
     deadline: float | None,
-    shared_receive: SharedReceiveQueue | None,
+    shared_receive: SharedReceiveRing | None,
 ) -> Connection:
     dst = await resolve_address(host, port)
     cm_id = CMEventChannel.for_running_loop().create_id()

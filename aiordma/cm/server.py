@@ -68,7 +68,7 @@ from aiordma.verbs.memory import MemoryRegion
 from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
 
 if TYPE_CHECKING:
-    from aiordma.channel.pool import SharedReceiveQueue
+    from aiordma.verbs.srq import SharedReceiveRing
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class Server:
         handshake_timeout: float | None,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
         auth: PresharedKey | None = None,
-        shared_receive: SharedReceiveQueue | None = None,
+        shared_receive: SharedReceiveRing | None = None,
     ) -> None:
         self._callback = client_connected_cb
         self._shared_receive = shared_receive
@@ -539,7 +539,7 @@ async def start_server(
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
     auth: PresharedKey | bytes | None = None,
-    shared_receive: SharedReceiveQueue | None = None,
+    shared_receive: SharedReceiveRing | None = None,
 ) -> Server:
     """Listen for rdma_cm connections, like :func:`asyncio.start_server`.
 

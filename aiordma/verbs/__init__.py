@@ -5,3 +5,10 @@ the running loop, queue pairs whose verbs are coroutines, shared receive
 queues. Nothing here knows rdma_cm or messages; ``_driver`` is the compile
 boundary (the C core or pyverbs), chosen once.
 """
+
+
+def per_message_path() -> str:
+    """Which per-message path runs: the compiled core, or pure Python and why."""
+    from aiordma.verbs import _driver
+
+    return _driver.path

@@ -10,13 +10,13 @@ import mmap
 import resource
 import warnings
 import weakref
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from aiordma import _ibv
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, MemoryLimitError, ResourceClosedError
 from aiordma.verbs._closing import CloseWaiters
+from aiordma.verbs._lifecycle import Child, Children
+from aiordma.verbs.attributes import DeviceAttributes
 from aiordma.verbs.completion import CompletionQueue
 from aiordma.verbs.discovery import (
     DeviceInfo,
@@ -27,13 +27,11 @@ from aiordma.verbs.discovery import (
     lookup,
 )
 from aiordma.verbs.memory import Access, MemoryRegion
-from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
+from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, ReceiveSource
 
 if TYPE_CHECKING:
     from pyverbs.device import Context
     from pyverbs.pd import PD
-
-    from aiordma.channel.pool import SharedReceiveQueue
 
 
 class _RemovalWatcher(Protocol):
@@ -60,45 +58,6 @@ def _close_shared() -> None:
         warnings.warn(f"unclosed {dev!r} closed at exit", ResourceWarning, stacklevel=1)
         with contextlib.suppress(Exception):
             dev.close()
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceAttributes:
-    """The limits of a device that shape what can be posted (from ``ibv_query_device``)."""
-
-    max_qp_wr: int
-    max_sge: int
-    max_sge_rd: int
-    max_cqe: int
-    max_mr_size: int
-    max_qp_rd_atom: int
-    max_qp_init_rd_atom: int
-    atomic: bool
-    """Whether the device supports atomic operations."""
-    phys_port_cnt: int
-    fw_version: str
-    vendor_id: int
-    vendor_part_id: int
-    memory_windows: int = 0
-    """The memory window type :meth:`QueuePair.bind_window` uses: 2 where the
-    device supports type 2 windows, 1 where only type 1, 0 without windows."""
-    bounded_windows: bool = False
-    """Whether the device confines a window's rkey to the window's bytes.
-    False on rxe, whose responder checks an access against the whole
-    underlying region (revocation and type 2's tie to one queue pair hold)."""
-
-
-_RXE_VENDOR_ID: Final = 0xFFFFFF
-"""Soft-RoCE's vendor id (``RXE_VENDOR_ID`` in the kernel)."""
-
-
-def _window_type(flags: int, max_mw: int) -> int:
-    """The best memory window type a device offers (0: none)."""
-    if not max_mw or not flags & _ibv.DEVICE_MEM_WINDOW:
-        return 0
-    if flags & (_ibv.DEVICE_MEM_WINDOW_TYPE_2A | _ibv.DEVICE_MEM_WINDOW_TYPE_2B):
-        return _ibv.MW_TYPE_2
-    return _ibv.MW_TYPE_1
 
 
 def _default_device_name() -> str:
@@ -140,26 +99,9 @@ class Device:
         except BaseException:
             self._context.close()
             raise
-        self.attributes = DeviceAttributes(
-            max_qp_wr=attr.max_qp_wr,
-            max_sge=attr.max_sge,
-            max_sge_rd=attr.max_sge_rd,
-            max_cqe=attr.max_cqe,
-            max_mr_size=attr.max_mr_size,
-            max_qp_rd_atom=attr.max_qp_rd_atom,
-            max_qp_init_rd_atom=attr.max_qp_init_rd_atom,
-            atomic=attr.atomic_caps != _ibv.ATOMIC_NONE,
-            phys_port_cnt=attr.phys_port_cnt,
-            fw_version=str(attr.fw_version),
-            vendor_id=attr.vendor_id,
-            vendor_part_id=attr.vendor_part_id,
-            memory_windows=_window_type(attr.device_cap_flags, attr.max_mw),
-            bounded_windows=attr.vendor_id != _RXE_VENDOR_ID,
-        )
+        self.attributes = DeviceAttributes.of(attr)
         self._cqs: dict[asyncio.AbstractEventLoop, list[CompletionQueue]] = {}
-        self._qps: set[QueuePair] = set()
-        self._srqs: set[SharedReceiveQueue] = set()
-        self._mrs: weakref.WeakSet[MemoryRegion] = weakref.WeakSet()
+        self._children = Children()
         # Weak: a watcher that was collected needs no news of a removal.
         self._watchers: weakref.WeakSet[_RemovalWatcher] = weakref.WeakSet()
         self._close_waiters = CloseWaiters()
@@ -251,11 +193,16 @@ class Device:
             if exc.errno != errno.ENOMEM:
                 raise
             raise self._memory_limit_error(memoryview(obj).nbytes) from exc
-        self._mrs.add(mr)
+        self._children.adopt(mr)
         return mr
 
+    @property
+    def registered(self) -> int:
+        """Bytes registered on this device now (what counts against ``ulimit -l``)."""
+        return sum(mr.length for mr in self._children.of("memory region") if not mr.closed)
+
     def _memory_limit_error(self, requested: int) -> MemoryLimitError:
-        registered = sum(mr.length for mr in list(self._mrs) if not mr.closed)
+        registered = self.registered
         soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
         limit = None if soft == resource.RLIM_INFINITY else soft
         shown = "unlimited" if limit is None else f"{limit // 1024} KiB"
@@ -308,22 +255,35 @@ class Device:
     def create_qp(
         self,
         options: QueuePairOptions | None = None,
-        shared_receive: SharedReceiveQueue | None = None,
+        shared_receive: ReceiveSource | None = None,
     ) -> QueuePair:
         """A new reliable-connected queue pair on the running loop (in INIT
         state), receiving from ``shared_receive`` if given."""
-        opts = options or QueuePairOptions()
-        entries = opts.send_depth + (0 if shared_receive is not None else opts.recv_depth)
-        qp = QueuePair(self, self.completion_queue(entries), opts, shared_receive)
-        self._qps.add(qp)
-        return qp
+        return QueuePair(self, options, shared_receive)
 
-    def _forget_qp(self, qp: QueuePair) -> None:
-        self._qps.discard(qp)
+    # -- the ownership protocol (aiordma.verbs._lifecycle.Owner) -----------
 
-    def _release_cq(self, cq: CompletionQueue) -> None:
-        """Close ``cq`` once no queue pair uses it, unless it is its loop's first
-        (kept for the next queue pair: a CQ costs a completion channel to make)."""
+    def _adopt(self, child: Child) -> None:
+        self._children.adopt(child)
+
+    def _disown(self, child: Child) -> None:
+        self._children.disown(child)
+
+    def _holds(self, child: Child) -> bool:
+        return child in self._children
+
+    def _lease_cq(self, entries: int) -> CompletionQueue:
+        """A completion queue on the running loop with ``entries`` reserved for the caller."""
+        cq = self.completion_queue(entries)
+        cq.reserve(entries)
+        return cq
+
+    def _release_cq(self, cq: CompletionQueue, entries: int) -> None:
+        """Give back a lease of :meth:`_lease_cq`. The queue closes once nobody
+        uses it, unless it is its loop's first (kept for the next queue pair: a
+        CQ costs a completion channel to make)."""
+        if not cq.closed:
+            cq.unreserve(entries)
         if cq.closed or cq.reserved > 0 or cq.loop.is_closed():
             return
         # Not now: this may run inside the CQ's own drain.
@@ -365,13 +325,7 @@ class Device:
         if self._context is None:
             return
         _open.discard(self)
-        for qp in list(self._qps):
-            qp.destroy()
-        self._qps.clear()
-        for srq in list(self._srqs):
-            srq._release()
-        for mr in list(self._mrs):
-            mr._deregister()
+        self._children.release_all()
         for cqs in self._cqs.values():
             for cq in cqs:
                 cq.close()
@@ -400,7 +354,7 @@ class Device:
 
     async def aclose(self) -> None:
         """Close gracefully: let queue pairs flush their pending work, then :meth:`close`."""
-        for qp in list(self._qps):
+        for qp in self._children.of("queue pair"):
             qp.close()
             await qp.wait_closed()
         self.close()
@@ -416,3 +370,23 @@ class Device:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def connect_loopback_pair(
+    device: Device, options: QueuePairOptions | None = None
+) -> tuple[QueuePair, QueuePair]:
+    """Two queue pairs on ``device`` connected to each other (for tests and examples)."""
+    a = device.create_qp(options)
+    try:
+        b = device.create_qp(options)
+    except BaseException:
+        a.destroy()
+        raise
+    try:
+        a.connect(b.local_endpoint)
+        b.connect(a.local_endpoint)
+    except BaseException:
+        a.destroy()
+        b.destroy()
+        raise
+    return a, b

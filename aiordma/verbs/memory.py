@@ -74,6 +74,8 @@ class MemoryRegion:
     raises :class:`ResourceBusyError` then, :meth:`aclose` waits for them.
     """
 
+    kind: ClassVar[str] = "memory region"
+
     def __init__(self, pd: PD, obj: Any, access: Access | None = None) -> None:
         from pyverbs.mr import MR
 
@@ -189,6 +191,9 @@ class MemoryRegion:
                 f"memory region has {self._inflight} work request(s) in flight; "
                 "await aclose() to deregister once they complete"
             )
+        self._deregister()
+
+    def _owner_closing(self) -> None:
         self._deregister()
 
     def _deregister(self) -> None:

@@ -18,7 +18,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -53,9 +53,36 @@ from aiordma.verbs.window import MemoryWindow, check_window
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from aiordma.channel.pool import SharedReceiveQueue
+    from pyverbs.srq import SRQ
+
+    from aiordma.verbs._lifecycle import Owner
     from aiordma.verbs.completion import CompletionQueue
-    from aiordma.verbs.device import Device
+
+
+class ReceiveSource(Protocol):
+    """What a queue pair needs from the shared receive queue it takes its
+    receives from (:class:`~aiordma.verbs.srq.SharedReceiveRing`).
+
+    Call order: ``_attach -> [_qp_closing] -> _qp_destroyed``, once per queue pair.
+    """
+
+    @property
+    def device(self) -> Owner: ...
+
+    @property
+    def cq(self) -> CompletionQueue: ...
+
+    @property
+    def srq(self) -> SRQ: ...
+
+    def is_closing(self) -> bool: ...
+
+    def _attach(self, qp: QueuePair) -> None: ...
+
+    def _qp_closing(self, qp_num: int, error: BaseException) -> None: ...
+
+    def _qp_destroyed(self, qp_num: int) -> None: ...
+
 
 _OP_COUNTERS: Final = {
     kind: "ops:" + kind
@@ -79,7 +106,6 @@ __all__ = [
     "Send",
     "SendOp",
     "Write",
-    "connect_loopback_pair",
 ]
 
 FLUSH_TIMEOUT = 5.0
@@ -226,12 +252,13 @@ class QueuePair:
     every pending and later operation raises too.
     """
 
+    kind: ClassVar[str] = "queue pair"
+
     def __init__(
         self,
-        device: Device,
-        cq: CompletionQueue,
+        device: Owner,
         options: QueuePairOptions | None = None,
-        shared_receive: SharedReceiveQueue | None = None,
+        shared_receive: ReceiveSource | None = None,
     ) -> None:
         opts = options or QueuePairOptions()
         attrs = device.attributes
@@ -243,12 +270,10 @@ class QueuePair:
                 raise ValueError(f"{name} must be between 1 and {attrs.max_sge}")
         self.options = opts
         self.device = device
-        self._cq = cq
-        self._loop = cq.loop
         self._rd_atomic = max(1, min(opts.max_rd_atomic, attrs.max_qp_rd_atom))
         self.shared_receive = shared_receive
         """The :class:`~aiordma.SharedReceiveQueue` this QP receives from (None: its own queue)."""
-        recv_cq = cq
+        recv_cq = None
         if shared_receive is not None:
             if shared_receive.device is not device:
                 raise ValueError(f"{shared_receive!r} belongs to {shared_receive.device!r}")
@@ -256,7 +281,9 @@ class QueuePair:
                 raise ResourceClosedError("the shared receive queue is closed")
             recv_cq = shared_receive.cq
         self._reserved = opts.send_depth + (0 if shared_receive else opts.recv_depth)
-        cq.reserve(self._reserved)
+        cq = self._cq = device._lease_cq(self._reserved)
+        self._loop = cq.loop
+        recv_cq = recv_cq or cq
         try:
             init = QPInitAttr(
                 qp_type=_ibv.QPT_RC,
@@ -278,7 +305,7 @@ class QueuePair:
             with verbs_errors(f"creating a queue pair on {device.name}"):
                 qp = QP(device.pd, init, attr)
         except BaseException:
-            cq.unreserve(self._reserved)
+            device._release_cq(cq, self._reserved)
             raise
         self.qp_num: int = qp.qp_num
         self.psn: int = random.getrandbits(24)
@@ -289,6 +316,7 @@ class QueuePair:
         )
         if shared_receive is not None:
             shared_receive._attach(self)
+        device._adopt(self)
         self._stats = self._engine.stats
         self._windows: set[MemoryWindow] = set()
         """Windows this QP bound: revoked when it is destroyed (a type 2
@@ -644,7 +672,7 @@ class QueuePair:
     ) -> tuple[Segment, Access, int]:
         segment, access = check_window(local, access)
         device = self.device
-        if segment.mr not in device._mrs:
+        if not device._holds(segment.mr):
             raise ValueError(
                 f"the region is not registered on {device.name}, this queue pair's device"
             )
@@ -789,13 +817,13 @@ class QueuePair:
                 window.invalidate()
             self._engine.destroy()
         finally:
-            cq = self._cq
-            if not cq.closed:
-                cq.unreserve(self._reserved)
             if self.shared_receive is not None:
                 self.shared_receive._qp_destroyed(self.qp_num)
-            self.device._forget_qp(self)
-            self.device._release_cq(cq)
+            self.device._disown(self)
+            self.device._release_cq(self._cq, self._reserved)
+
+    def _owner_closing(self) -> None:
+        self.destroy()
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
         engine = getattr(self, "_engine", None)
@@ -808,23 +836,3 @@ class QueuePair:
     async def __aexit__(self, *exc: object) -> None:
         self.close()
         await self.wait_closed()
-
-
-async def connect_loopback_pair(
-    device: Device, options: QueuePairOptions | None = None
-) -> tuple[QueuePair, QueuePair]:
-    """Two queue pairs on ``device`` connected to each other (for tests and examples)."""
-    a = device.create_qp(options)
-    try:
-        b = device.create_qp(options)
-    except BaseException:
-        a.destroy()
-        raise
-    try:
-        a.connect(b.local_endpoint)
-        b.connect(a.local_endpoint)
-    except BaseException:
-        a.destroy()
-        b.destroy()
-        raise
-    return a, b

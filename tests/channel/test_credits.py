@@ -12,9 +12,9 @@ from aiordma.channel.credits import (
     CONTROL_BASE,
     CreditWindow,
     DataCredits,
-    ReceivePool,
     SharedDataCredits,
 )
+from aiordma.verbs.srq import ReceivePool
 
 
 def _window(size: int) -> CreditWindow:
