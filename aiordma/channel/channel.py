@@ -609,7 +609,7 @@ class MessageChannel:
             if index < 0:  # given back to the pool when the channel failed
                 return False
             try:
-                shared.repost(index, self._qp)
+                shared.repost(index)
             except (RdmaError, ResourceClosedError) as exc:
                 self._fail(exc)
                 return False

@@ -11,8 +11,8 @@ starts no tasks: :class:`~aiordma.QueuePair` validates arguments and waits
 for queue room (``sq``/``rq``), then calls :meth:`WorkEngine.post_sends` or
 :meth:`WorkEngine.post_recvs`.
 
-This module is the compile boundary of the per-message path: keep its
-interface small and its state in this one class.
+It posts only through its queue pair's driver (``aiordma.verbs._driver``),
+compiled or pure, and never asks which.
 """
 
 from __future__ import annotations
@@ -24,20 +24,20 @@ import dataclasses
 import errno
 import functools
 import os
-import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+from pyverbs.pyverbs_error import PyverbsError
 from pyverbs.qp import QPAttr
-from pyverbs.wr import SGE, RecvWR, SendWR
+from pyverbs.wr import SendWR
 
 from aiordma import _ibv
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
 from aiordma.metrics import Stats
-from aiordma.verbs import _driver as _accel
+from aiordma.verbs import _driver
+from aiordma.verbs._driver.pure import RECV_WR_CACHE
 from aiordma.verbs._slots import SlotPool
 from aiordma.verbs.completion import Opcode, WorkCompletion, completion_error, to_work_completion
 from aiordma.verbs.memory import MemoryRegion, Segment
@@ -53,8 +53,8 @@ SIGNAL_FRACTION = 4
 """However many unsignalled requests are posted, at least every
 ``send_depth // SIGNAL_FRACTION``-th is signalled, so their send-queue slots
 come back."""
-RECV_WR_CACHE = 512
-"""Single-buffer receive work requests kept for reuse, per queue pair."""
+__all__ = ["RECV_WR_CACHE", "SIGNAL_FRACTION", "SendRequest", "WorkEngine", "closed_error",
+           "total_length"]  # fmt: skip
 
 
 def closed_error() -> BaseException:
@@ -174,64 +174,6 @@ class _Work:
             )
 
 
-class _SendChain:
-    """Reusable send work requests, linked once, each with one SGE.
-
-    Building pyverbs ``SendWR``/``SGE`` objects costs more than posting them,
-    and pyverbs (44 to at least 64) never frees their C buffers (their
-    ``__dealloc`` is misnamed). ``ibv_post_send`` copies what it is given, so
-    a queue pair keeps a list of them, each linked to the next and the last
-    to nothing: posting ``k`` requests fills the last ``k`` and posts from
-    the first of those. Each WR's scatter list points at its own SGE, whose
-    fields are rewritten per post. The list grows, at its front, on demand.
-    """
-
-    __slots__ = ("sges", "wrs")
-
-    def __init__(self) -> None:
-        self.sges: list[SGE] = []
-        self.wrs: list[SendWR] = []
-
-    @staticmethod
-    def supported() -> bool:
-        wr = SendWR(num_sge=1, sg=[SGE(0, 0, 0)])
-        try:
-            wr.sg_list = SGE(0, 0, 0)
-        except AttributeError:  # a pyverbs without the setter: build WRs per post
-            return False
-        return True
-
-    def take(self, count: int) -> list[SendWR]:
-        """The last ``count`` requests of the chain (the first is the one to post)."""
-        while len(self.wrs) < count:
-            sge = SGE(0, 0, 0)
-            wr = SendWR(num_sge=1, sg=[sge])
-            wr.sg_list = sge
-            if self.wrs:
-                wr.next_wr = self.wrs[0]
-            self.sges.insert(0, sge)
-            self.wrs.insert(0, wr)
-        return self.wrs[len(self.wrs) - count :]
-
-    def fill(
-        self, index: int, wr_id: int, opcode: int, flags: int, seg: Segment, imm: int
-    ) -> SendWR:
-        """Rewrite request ``index`` of the chain for one post and return it."""
-        sge, wr = self.sges[index], self.wrs[index]
-        sge.addr = seg.addr
-        sge.length = seg.length
-        sge.lkey = seg.lkey
-        wr.wr_id = wr_id
-        wr.opcode = opcode
-        wr.send_flags = flags
-        wr.num_sge = 1
-        wr.imm_data = imm
-        return wr
-
-
-_CHAIN_SUPPORTED = _SendChain.supported()
-
-
 class WorkEngine:
     """Posts, tracks and completes the work requests of one pyverbs ``QP``.
 
@@ -270,10 +212,8 @@ class WorkEngine:
         self._alloc = alloc
         self._scratch: MemoryRegion | None = None
         self._scratch_free: list[int] = []
-        self.driver = _accel.qp_driver(qp, cq._driver, (recv_cq or cq)._driver)
-        """The compiled core's handle on this QP (None: posts go through pyverbs)."""
-        self._chain = _SendChain() if _CHAIN_SUPPORTED and self.driver is None else None
-        self._recv_wrs: dict[tuple[int, int, int], RecvWR] = {}
+        self.driver = _driver.qp_driver(qp, cq._driver, (recv_cq or cq)._driver)
+        """What posts this QP's work requests."""
         self._send_seq = 0
         self._silent: collections.deque[tuple[int, _Work]] = collections.deque()
         self._silent_run = 0
@@ -328,50 +268,17 @@ class WorkEngine:
         except BaseException:
             self.sq.release(len(chunk))
             raise
-        if self.driver is not None:
-            return self._post_sends_compiled(chunk)
-        items = [(*self._new_send(b), b) for b in chunk]
-        self._post_pyverbs(items)
-        return self._sends_posted([(wr_id, work) for wr_id, work, _, _ in items])
-
-    def _post_pyverbs(self, items: Sequence[tuple[int, _Work, int, SendRequest]]) -> None:
-        """Post ``(wr_id, work, flags, request)`` items through pyverbs work
-        requests (the pure-Python path); on refusal, undo and raise."""
-        qp = self.qp
-        assert qp is not None
         works: list[tuple[int, _Work]] = []
-        wrs: list[SendWR] = []
-        chain = self._chain
-        base = 0
-        if chain is not None and all(len(item[3].segments) <= 1 for item in items):
-            first = chain.take(len(items))[0]
-            base = len(chain.wrs) - len(items)
-        else:
-            chain = None
-        for wr_id, work, flags, b in items:
-            segments = work.segments
-            atomic = b.opcode in _ibv.ATOMIC_OPCODES
-            imm = 0 if b.imm is None else socket.htonl(b.imm)
-            if chain is not None:
-                wr = chain.fill(base + len(wrs), wr_id, b.opcode, flags, segments[0], imm)
-            else:
-                sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
-                wr = SendWR(wr_id=wr_id, opcode=b.opcode, num_sge=len(sges), sg=sges,
-                            send_flags=flags, imm_data=imm)  # fmt: skip
-                if wrs:
-                    wrs[-1].next_wr = wr
-            if atomic:
-                wr.set_wr_atomic(b.rkey, b.remote_addr, b.compare_add, b.swap)
-            elif b.opcode not in _ibv.SEND_OPCODES:
-                wr.set_wr_rdma(b.rkey, b.remote_addr)
+        requests: list[tuple[Any, ...]] = []
+        for b in chunk:
+            wr_id, work, flags = self._new_send(b)
             works.append((wr_id, work))
-            wrs.append(wr)
-        try:
-            qp.post_send(first if chain is not None else wrs[0])
-        except PyverbsRDMAError as exc:
-            self._unpost(works, self.sq)
-            self._silent_run = 0
-            raise DeviceError(exc.error_code, f"ibv_post_send failed: {exc}") from exc
+            requests.append((wr_id, b.opcode, flags, b.imm or 0, work.segments,
+                             b.remote_addr, b.rkey, b.compare_add, b.swap))  # fmt: skip
+        rc = self.driver.post_sends(requests)
+        if rc:
+            raise self._refused(works, self.sq, rc)
+        return self._sends_posted(works)
 
     def _new_send(self, b: SendRequest) -> tuple[int, _Work, int]:
         """Book-keeping for one send-side request: its ``wr_id``, work and flags."""
@@ -396,30 +303,12 @@ class WorkEngine:
         return self._send_seq, silent
 
     def _refused(self, works: Sequence[tuple[int, _Work]], pool: SlotPool, rc: int) -> DeviceError:
-        """Undo work the compiled core's post was refused; the error to raise."""
+        """Undo work whose post the provider refused; the error to raise."""
         self._unpost(works, pool)
         if pool is self.sq:
             self._silent_run = 0
             return DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
         return DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
-
-    def _post_sends_compiled(
-        self, chunk: Sequence[SendRequest]
-    ) -> list[asyncio.Future[WorkCompletion]]:
-        """:meth:`post_sends` through the compiled core: no pyverbs objects."""
-        driver = self.driver
-        assert driver is not None
-        works: list[tuple[int, _Work]] = []
-        requests: list[tuple[Any, ...]] = []
-        for b in chunk:
-            wr_id, work, flags = self._new_send(b)
-            works.append((wr_id, work))
-            requests.append((wr_id, b.opcode, flags, b.imm or 0, work.segments,
-                             b.remote_addr, b.rkey, b.compare_add, b.swap))  # fmt: skip
-        rc = driver.post_sends(requests)
-        if rc:
-            raise self._refused(works, self.sq, rc)
-        return self._sends_posted(works)
 
     def _sends_posted(self, works: list[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
         self.cq.kick()
@@ -444,13 +333,9 @@ class WorkEngine:
         work = _Work(self, None, opcode, (seg,), False, None, seq, silent, done)
         wr_id = self.cq.register(work)
         flags = 0 if silent else _ibv.SEND_SIGNALED
-        driver = self.driver
-        if driver is not None:
-            rc = driver.post_send(wr_id, opcode, flags, seg.addr, seg.length, seg.lkey)
-            if rc:
-                raise self._refused([(wr_id, work)], self.sq, rc)
-        else:
-            self._post_pyverbs([(wr_id, work, flags, SendRequest(opcode, (seg,), flags))])
+        rc = self.driver.post_send(wr_id, opcode, flags, seg.addr, seg.length, seg.lkey)
+        if rc:
+            raise self._refused([(wr_id, work)], self.sq, rc)
         self.cq.kick()
         self.last_send = work
         if silent:
@@ -517,19 +402,9 @@ class WorkEngine:
             raise
         work = _Work(self, None, -1, (seg,), True, done=done)
         wr_id = self.cq.register(work)
-        driver = self.driver
-        if driver is not None:
-            rc = driver.post_recv(wr_id, seg.addr, seg.length, seg.lkey)
-            if rc:
-                raise self._refused([(wr_id, work)], self.rq, rc)
-        else:
-            qp = self.qp
-            assert qp is not None
-            try:
-                qp.post_recv(self._single_recv(wr_id, seg))
-            except PyverbsRDMAError as exc:
-                self._unpost([(wr_id, work)], self.rq)
-                raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
+        rc = self.driver.post_recv(wr_id, seg.addr, seg.length, seg.lkey)
+        if rc:
+            raise self._refused([(wr_id, work)], self.rq, rc)
         self.works[wr_id] = work
         seg.mr._acquire()
 
@@ -568,38 +443,6 @@ class WorkEngine:
         except BaseException:
             self.rq.release(len(chunk))
             raise
-        if self.driver is not None:
-            return self._post_recvs_compiled(chunk)
-        qp = self.qp
-        assert qp is not None
-        works: list[tuple[int, _Work]] = []
-        wrs: list[RecvWR] = []
-        for segments in chunk:
-            fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
-            work = _Work(self, fut, -1, segments, True)
-            wr_id = self.cq.register(work)
-            if len(chunk) == 1 and len(segments) == 1:
-                wr = self._single_recv(wr_id, segments[0])
-            else:
-                sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
-                wr = RecvWR(wr_id=wr_id, num_sge=len(sges), sg=sges)
-            if wrs:
-                wrs[-1].next_wr = wr
-            works.append((wr_id, work))
-            wrs.append(wr)
-        try:
-            qp.post_recv(wrs[0])
-        except PyverbsRDMAError as exc:
-            self._unpost(works, self.rq)
-            raise DeviceError(exc.error_code, f"ibv_post_recv failed: {exc}") from exc
-        return self._track(works)
-
-    def _post_recvs_compiled(
-        self, chunk: Sequence[tuple[Segment, ...]]
-    ) -> list[asyncio.Future[WorkCompletion]]:
-        """:meth:`post_recvs` through the compiled core."""
-        driver = self.driver
-        assert driver is not None
         works: list[tuple[int, _Work]] = []
         requests: list[tuple[int, tuple[Segment, ...]]] = []
         for segments in chunk:
@@ -607,27 +450,10 @@ class WorkEngine:
             wr_id = self.cq.register(work)
             works.append((wr_id, work))
             requests.append((wr_id, segments))
-        rc = driver.post_recvs(requests)
+        rc = self.driver.post_recvs(requests)
         if rc:
             raise self._refused(works, self.rq, rc)
         return self._track(works)
-
-    def _single_recv(self, wr_id: int, seg: Segment) -> RecvWR:
-        """A receive WR for one buffer, reused whenever that buffer is posted alone.
-
-        pyverbs copies the scatter list into the WR when it is built (and
-        never frees it), so a buffer posted again and again, as message
-        channels do, is served by one object; such WRs are never chained.
-        """
-        key = (seg.addr, seg.length, seg.lkey)
-        wr = self._recv_wrs.get(key)
-        if wr is None:
-            wr = RecvWR(wr_id=wr_id, num_sge=1, sg=[SGE(*key)])
-            if len(self._recv_wrs) < RECV_WR_CACHE:
-                self._recv_wrs[key] = wr
-        else:
-            wr.wr_id = wr_id
-        return wr
 
     # -- tracking ----------------------------------------------------------
 
@@ -762,8 +588,7 @@ class WorkEngine:
             work.fail(err, later=True, quiet=True)
         self._silent.clear()
         self.last_send = None
-        if self.driver is not None:
-            self.driver.detach()
+        self.driver.detach()
         try:
             qp.close()
         finally:

@@ -2,8 +2,8 @@
 
 Each :class:`CompletionQueue` owns a completion channel whose descriptor is
 registered with its loop's ``add_reader``. When the adapter signals, the
-channel's events are consumed (acknowledged in batches), completions are
-polled in batches and handed to whoever posted the work request, and the CQ
+channel's event is consumed, completions are polled in batches and handed
+to whoever posted the work request (by the CQ's driver, compiled or pure), and the CQ
 is re-armed and polled once more so a completion that raced with the arming
 is never lost. After a bounded number of completions the drain yields to the
 loop and continues on the next iteration, so one busy CQ cannot starve the
@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from pyverbs import enums
 from pyverbs.cq import CQ, CompChannel
-from pyverbs.pyverbs_error import PyverbsRDMAError
 
 from aiordma import _ibv
 from aiordma._pyverbs import verbs_errors
@@ -38,8 +37,9 @@ from aiordma.exceptions import (
     ResourceClosedError,
     WrongLoopError,
 )
-from aiordma.verbs import _driver as _accel
-from aiordma.verbs._driver.fdprobe import create_with_fd
+from aiordma.verbs import _driver
+from aiordma.verbs._driver.base import ACK_BATCH, POLL_BATCH
+from aiordma.verbs._driver.handles import create_with_fd
 
 if TYPE_CHECKING:
     from pyverbs.cq import WC
@@ -47,12 +47,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POLL_BATCH = 16
-"""Completions taken per ``ibv_poll_cq`` round."""
+__all__ = ["ACK_BATCH", "DEFAULT_POLL", "DRAIN_BUDGET", "POLL_BATCH", "SPIN_SLICE",
+           "CompletionHandler", "CompletionQueue", "Opcode", "WorkCompletion", "check_loop",
+           "completion_error", "to_work_completion"]  # fmt: skip
+
 DRAIN_BUDGET = 256
 """Completions handled before the drain yields to the event loop."""
-ACK_BATCH = 64
-"""Channel events acknowledged together (``ibv_ack_cq_events`` takes a mutex)."""
 SPIN_SLICE = 50e-6
 """Seconds the compiled core spins on an empty CQ per round of polling, before
 the loop runs its other work."""
@@ -206,8 +206,8 @@ class CompletionQueue:
             os.set_blocking(fd, False)
             with verbs_errors("creating a completion queue"):
                 self._cq: CQ | None = CQ(context, min(capacity, self._max_cqe), None, channel, 0)
-            self._driver = _accel.cq_driver(self._cq, fd)
-            """The compiled core's handle on this CQ (None: the pure-Python path)."""
+            self._driver = _driver.cq_driver(self._cq, channel, fd)
+            """The driver that takes events, arms and drains this CQ."""
             self._arm()
             loop.add_reader(fd, self._on_readable)
         except BaseException:
@@ -216,7 +216,6 @@ class CompletionQueue:
             channel.close()
             raise
         self._reserved = 0
-        self._unacked = 0
         self._handlers: dict[int, CompletionHandler] = {}
         self._ids = itertools.count(1)
         self._drain_scheduled = False
@@ -286,13 +285,10 @@ class CompletionQueue:
     @property
     def compiled(self) -> bool:
         """Whether the compiled core drains this CQ (else pure Python does)."""
-        return self._driver is not None
+        return self._driver.compiled
 
     def _arm(self) -> None:
-        if self._driver is not None:
-            self._driver.req_notify()
-        else:
-            self.cq.req_notify()
+        self._driver.req_notify()
 
     def _report(self, exc: Exception | None, wc: WC) -> None:
         """A handler failed, or nobody posted ``wc``: work given up when its
@@ -306,28 +302,10 @@ class CompletionQueue:
             log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
 
     def _on_readable(self) -> None:
-        channel, cq = self._channel, self._cq
-        if channel is None or cq is None:
+        if self._cq is None:
             return
-        driver = self._driver
-        if driver is not None:
-            if driver.take_event():  # and acknowledges it
-                self._armed = False
-            self._drain()
-            return
-        while True:
-            try:
-                channel.get_cq_event(cq)
-            except PyverbsRDMAError as exc:
-                if exc.error_code in (errno.EAGAIN, errno.EWOULDBLOCK):
-                    break
-                raise
-            self._unacked += 1
+        if self._driver.take_event():  # one event per arming: another keeps the fd readable
             self._armed = False
-            break  # one event per arming: if another is pending the fd stays readable
-        if self._unacked >= ACK_BATCH:
-            cq.ack_events(self._unacked)
-            self._unacked = 0
         self._drain()
 
     def _scheduled_drain(self) -> None:
@@ -346,9 +324,8 @@ class CompletionQueue:
         if self._cq is None:
             self._polling = False
             return
-        driver = self._driver
-        if driver is not None:  # spin in C, no Python per empty poll
-            driver.spin(min(SPIN_SLICE, max(0.0, self._poll_until - self._loop.time())))
+        # The compiled driver spins in C, with no Python per empty poll.
+        self._driver.spin(min(SPIN_SLICE, max(0.0, self._poll_until - self._loop.time())))
         if self._drain(arm=False):
             self._poll_until = self._loop.time() + self._poll
         if self._handlers and self._loop.time() < self._poll_until:
@@ -364,38 +341,7 @@ class CompletionQueue:
         so a completion that raced with the arming is not missed), unless
         ``keep_polling`` lets it be polled for a while first.
         """
-        cq = self._cq
-        if cq is None:
-            return 0
-        if self._driver is not None:
-            return self._drain_compiled(arm, keep_polling)
-        handlers = self._handlers
-        budget = DRAIN_BUDGET
-        handled: int = 0
-        while True:
-            count, wcs = cq.poll(POLL_BATCH)
-            for wc in wcs:
-                handler = handlers.pop(wc.wr_id, None)
-                if handler is None:
-                    self._report(None, wc)
-                    continue
-                try:
-                    handler.complete(wc)
-                except Exception as exc:  # a handler bug must not kill the loop
-                    self._report(exc, wc)
-            budget -= count
-            handled += int(count)
-            if count < POLL_BATCH:
-                if self._armed_now(arm, keep_polling):
-                    return handled
-            elif budget <= 0:
-                self._yield_drain()
-                return handled
-
-    def _drain_compiled(self, arm: bool, keep_polling: bool) -> int:
-        """:meth:`_drain` by the compiled core: same steps, no WC objects."""
         driver = self._driver
-        assert driver is not None
         handled = 0
         while self._cq is not None:
             count, empty = driver.drain(self._handlers, DRAIN_BUDGET - handled, self._report)
@@ -449,8 +395,7 @@ class CompletionQueue:
             with contextlib.suppress(RuntimeError, ValueError, OSError):
                 self._loop.remove_reader(self._fd)
         self._handlers.clear()
-        if self._driver is not None:
-            self._driver.detach()
+        self._driver.detach()
         try:
             cq.close()  # acknowledges outstanding events first
         finally:

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
     from pyverbs.srq import SRQ
 
+    from aiordma.verbs._driver.base import QPDriver
     from aiordma.verbs._lifecycle import Owner
     from aiordma.verbs.completion import CompletionQueue
 
@@ -77,7 +78,7 @@ class ReceiveSource(Protocol):
 
     def is_closing(self) -> bool: ...
 
-    def _attach(self, qp: QueuePair) -> None: ...
+    def _attach(self, qp: QueuePair, driver: QPDriver) -> None: ...
 
     def _qp_closing(self, qp_num: int, error: BaseException) -> None: ...
 
@@ -315,7 +316,7 @@ class QueuePair:
             qp, cq, opts.send_depth, opts.recv_depth, device.alloc, recv_cq=recv_cq
         )
         if shared_receive is not None:
-            shared_receive._attach(self)
+            shared_receive._attach(self, self._engine.driver)
         device._adopt(self)
         self._stats = self._engine.stats
         self._windows: set[MemoryWindow] = set()

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
-from pyverbs.wr import SGE, RecvWR
 
 from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
 from aiordma.metrics import Stats
+from aiordma.verbs import _driver
+from aiordma.verbs._driver.base import QPDriver, SRQDriver
 from aiordma.verbs.completion import CompletionQueue, completion_error
 from aiordma.verbs.device import Device
 
@@ -170,15 +171,12 @@ class SharedReceiveRing:
         try:
             with verbs_errors(f"creating a shared receive queue on {device.name}"):
                 self._srq = SRQ(device.pd, SrqInitAttr(SrqAttr(max_wr=buffers, max_sge=1)))
+            self._driver: SRQDriver = _driver.srq_driver(self._srq)
             self._mr = device.alloc(buffers * buffer_size)
             self._handlers = [_Buffer(self, i) for i in range(buffers)]
-            addr, lkey = self._base, self._lkey = self._mr.addr, self._mr.lkey
-            self._wrs = [
-                RecvWR(num_sge=1, sg=[SGE(addr + i * buffer_size, buffer_size, lkey)])
-                for i in range(buffers)
-            ]
+            self._base, self._lkey = self._mr.addr, self._mr.lkey
             for index in range(buffers):
-                self._post(index, None)
+                self._post(index)
         except BaseException:
             self._release()
             raise
@@ -214,11 +212,14 @@ class SharedReceiveRing:
             raise ResourceClosedError("the shared receive queue is closed")
         return self._srq
 
-    def _attach(self, qp: QueuePair) -> None:
-        """A queue pair receiving from this pool was created (internal)."""
+    def _attach(self, qp: QueuePair, driver: QPDriver) -> None:
+        """A queue pair receiving from this pool was created (internal); its
+        ``driver`` may give the SRQ's handle to a compiled driver."""
         if self._closing:
             raise ResourceClosedError("the shared receive queue is closed")
         self._qps[qp.qp_num] = qp
+        if self._srq is not None:
+            self._driver = _driver.srq_driver(self._srq, self._driver, driver)
 
     def attach(
         self, qp: QueuePair, arrived: Arrived, failed: Callable[[BaseException], None],
@@ -271,32 +272,21 @@ class SharedReceiveRing:
             self.credits.give(1)
         return message
 
-    def repost(self, index: int, via: QueuePair | None = None) -> None:
-        """Post buffer ``index`` again (through ``via``'s compiled handle if it has one)."""
+    def repost(self, index: int) -> None:
+        """Post buffer ``index`` again."""
         if self._srq is None:
             return
-        self._post(index, via)
+        self._post(index)
 
     # -- completions -------------------------------------------------------
 
-    def _post(self, index: int, via: QueuePair | None) -> None:
+    def _post(self, index: int) -> None:
         wr_id = self._wr_ids[index] = self._cq.register(self._handlers[index])
-        engine = via._engine if via is not None else None
-        if engine is not None and engine.driver is not None and engine.qp is not None:
-            size = self.buffer_size
-            rc = engine.driver.post_srq_recv(wr_id, self._base + index * size, size, self._lkey)
-            if rc:
-                self._cq.forget(wr_id)
-                raise DeviceError(rc, f"ibv_post_srq_recv failed: {errno.errorcode.get(rc, rc)}")
-            return
-        wr = self._wrs[index]
-        wr.wr_id = wr_id
-        try:
-            with verbs_errors("posting to a shared receive queue"):
-                self.srq.post_recv(wr)
-        except BaseException:
+        size = self.buffer_size
+        rc = self._driver.post_recv(wr_id, self._base + index * size, size, self._lkey)
+        if rc:
             self._cq.forget(wr_id)
-            raise
+            raise DeviceError(rc, f"ibv_post_srq_recv failed: {errno.errorcode.get(rc, rc)}")
 
     def _completed(self, index: int, wc: WC) -> None:
         """A buffer's receive completed: hand it to its channel, or post it again."""
@@ -404,6 +394,7 @@ class SharedReceiveRing:
         mr, self._mr = self._mr, None
         try:
             if srq is not None:
+                self._driver.detach()
                 srq.close()
         finally:
             cq = self._cq

@@ -1,7 +1,9 @@
-"""Which per-message path runs, and the compiled core's handles (lab device)."""
+"""The compile boundary: which driver runs, the handles the compiled one
+uses, and the contract both drivers keep (lab device)."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import subprocess
@@ -11,6 +13,8 @@ import pytest
 
 import aiordma
 from aiordma.verbs import _driver as _accel
+from aiordma.verbs._driver.handles import official_handle
+from aiordma.verbs.srq import SharedReceiveRing
 from tests.conftest import Lab
 
 FORCED_PURE = os.environ.get(_accel.PURE_ENV, "").strip() not in ("", "0")
@@ -50,7 +54,7 @@ async def test_queue_pairs_use_the_compiled_core_unless_forced(
     a, _ = pair
     cq = a._engine.cq
     assert cq.compiled is not FORCED_PURE
-    assert (a._engine.driver is None) is FORCED_PURE
+    assert a._engine.driver.compiled is not FORCED_PURE
 
 
 @pytest.mark.asyncio
@@ -72,6 +76,115 @@ async def test_handles_are_accepted_only_when_they_match(
         assert core.find_qp(a.qp, address, address) != core.find_qp(other.qp, address, address)
     finally:
         other.destroy()
+    # A handle pyverbs exposes is checked like a found one, and only that one.
+    assert core.find_cq(cq.cq, cq._fd, address) == address
+    assert core.find_cq(cq.cq, cq._fd, address + 8) == 0
+    qp_address = core.find_qp(a.qp, address, address)
+    assert core.find_qp(a.qp, address, address, qp_address) == qp_address
+    assert core.find_qp(a.qp, address, address, qp_address + 8) == 0
+
+
+class _Exposing:
+    cq: object = 0x7F00_0000_1000
+    qp: object = True
+    fd: object = None
+
+
+def test_official_handles_are_positive_addresses_only() -> None:
+    assert official_handle(_Exposing(), "cq") == 0x7F00_0000_1000
+    assert official_handle(_Exposing(), "qp") == 0  # a bool is no address
+    assert official_handle(_Exposing(), "fd") == 0
+    assert official_handle(object(), "cq") == 0  # pyverbs without the attribute
+
+
+# -- the contract both drivers keep -------------------------------------------
+
+DRIVERS = ["pure", "compiled"]
+
+
+@pytest.fixture(params=DRIVERS)
+def driver_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Objects created in the test get this driver (the selector reads ``core`` at creation)."""
+    kind = str(request.param)
+    if kind == "pure":
+        monkeypatch.setattr(_accel, "core", None)
+    elif _accel.core is None:
+        monkeypatch.setattr(_accel, "core", importlib.import_module("aiordma.verbs._driver._core"))
+    return kind
+
+
+@pytest.mark.asyncio
+async def test_each_driver_completes_every_kind_of_work(
+    device: aiordma.Device, driver_kind: str
+) -> None:
+    a, b = await aiordma.connect_loopback_pair(device)
+    try:
+        assert a._engine.cq.compiled is (driver_kind == "compiled")
+        assert a._engine.driver.compiled is (driver_kind == "compiled")
+        src = device.alloc(4096)
+        access = aiordma.Access.LOCAL_WRITE | aiordma.Access.REMOTE | aiordma.Access.REMOTE_ATOMIC
+        dst = device.alloc(4096, access)
+        src.view()[:8] = b"abcdefgh"
+        # 40 receives and sends: more than one stack of work requests in C,
+        # a longer chain than the pure driver has built so far.
+        recvs = await b.post_recv_batch([dst[i * 64 : (i + 1) * 64] for i in range(40)])
+        sends = await a.post_batch([aiordma.Send(src[:8], imm=i) for i in range(40)])
+        done = await asyncio.wait_for(asyncio.gather(*sends, *recvs), 30)
+        landed = done[40:]
+        assert [wc.imm_data for wc in landed] == list(range(40))
+        assert all(wc.byte_len == 8 for wc in landed)
+        assert bytes(dst.view()[64 * 39 : 64 * 39 + 8]) == b"abcdefgh"
+        # one-sided: a write, a read back, an atomic
+        await a.rdma_write(src[:8], dst.remote()[1000:1008])
+        await a.rdma_read(src[100:108], dst.remote()[1000:1008])
+        assert bytes(src.view()[100:108]) == b"abcdefgh"
+        dst.view()[2048:2056] = (41).to_bytes(8, sys.byteorder)
+        assert await a.atomic_fetch_add(dst.remote()[2048:2056], 1) == 41
+        assert int.from_bytes(dst.view()[2048:2056], sys.byteorder) == 42
+        # a send gathered from two buffers
+        (recv,) = await b.post_recv_batch([dst[3000:3100]])
+        await a.post_send([src[:4], src[4:8]])
+        assert (await asyncio.wait_for(recv, 30)).byte_len == 8
+    finally:
+        for qp in (a, b):
+            qp.close()
+            await qp.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_each_driver_reposts_a_shared_receive_queue(
+    device: aiordma.Device, driver_kind: str
+) -> None:
+    ring = SharedReceiveRing(device, buffers=4, buffer_size=64)
+    a = device.create_qp()
+    b = device.create_qp(shared_receive=ring)
+    arrived: list[int] = []
+    all_arrived = asyncio.get_running_loop().create_future()
+
+    def on_packet(index: int, error: BaseException | None, length: int) -> None:
+        arrived.append(length)
+        ring.repost(index)
+        if len(arrived) == 12 and not all_arrived.done():
+            all_arrived.set_result(None)
+
+    def on_failure(error: BaseException) -> None:  # also told when b closes, at the end
+        if not all_arrived.done():
+            all_arrived.set_exception(error)
+
+    try:
+        a.connect(b.local_endpoint)
+        b.connect(a.local_endpoint)
+        ring.attach(b, on_packet, on_failure, 4, lambda: 4)
+        src = device.alloc(64)
+        for i in range(12):  # three times the ring: every buffer is posted again
+            await a.post_send(src[: i + 1])
+        await asyncio.wait_for(all_arrived, 30)
+        assert sorted(arrived) == list(range(1, 13))
+    finally:
+        for qp in (a, b):
+            qp.close()
+            await qp.wait_closed()
+        await ring.aclose()
 
 
 _LEFT_OPEN = """

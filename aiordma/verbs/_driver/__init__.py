@@ -1,11 +1,11 @@
-"""Which per-message path runs: the compiled core or pure Python.
+"""The compile boundary: one driver per CQ, QP and SRQ, chosen here once.
 
-:mod:`aiordma.verbs._driver._core` (Cython, built when a compiler and the verbs headers
-are there) drains completion queues and posts work requests in C. Without
-it, or with ``AIORDMA_PURE=1`` in the environment, the same work runs in
-Python through pyverbs. The choice is made once, at import; each CQ and QP
-then uses the core only if its handle was found and checked (see
-``docs/design.md``, "The compiled core").
+The compiled core (``_core``, Cython, built when a compiler and the verbs
+headers are there) drains completion queues and posts work requests in C.
+Without it, or with ``AIORDMA_PURE=1`` in the environment, or for an object
+whose C handle was not found, the pure driver (:mod:`.pure`) does the same
+work through pyverbs. The selectors below always return a driver; nothing
+above this package asks which one it got.
 """
 
 from __future__ import annotations
@@ -15,24 +15,29 @@ import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Final
 
-if TYPE_CHECKING:
-    from pyverbs.cq import CQ
-    from pyverbs.qp import QP
+from aiordma.verbs._driver.base import CQDriver, QPDriver, SRQDriver
+from aiordma.verbs._driver.handles import official_handle
+from aiordma.verbs._driver.pure import PureCQDriver, PureQPDriver, PureSRQDriver
 
-    from aiordma.verbs._driver._core import CQDriver, QPDriver
+if TYPE_CHECKING:
+    from pyverbs.cq import CQ, CompChannel
+    from pyverbs.qp import QP
+    from pyverbs.srq import SRQ
+
+__all__ = ["ABI", "PURE_ENV", "CQDriver", "QPDriver", "SRQDriver", "core", "cq_driver",
+           "path", "qp_driver", "srq_driver"]  # fmt: skip
 
 PURE_ENV: Final = "AIORDMA_PURE"
 """Set to 1 to force the pure-Python path (for comparison or debugging)."""
-ABI: Final = 2
-"""The :mod:`aiordma.verbs._driver._core` interface version this Python side expects."""
+ABI: Final = 3
+"""The ``_core`` interface version this side expects."""
 
 
 def _load() -> tuple[ModuleType | None, str]:
     if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
         return None, f"pure Python (forced by {PURE_ENV})"
     try:
-        # By name: the import-layering check cannot see inside an extension
-        # and would take ``import aiordma.verbs._driver._core`` for an import of the package.
+        # By name: the import-layering check cannot see inside an extension.
         _core = importlib.import_module("aiordma.verbs._driver._core")
     except ImportError as exc:
         return None, f"pure Python (the compiled core is not built: {exc})"
@@ -45,17 +50,40 @@ core, path = _load()
 """The compiled module (None on the pure path), and a line saying which path runs and why."""
 
 
-def cq_driver(cq: CQ, fd: int) -> CQDriver | None:
-    """A :class:`~aiordma.verbs._driver._core.CQDriver` for ``cq``, or None (pure path)."""
-    if core is None:
-        return None
-    address = core.find_cq(cq, fd)
-    return core.CQDriver(address) if address else None
+def cq_driver(cq: CQ, channel: CompChannel, fd: int) -> CQDriver:
+    """The driver for ``cq`` (whose completion channel has descriptor ``fd``)."""
+    if core is not None:
+        address = core.find_cq(cq, fd, official_handle(cq, "cq"))
+        if address:
+            driver: CQDriver = core.CQDriver(address)
+            return driver
+    return PureCQDriver(cq, channel)
 
 
-def qp_driver(qp: QP, send_cq: CQDriver | None, recv_cq: CQDriver | None) -> QPDriver | None:
-    """A ``QPDriver`` for ``qp`` on those CQs, or None (pure path)."""
-    if core is None or send_cq is None or recv_cq is None:
-        return None
-    address = core.find_qp(qp, send_cq.address, recv_cq.address)
-    return core.QPDriver(address) if address else None
+def qp_driver(qp: QP, send_cq: CQDriver, recv_cq: CQDriver) -> QPDriver:
+    """The driver for ``qp``, completing on the CQs of those drivers: compiled
+    only if both of them are (the QP's handle is checked against theirs)."""
+    if core is not None and send_cq.compiled and recv_cq.compiled:
+        send, recv = getattr(send_cq, "address", 0), getattr(recv_cq, "address", 0)
+        address = core.find_qp(qp, send, recv, official_handle(qp, "qp"))
+        if address:
+            driver: QPDriver = core.QPDriver(address)
+            return driver
+    return PureQPDriver(qp)
+
+
+def srq_driver(
+    srq: SRQ, current: SRQDriver | None = None, via: QPDriver | None = None
+) -> SRQDriver:
+    """The driver for ``srq``: the compiled one once a QP receiving from it
+    has a compiled driver (``via``: its handle names the SRQ), else
+    ``current`` or a pure one."""
+    if current is not None and current.compiled:
+        return current
+    address = getattr(via, "srq_address", 0) if via is not None else 0
+    if core is not None and address:
+        driver: SRQDriver = core.SRQDriver(address)
+        if current is not None:
+            current.detach()
+        return driver
+    return current if current is not None else PureSRQDriver(srq)

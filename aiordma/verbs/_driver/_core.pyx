@@ -1,25 +1,27 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled part of the per-message path (see ``docs/design.md``).
+"""The compiled driver (see ``base.py`` for the interface it implements).
 
-pyverbs owns every verbs resource; this module only *uses* the CQ, channel
-and QP that pyverbs created, through their C handles. pyverbs 44 exposes no
-handle, so :func:`find_cq` and :func:`find_qp` locate the pointer inside the
-pyverbs object and accept it only when the structure it points at matches
-facts learnt independently (the CQ's size and the channel's descriptor; the
-QP's number, type and CQs). Reading a candidate goes through
-``process_vm_readv`` on this process, which fails cleanly on an unmapped
-address, so a wrong guess can never crash. Callers use the pure-Python path
-for any object whose handle was not found.
+pyverbs owns every verbs resource; this module only *uses* the CQ, channel,
+QP and SRQ that pyverbs created, through their C handles. Where pyverbs
+exposes a handle (``handles.py`` asks first) :func:`find_cq` and
+:func:`find_qp` check that one address; pyverbs 44 exposes none, so they
+search the pyverbs object for the pointer and accept it only when the
+structure it points at matches facts learnt independently (the CQ's size
+and the channel's descriptor; the QP's number, type and CQs). Reading a
+candidate goes through ``process_vm_readv`` on this process, which fails
+cleanly on an unmapped address, so a wrong guess can never crash. An
+object whose handle was not found gets the pure driver.
 
 What runs here:
 
-* :class:`CQDriver`: takes a channel event, acknowledges events in batches,
+* :class:`CQDriver`: takes a channel event and acknowledges it at once,
   arms the CQ, and drains it with ``ibv_poll_cq`` into a C array, handing
   each completion (a light :class:`Completion`) straight to the handler that
   posted it; it can also spin on the CQ for a bounded time without running
   any Python per empty poll.
 * :class:`QPDriver`: builds send and receive work requests on the stack
   from plain integers and posts them as one linked list.
+* :class:`SRQDriver`: posts receives on the SRQ a found QP receives from.
 """
 
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
@@ -121,7 +123,7 @@ cdef enum:
     WR_ATOMIC_CMP_AND_SWP = 5
     WR_ATOMIC_FETCH_AND_ADD = 6
 
-ABI = 2
+ABI = 3
 """Bumped whenever the Python side's expectations of this module change."""
 
 
@@ -149,10 +151,11 @@ cdef list _candidates(object obj):
     return found
 
 
-def find_cq(object cq, int fd):
+def find_cq(object cq, int fd, uintptr_t hint=0):
     """The address of the ``ibv_cq`` inside the pyverbs ``cq``, or 0.
 
-    Accepted only if exactly one candidate has the CQ's size (``cqe``), a
+    With a ``hint`` (the handle pyverbs exposes) only that address is a
+    candidate. Accepted only if exactly one candidate has the CQ's size (``cqe``), a
     completion channel whose descriptor is ``fd`` (found independently, in
     ``/proc/self/fd``), and the same device context as that channel.
     """
@@ -164,7 +167,7 @@ def find_cq(object cq, int fd):
     if not isinstance(getattr(cq, "cqe", None), int):
         return 0  # not a CQ
     cqe = cq.cqe
-    for p in _candidates(cq):
+    for p in ([hint] if hint else _candidates(cq)):
         if not _read(p, &c, sizeof(ibv_cq)):
             continue
         if c.cqe != cqe or c.channel == NULL or c.context == NULL:
@@ -179,8 +182,9 @@ def find_cq(object cq, int fd):
     return found
 
 
-def find_qp(object qp, uintptr_t cq_addr, uintptr_t recv_cq_addr):
-    """The address of the ``ibv_qp`` inside the pyverbs ``qp``, or 0.
+def find_qp(object qp, uintptr_t cq_addr, uintptr_t recv_cq_addr, uintptr_t hint=0):
+    """The address of the ``ibv_qp`` inside the pyverbs ``qp``, or 0 (with a
+    ``hint``, only that address is a candidate).
 
     Accepted only if exactly one candidate carries the QP's number and type
     and uses the CQs at ``cq_addr`` and ``recv_cq_addr`` (found by
@@ -195,7 +199,7 @@ def find_qp(object qp, uintptr_t cq_addr, uintptr_t recv_cq_addr):
         return 0  # no CQ to match, or not a QP
     qp_num = qp.qp_num
     qp_type = qp.qp_type
-    for p in _candidates(qp):
+    for p in ([hint] if hint else _candidates(qp)):
         if not _read(p, &q, sizeof(ibv_qp)):
             continue
         if q.qp_num != qp_num or q.qp_type != qp_type:
@@ -254,6 +258,10 @@ cdef class CQDriver:
     def address(self):
         """Where the ``ibv_cq`` is (0 once detached)."""
         return <uintptr_t>self.cq
+
+    @property
+    def compiled(self):
+        return True
 
     def __cinit__(self, uintptr_t address):
         self.cq = <ibv_cq *>address
@@ -403,6 +411,17 @@ cdef class _Scatter:
         return <int>n
 
 
+cdef inline void _one_recv(ibv_recv_wr *wr, ibv_sge *sge, uint64_t wr_id, uint64_t addr,
+                           uint32_t length, uint32_t lkey) noexcept nogil:
+    sge.addr = addr
+    sge.length = length
+    sge.lkey = lkey
+    wr.wr_id = wr_id
+    wr.next = NULL
+    wr.sg_list = sge
+    wr.num_sge = 1
+
+
 cdef class QPDriver:
     """Posts work requests on one pyverbs QP from plain integers (its owner
     calls :meth:`detach` before destroying the QP)."""
@@ -411,6 +430,15 @@ cdef class QPDriver:
 
     def __cinit__(self, uintptr_t address):
         self.qp = <ibv_qp *>address
+
+    @property
+    def compiled(self):
+        return True
+
+    @property
+    def srq_address(self):
+        """Where the ``ibv_srq`` this QP receives from is (0: none, or detached)."""
+        return <uintptr_t>self.qp.srq if self.qp != NULL else 0
 
     def detach(self):
         """Stop using the QP (before pyverbs destroys it)."""
@@ -487,34 +515,15 @@ cdef class QPDriver:
         wr.num_sge = 1
         return ibv_post_send(self.qp, &wr, &bad)
 
-    cdef int _post_one_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length,
-                            uint32_t lkey, bint shared) except -1:
+    def post_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length, uint32_t lkey):
+        """Post one receive into one buffer (the message channel's packets);
+        0 or the provider's errno."""
         cdef ibv_recv_wr wr
         cdef ibv_sge sge
         cdef ibv_recv_wr *bad = NULL
         self._check()
-        if shared and self.qp.srq == NULL:
-            return 22  # EINVAL: this QP has no shared receive queue
-        sge.addr = addr
-        sge.length = length
-        sge.lkey = lkey
-        wr.wr_id = wr_id
-        wr.next = NULL
-        wr.sg_list = &sge
-        wr.num_sge = 1
-        if shared:
-            return ibv_post_srq_recv(self.qp.srq, &wr, &bad)
+        _one_recv(&wr, &sge, wr_id, addr, length, lkey)
         return ibv_post_recv(self.qp, &wr, &bad)
-
-    def post_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length, uint32_t lkey):
-        """Post one receive into one buffer (the message channel's packets);
-        0 or the provider's errno."""
-        return self._post_one_recv(wr_id, addr, length, lkey, False)
-
-    def post_srq_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length, uint32_t lkey):
-        """Post one receive into one buffer on the shared receive queue this
-        QP receives from; 0 or the provider's errno (EINVAL: it has none)."""
-        return self._post_one_recv(wr_id, addr, length, lkey, True)
 
     def post_recvs(self, list requests):
         """Post ``(wr_id, segments)`` receives as one linked list; 0 or errno."""
@@ -541,3 +550,32 @@ cdef class QPDriver:
         finally:
             if wrs != stack_wrs:
                 free(wrs)
+
+
+cdef class SRQDriver:
+    """Posts receives on one pyverbs SRQ, whose handle a found QP gave
+    (:attr:`QPDriver.srq_address`); its owner calls :meth:`detach` before
+    destroying the SRQ."""
+
+    cdef ibv_srq *srq
+
+    def __cinit__(self, uintptr_t address):
+        self.srq = <ibv_srq *>address
+
+    @property
+    def compiled(self):
+        return True
+
+    def detach(self):
+        """Stop using the SRQ (before pyverbs destroys it)."""
+        self.srq = NULL
+
+    def post_recv(self, uint64_t wr_id, uint64_t addr, uint32_t length, uint32_t lkey):
+        """Post one receive into one buffer; 0 or the provider's errno."""
+        cdef ibv_recv_wr wr
+        cdef ibv_sge sge
+        cdef ibv_recv_wr *bad = NULL
+        if self.srq == NULL:
+            raise ValueError("the shared receive queue driver was detached")
+        _one_recv(&wr, &sge, wr_id, addr, length, lkey)
+        return ibv_post_srq_recv(self.srq, &wr, &bad)

@@ -1,10 +1,12 @@
-"""Find the file descriptor behind a pyverbs object that does not expose it.
+"""Handles behind pyverbs objects: the official attribute first, a search second.
 
-pyverbs before rdma-core 61 hides the descriptors of completion channels and
-rdma_cm event channels. Both are ordinary fds of this process, so the new
-entry of ``/proc/self/fd`` whose link matches appears when the object is
-created. Entries are compared as (fd, link target) pairs: a number alone can
-be reused between the two listings.
+Newer pyverbs exposes what the drivers need (``CQ.cq`` from rdma-core 54,
+``CompChannel.fd`` from 57, ``QP.qp`` from 61); older ones hide it. A C
+handle is then searched for by the compiled core (``find_cq``/``find_qp``,
+which also check an official one). A hidden descriptor is an ordinary fd
+of this process, so the new entry of ``/proc/self/fd`` whose link matches
+appears when the object is created; entries are compared as (fd, link
+target) pairs, as a number alone can be reused between the two listings.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiordma.exceptions import DeviceError
 
@@ -58,3 +60,9 @@ def create_with_fd(
             "is another thread creating channels at the same time?"
         )
     return obj, new[0]
+
+
+def official_handle(obj: Any, name: str) -> int:
+    """The C address pyverbs exposes as ``obj.<name>``, or 0 where it exposes none."""
+    value = getattr(obj, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -1,0 +1,88 @@
+"""The compile boundary: what the verbs layer asks of a driver, whichever one runs.
+
+Two implementations satisfy these Protocols: :mod:`.pure` over pyverbs'
+Python API, and the compiled core (``_core.pyx``) over the C handles of the
+same pyverbs objects. :mod:`aiordma.verbs._driver` picks one per CQ, QP and
+SRQ, once; callers never ask which they got. Every ``post_*`` returns 0 or
+the provider's errno and raises nothing for a refused post; the caller
+undoes its book-keeping and raises.
+
+Call order of a CQ driver: ``(take_event | req_notify | drain | spin)* -> detach``,
+before pyverbs closes the CQ; likewise ``post_* -> detach`` for QP and SRQ drivers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
+
+POLL_BATCH: Final = 16
+"""Completions taken from the CQ per poll."""
+ACK_BATCH: Final = 64
+"""Channel events the pure driver acknowledges at once (the compiled one
+acknowledges each as it takes it)."""
+
+
+class Report(Protocol):
+    """Told of a handler that raised (``exc``), or of a completion nobody registered."""
+
+    def __call__(self, exc: Exception | None, wc: Any) -> None: ...
+
+
+class CQDriver(Protocol):
+    """Events, arming and draining of one completion queue."""
+
+    compiled: bool
+    """Whether C does this work (for ``aiordma info`` and the tests, never for branching)."""
+
+    def take_event(self) -> bool:
+        """Consume one channel event if one is pending; whether one was."""
+
+    def req_notify(self) -> None:
+        """Arm the CQ: the next completion raises a channel event."""
+
+    def drain(self, handlers: dict[int, Any], budget: int, report: Report) -> tuple[int, bool]:
+        """Hand each completion to ``handlers.pop(wr_id).complete(wc)`` until the CQ
+        is empty or about ``budget`` are handled: ``(handled, empty)``."""
+
+    def spin(self, seconds: float) -> bool:
+        """Poll without running Python for up to ``seconds``; whether a completion came."""
+
+    def detach(self) -> None:
+        """Stop using the CQ (before pyverbs closes it)."""
+
+
+class QPDriver(Protocol):
+    """Posting on one queue pair."""
+
+    compiled: bool
+
+    def post_sends(self, requests: Sequence[tuple[Any, ...]]) -> int:
+        """Post ``(wr_id, opcode, flags, imm, segments, remote_addr, rkey,
+        compare_add, swap)`` requests as one linked list (``imm`` in host order)."""
+
+    def post_send(
+        self, wr_id: int, opcode: int, flags: int, addr: int, length: int, lkey: int
+    ) -> int:
+        """Post one request with one buffer and no remote address."""
+
+    def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
+        """Post one receive into one buffer."""
+
+    def post_recvs(self, requests: Sequence[tuple[int, Sequence[Any]]]) -> int:
+        """Post ``(wr_id, segments)`` receives as one linked list."""
+
+    def detach(self) -> None:
+        """Stop using the QP (before pyverbs destroys it)."""
+
+
+class SRQDriver(Protocol):
+    """Posting on one shared receive queue."""
+
+    compiled: bool
+
+    def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
+        """Post one receive into one buffer."""
+
+    def detach(self) -> None:
+        """Stop using the SRQ (before pyverbs destroys it)."""
