@@ -22,7 +22,7 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "bench-latest.json"]
+exclude_patterns = ["_build", "measurements/latest.json"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
@@ -37,7 +37,9 @@ nitpick_ignore_regex = [
     ("py:.*", r"(collections\.abc|asyncio|_asyncio|enum|typing|ipaddress)\..*"),
     ("py:class", r"pyverbs\..*|Context|PD|CQ|QP|MW|CMId"),
     ("py:class", r"distributed\..*|aiordma\.dask\.comm\.Handler|prometheus_client\..*"),
-    ("py:class", r"aiordma\.rpc\.server\.H|aiordma\.completion\.CompletionHandler"),
+    ("py:class", r"aiordma\.rpc\.server\.H|aiordma\.verbs\.completion\.CompletionHandler"),
+    # The verbs layer's internal Protocols (docs/architecture.md, "Internal interfaces").
+    ("py:class", r"(aiordma\.verbs\.queue_pair\.)?ReceiveSource|Owner|Arrived|SharedReceiveRing"),
     ("py:data", r"LINGER|DEFAULT_POLL"),
 ]
 

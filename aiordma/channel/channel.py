@@ -149,10 +149,9 @@ class Link(Protocol):
     """What a :class:`MessageChannel` needs from the connection it runs on.
 
     A connected queue pair, memory registration on its device (released
-    with the link), and closing. :class:`~aiordma.Connection` is one;
-    ``_when_established`` is the internal entry through which the link says
-    when both peers can send (see ``docs/design.md``). A link may also have
-    ``_add_stats(stats)``, to count the channel's metrics as its own.
+    with the link), closing, when both peers can send (``on_established``:
+    the channel's HELLO waits for it) and where its metrics count
+    (``add_stats``). :class:`~aiordma.Connection` is one.
     """
 
     @property
@@ -168,7 +167,9 @@ class Link(Protocol):
 
     def is_closing(self) -> bool: ...
 
-    def _when_established(self, callback: Callable[[], None]) -> None: ...
+    def on_established(self, callback: Callable[[], None]) -> None: ...
+
+    def add_stats(self, stats: Stats) -> None: ...
 
 
 def check_into(into: object) -> Into:
@@ -364,9 +365,7 @@ class MessageChannel:
         self._deliver: Deliver | None = None
         self._staging: MemoryRegion | None = None
         self._stats = Stats("channel", self._gauges)
-        add_stats = getattr(conn, "_add_stats", None)  # optional for a Link
-        if add_stats is not None:
-            add_stats(self._stats)
+        conn.add_stats(self._stats)
 
     def stats(self) -> dict[str, Any]:
         """This channel's metrics, as plain data (see :mod:`aiordma.metrics`):
@@ -429,7 +428,7 @@ class MessageChannel:
         if self._shared is None:  # a shared queue's buffers are posted already
             for index in range(self._state.buffers):
                 self._qp.post_recv_callback(self._recv_slots[index], self._on_packets[index])
-        self.link._when_established(self._say_hello)
+        self.link.on_established(self._say_hello)
 
     def _say_hello(self) -> None:
         """Announce our max_message and windows, and grant our first credits

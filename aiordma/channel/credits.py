@@ -176,7 +176,9 @@ class DataCredits:
 
 @dataclass
 class SharedDataCredits(DataCredits):
-    """The data credits a member of a :class:`ReceivePool` grants its peer (pure logic).
+    """The data credits a channel on a shared :class:`~aiordma.verbs.srq.ReceivePool` grants.
+
+    Pure logic.
 
     ``window`` bounds what it grants at once; it starts with ``base`` (taken
     from the pool when it joined) and doubles its ``share`` each time a

@@ -220,8 +220,14 @@ class Connection:
             # failed queue pair flushes are reported as mere flushes.
             self.qp._close(self._lost_error)
 
-    def _when_established(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once both peers can send (now, if they already can)."""
+    def on_established(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once both peers can send (now, if they already can).
+
+        The connection is usable when :func:`connect` returns or a handler
+        starts; the peer may still be finishing its side, and a send before
+        it has posted its receives meets receiver-not-ready retries. A
+        protocol's first message waits for this.
+        """
         if self._established:
             callback()
         else:
@@ -379,8 +385,9 @@ class Connection:
         snapshot["qp_num"] = self.qp.qp_num
         return snapshot
 
-    def _add_stats(self, stats: Stats) -> None:
-        """Internal entry: count ``stats`` (a channel's, an RPC side's) as this connection's."""
+    def add_stats(self, stats: Stats) -> None:
+        """Count ``stats`` (a channel's, an RPC side's) in :meth:`stats` and in
+        the connection's exports, as its own."""
         self._stat_parts.append(stats)
 
     def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:

@@ -33,17 +33,17 @@ from pathlib import Path
 
 from aiordma.exceptions import LabError
 from aiordma.lab.vm import (
-    _PASSTHROUGH,
     GUEST_DEVICE,
+    PASSTHROUGH,
     GuestConfig,
-    _log,
-    _run_group,
-    _vng_argv,
-    _vng_env,
     find_kernel,
     find_vng,
     guest_script,
     kvm_works,
+    log,
+    run_group,
+    vng_argv,
+    vng_env,
 )
 
 HOST_ADDRS = {1: ("192.0.2.1", "2001:db8::1"), 2: ("192.0.2.2", "2001:db8::2")}
@@ -122,7 +122,7 @@ class _Fabric:
         self._done = threading.Event()
 
     def _argv(self, host: int, cmd: list[str]) -> list[str]:
-        env = {k: v for k, v in os.environ.items() if _PASSTHROUGH.match(k)}
+        env = {k: v for k, v in os.environ.items() if PASSTHROUGH.match(k)}
         env |= host_environment(host, self.control)
         mtu = self.cfg.mtu[host - 1]
         addr, addr6 = HOST_ADDRS[host]
@@ -135,7 +135,7 @@ class _Fabric:
         local, remote = self.ports if host == 1 else self.ports[::-1]
         opts = _link_opts(host, local, remote)
         command = guest_script(inner, self.control / f"host{host}.sh")
-        return _vng_argv(self.vng, self.kernel, self.guest, self.kvm, command, opts)
+        return vng_argv(self.vng, self.kernel, self.guest, self.kvm, command, opts)
 
     def boot_host2(self) -> None:
         with self._lock:
@@ -147,7 +147,7 @@ class _Fabric:
             with open(self.host2_log, "ab") as log:
                 self.host2 = subprocess.Popen(
                     argv,
-                    env=_vng_env(),
+                    env=vng_env(),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -183,22 +183,22 @@ class _Fabric:
                     continue  # not fully written yet
                 request.unlink()
                 if action == "crash":
-                    _log("host 2 crashed on request (its QEMU was killed)")
+                    log("host 2 crashed on request (its QEMU was killed)")
                     self.kill_host2()
                 elif action == "boot":
-                    _log("booting host 2 again on request")
+                    log("booting host 2 again on request")
                     self.boot_host2()
                 (requests / f"{request.stem}.done").write_text(action)
 
     def run(self, timeout: float | None) -> int:
         mode = "KVM" if self.kvm else "TCG, software emulation"
-        _log(
+        log(
             f"booting two {self.kernel.name} guests ({mode}, {self.guest.cpus} CPU and "
             f"{self.guest.memory} each), linked by UDP 127.0.0.1:{self.ports[0]} <-> "
             f"127.0.0.1:{self.ports[1]}; {GUEST_DEVICE} on host 1 at {HOST_ADDRS[1][0]} and "
             f"{HOST_ADDRS[1][1]}, host 2 at {HOST_ADDRS[2][0]} and {HOST_ADDRS[2][1]}"
         )
-        _log(f"control directory: {self.control}; host 2's console: {self.host2_log}")
+        log(f"control directory: {self.control}; host 2's console: {self.host2_log}")
         started = time.monotonic()
         server = threading.Thread(target=self.serve_requests, name="aiordma-fabric", daemon=True)
         rc = 1
@@ -213,7 +213,7 @@ class _Fabric:
                 'shift; exec "$@"',
                 "wait-for-host-2", str(self.control), *self.cmd,
             ]  # fmt: skip
-            rc = _run_group(self._argv(1, waited), _vng_env(), timeout)
+            rc = run_group(self._argv(1, waited), vng_env(), timeout)
             return rc
         finally:
             self._done.set()
@@ -222,8 +222,8 @@ class _Fabric:
             self.stop_host2()
             if rc != 0 and self.host2_log.exists():
                 tail = self.host2_log.read_bytes()[-3000:].decode(errors="replace")
-                _log(f"host 2's console (last lines):\n{tail}")
-            _log(f"two-host lab finished with exit status {rc} after "
+                log(f"host 2's console (last lines):\n{tail}")
+            log(f"two-host lab finished with exit status {rc} after "
                  f"{time.monotonic() - started:.0f} s")  # fmt: skip
             shutil.rmtree(self.control, ignore_errors=True)
 

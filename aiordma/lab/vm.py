@@ -38,10 +38,10 @@ KVM_PROBE_TIMEOUT = 40.0
 """A KVM guest boots in a few seconds; a broken nested KVM hangs forever."""
 
 # Variables worth carrying into the guest, whose environment starts empty.
-_PASSTHROUGH = re.compile(r"^(AIORDMA_|PYTEST_|PY|CI$|TERM$|COLUMNS$|LANG$|LC_|NO_COLOR$)")
+PASSTHROUGH = re.compile(r"^(AIORDMA_|PYTEST_|PY|CI$|TERM$|COLUMNS$|LANG$|LC_|NO_COLOR$)")
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
     print(f"aiordma lab: {msg}", file=sys.stderr, flush=True)
 
 
@@ -94,7 +94,7 @@ class GuestConfig:
     kernel: Path | None = None
 
 
-def _vng_argv(
+def vng_argv(
     vng: str,
     kernel: Path,
     cfg: GuestConfig,
@@ -183,7 +183,7 @@ def _teardown_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _run_group(argv: list[str], env: dict[str, str], timeout: float | None) -> int:
+def run_group(argv: list[str], env: dict[str, str], timeout: float | None) -> int:
     """Run ``argv`` in its own process group; kill the whole group on timeout,
     interrupt (SIGINT) or termination (SIGTERM, SIGHUP: raises :class:`Terminated`)."""
     with _teardown_on_signals():
@@ -211,7 +211,7 @@ def _run_group_now(argv: list[str], env: dict[str, str], timeout: float | None) 
         proc.stderr.close()  # type: ignore[union-attr]
 
 
-def _vng_env() -> dict[str, str]:
+def vng_env() -> dict[str, str]:
     env = dict(os.environ)
     # vng runs virtme-run by name.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -234,13 +234,13 @@ def kvm_works(kernel: Path, *, refresh: bool = False) -> bool:
         verdicts = {}
     if not refresh and key in verdicts:
         return verdicts[key]
-    _log(f"probing whether KVM works here (up to {KVM_PROBE_TIMEOUT:.0f} s, once per host)")
-    argv = _vng_argv(find_vng(), kernel, GuestConfig(cpus=1, memory="512M"), True, "true")
+    log(f"probing whether KVM works here (up to {KVM_PROBE_TIMEOUT:.0f} s, once per host)")
+    argv = vng_argv(find_vng(), kernel, GuestConfig(cpus=1, memory="512M"), True, "true")
     try:
-        ok = _run_group(argv, _vng_env() | {"TERM": "dumb"}, KVM_PROBE_TIMEOUT) == 0
+        ok = run_group(argv, vng_env() | {"TERM": "dumb"}, KVM_PROBE_TIMEOUT) == 0
     except subprocess.TimeoutExpired:
         ok = False
-    _log(f"KVM {'works' if ok else 'does not work here; using TCG (software emulation)'}")
+    log(f"KVM {'works' if ok else 'does not work here; using TCG (software emulation)'}")
     verdicts[key] = ok
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(verdicts, indent=1))
@@ -271,7 +271,7 @@ def run_in_guest(
     rwdirs = list(dict.fromkeys([cwd, *cfg.rwdirs]))
     cfg = GuestConfig(cfg.cpus, cfg.memory, kvm, [*rwdirs, scripts], kernel)
 
-    env = {k: v for k, v in os.environ.items() if _PASSTHROUGH.match(k)}
+    env = {k: v for k, v in os.environ.items() if PASSTHROUGH.match(k)}
     env |= lab_environment()
     init = resources.files("aiordma.lab") / "guest-init.sh"
     inner = [
@@ -279,16 +279,16 @@ def run_in_guest(
         str(cwd), "--", "env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd,
     ]  # fmt: skip
     mode = "KVM" if kvm else "TCG, software emulation"
-    _log(
+    log(
         f"booting {kernel.name} in a QEMU guest ({mode}, {cfg.cpus} CPUs, {cfg.memory}); "
         f"{GUEST_DEVICE} on {GUEST_NETDEV} at {GUEST_ADDR4} and {GUEST_ADDR6}"
     )
-    _log(f"writable in the guest: {', '.join(map(str, rwdirs))}")
+    log(f"writable in the guest: {', '.join(map(str, rwdirs))}")
     started = time.monotonic()
     try:
         command = guest_script(inner, scripts / "command.sh")
-        rc = _run_group(_vng_argv(vng, kernel, cfg, kvm, command), _vng_env(), timeout)
+        rc = run_group(vng_argv(vng, kernel, cfg, kvm, command), vng_env(), timeout)
     finally:
         shutil.rmtree(scripts, ignore_errors=True)
-    _log(f"guest finished with exit status {rc} after {time.monotonic() - started:.0f} s")
+    log(f"guest finished with exit status {rc} after {time.monotonic() - started:.0f} s")
     return rc

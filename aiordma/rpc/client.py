@@ -63,7 +63,7 @@ class Client:
         """The connection the calls travel on: one-sided work beside RPC
         (``client.conn.rdma_write(...)``) runs on its queue pair."""
         self._stats = Stats("rpc_client")
-        conn._add_stats(self._stats)
+        conn.add_stats(self._stats)
         self._channel: MessageChannel = channel
         self._codec: Codec = codec or RawCodec()
         self._ids = itertools.count(1)

@@ -144,7 +144,7 @@ class Service:
         if not isinstance(channel, MessageChannel):
             raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
         stats = Stats("rpc_server")
-        conn._add_stats(stats)
+        conn.add_stats(stats)
         calls = _Calls(self, channel, stats)
         channel.deliver_to(calls.on_message)
         try:

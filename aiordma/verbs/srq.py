@@ -151,7 +151,7 @@ class SharedReceiveRing:
         self.buffers = buffers
         self.buffer_size = buffer_size
         self.credits = ReceivePool(buffers)
-        """Who owns the buffers (see :class:`ReceivePool`)."""
+        """Who owns the buffers (a :class:`~aiordma.verbs.srq.ReceivePool`)."""
         self._loop = asyncio.get_running_loop()
         self._members: dict[int, _Receiver] = {}
         self._expected: dict[int, asyncio.Future[bytes]] = {}

@@ -24,6 +24,7 @@ from aiordma.channel.channel import (
 )
 from aiordma.channel.wire import Header, Kind
 from aiordma.exceptions import BufferTooSmallError, MessageTooLargeError, ProtocolError
+from aiordma.metrics import Stats
 from tests.conftest import Lab, rdma_counts, start_peer_server
 
 
@@ -751,6 +752,7 @@ class _PairLink:
         self._qp = qp
         self._regions: list[aiordma.MemoryRegion] = []
         self._ready: list[Callable[[], None]] = []
+        self.stats_parts: list[Stats] = []
 
     @property
     def qp(self) -> aiordma.QueuePair:
@@ -770,8 +772,11 @@ class _PairLink:
         for callback in self._ready:
             callback()
 
-    def _when_established(self, callback: Callable[[], None]) -> None:
+    def on_established(self, callback: Callable[[], None]) -> None:
         self._ready.append(callback)
+
+    def add_stats(self, stats: Stats) -> None:
+        self.stats_parts.append(stats)
 
     def is_closing(self) -> bool:
         return self._qp.is_closing()

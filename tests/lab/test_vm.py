@@ -57,13 +57,13 @@ def test_cli_parses_lab_options() -> None:
 
 _GUEST_STAND_IN = """
 import os, signal, sys
-from aiordma.lab.vm import Terminated, _run_group
+from aiordma.lab.vm import Terminated, run_group
 # Whatever ran the tests may have started them with SIGINT ignored (a
 # background job of a shell does); an interactive lab run has Python's default.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 # A stand-in for vng/QEMU: a shell that starts a long-lived child and waits.
 try:
-    _run_group(["sh", "-c", "sleep 600 & echo $!; wait"], dict(os.environ), None)
+    run_group(["sh", "-c", "sleep 600 & echo $!; wait"], dict(os.environ), None)
 except Terminated as exc:
     sys.exit(128 + exc.signum)
 """
