@@ -16,7 +16,8 @@ from aiordma.channel.channel import (
 )
 from aiordma.channel.pool import SharedReceiveQueue
 from aiordma.cm.auth import PresharedKey
-from aiordma.cm.connection import Connection, connect
+from aiordma.cm.connect import connect
+from aiordma.cm.connection import Connection
 from aiordma.cm.server import ConnectionRequest, RejectConnection, Server, start_server
 from aiordma.exceptions import (
     AuthenticationError,

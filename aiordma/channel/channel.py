@@ -42,8 +42,8 @@ from aiordma.channel.pool import SharedReceiveQueue
 from aiordma.channel.state import Arrival, ChannelState, Cost
 from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Header, Hello, Kind
 from aiordma.cm.auth import PresharedKey
+from aiordma.cm.connect import connect as connect_rdma
 from aiordma.cm.connection import Connection, Prepare
-from aiordma.cm.connection import connect as connect_rdma
 from aiordma.cm.server import DEFAULT_HANDSHAKE_TIMEOUT, Accept, Server
 from aiordma.cm.server import start_server as start_rdma_server
 from aiordma.exceptions import (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import inspect
 import logging
 import os
 import socket
@@ -25,6 +26,7 @@ from aiordma.cm import _rdmacm
 from aiordma.cm._events import CMId
 from aiordma.cm._rdmacm import Event, EventType
 from aiordma.cm.auth import failure, refused
+from aiordma.cm.connection import Connection, Prepare
 from aiordma.exceptions import (
     ConnectionLostError,
     ConnectionRejectedError,
@@ -314,3 +316,21 @@ async def resolve_address(host: str, port: int) -> tuple[str, int]:
     if family == socket.AF_INET6 and len(sockaddr) == 4 and sockaddr[3]:
         addr = f"{addr}%{sockaddr[3]}"
     return addr, int(sockaddr[1])
+
+
+def abandon_setup(cm_id: CMId, qp: QueuePair | None, conn: Connection | None) -> None:
+    """Release what a connection setup that failed had made so far."""
+    if conn is not None:
+        conn._abandon()
+        return
+    if qp is not None:
+        qp.destroy()
+    cm_id.destroy()
+
+
+async def run_prepare(prepare: Prepare | None, conn: Connection) -> None:
+    if prepare is not None:
+        result = prepare(conn)
+        if inspect.isawaitable(result):
+            result = await result
+        conn.prepared = result

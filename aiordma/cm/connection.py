@@ -1,4 +1,4 @@
-"""Connections set up by rdma_cm, and :func:`connect`, the active side.
+"""A connection set up by rdma_cm: the object (``connect.py`` and ``server.py`` make them).
 
 A :class:`Connection` pairs one rdma_cm identifier with one of our own
 queue pairs (an "external QP" to rdma_cm): rdma_cm resolves the address and
@@ -10,8 +10,6 @@ the device's completion queue of the running loop like any other QP's.
 from __future__ import annotations
 
 import asyncio
-import errno
-import inspect
 import logging
 import warnings
 import weakref
@@ -20,38 +18,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiordma import metrics
 from aiordma.cm import _rdmacm
-from aiordma.cm._events import CMEventChannel, CMId, release_removed_device
-from aiordma.cm._handshake import (
-    check_host,
-    check_port,
-    check_private_data,
-    check_shared_receive,
-    conn_params,
-    create_qp_for,
-    expect,
-    handshake_message,
-    move_to_rts,
-    post_handshake_receive,
-    resolve_address,
-)
+from aiordma.cm._events import CMId, release_removed_device
 from aiordma.cm._rdmacm import Event, EventType
-from aiordma.cm.auth import (
-    MESSAGE_BUFFER,
-    REQUEST_SIZE,
-    VERDICT,
-    Binding,
-    ClientHandshake,
-    PresharedKey,
-    Refusal,
-    Refused,
-    as_key,
-    failure,
-    refusal,
-)
 from aiordma.exceptions import (
-    AuthenticationError,
     ConnectionLostError,
-    DeviceError,
     NotPreparedError,
     RdmaError,
     ResourceBusyError,
@@ -60,12 +30,11 @@ from aiordma.exceptions import (
 from aiordma.metrics import Stats, merged
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
-from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, SendOp
+from aiordma.verbs.queue_pair import QueuePair, SendOp
 from aiordma.verbs.window import MemoryWindow
 
 if TYPE_CHECKING:
     from aiordma.verbs.completion import WorkCompletion
-    from aiordma.verbs.srq import SharedReceiveRing
 
 log = logging.getLogger(__name__)
 
@@ -73,30 +42,11 @@ Address = tuple[str, int]
 Prepare = Callable[["Connection"], Any]
 """Called with a connection before the peer can use it (e.g. to post receives)."""
 
-DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 LINGER: Final = 2.0
 """Seconds ``close()`` waits for posted sends to complete before disconnecting."""
 
 
-def abandon_setup(cm_id: CMId, qp: QueuePair | None, conn: Connection | None) -> None:
-    """Release what a connection setup that failed had made so far."""
-    if conn is not None:
-        conn._abandon()
-        return
-    if qp is not None:
-        qp.destroy()
-    cm_id.destroy()
-
-
 _NOT_PREPARED: Final[Any] = object()
-
-
-async def run_prepare(prepare: Prepare | None, conn: Connection) -> None:
-    if prepare is not None:
-        result = prepare(conn)
-        if inspect.isawaitable(result):
-            result = await result
-        conn.prepared = result
 
 
 class Connection:
@@ -460,185 +410,3 @@ class Connection:
     async def post_batch(self, ops: Sequence[SendOp]) -> list[asyncio.Future[WorkCompletion]]:
         """Post many sends/writes/reads at once; one future per operation."""
         return await self.qp.post_batch(ops)
-
-
-async def connect(
-    host: str,
-    port: int,
-    *,
-    private_data: bytes = b"",
-    timeout: float | None = DEFAULT_CONNECT_TIMEOUT,  # noqa: ASYNC109  (issue #4's API)
-    device: Device | None = None,
-    options: QueuePairOptions | None = None,
-    prepare: Prepare | None = None,
-    auth: PresharedKey | bytes | None = None,
-    shared_receive: SharedReceiveRing | None = None,
-) -> Connection:
-    """Connect to an aiordma (or any rdma_cm) server, like :func:`asyncio.open_connection`.
-
-    ``private_data`` (at most 56 bytes, 35 with ``auth``) reaches the server's
-    accept decision.
-    ``prepare(conn)`` runs once the queue pair is ready but before the server
-    can send, which is the moment to post receives; its result is kept as
-    ``conn.prepared``. The connection uses ``device`` if given (it must be the
-    one the route goes through), else :meth:`Device.shared`.
-
-    With ``auth`` (a :class:`~aiordma.PresharedKey`, or its bytes), the
-    server must prove it holds the same key before anything is sent to it,
-    and this side proves it in turn before ``connect`` returns (see
-    the security guide); failing either way raises
-    :class:`~aiordma.AuthenticationError`.
-
-    With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) the
-    queue pair receives from that pool, on its device; a message channel
-    made in ``prepare`` then draws its receive buffers from it.
-
-    Raises :class:`~aiordma.NoListenerError` when nothing listens and
-    :class:`ConnectionRejectedError` when the server rejects (both are
-    ``ConnectionRefusedError``), ``TimeoutError`` when no answer comes within
-    ``timeout`` seconds, ``OSError`` when the address or route cannot be
-    resolved, and ``ValueError``/``TypeError`` for a port outside 1-65535 or
-    private data that is not bytes. Nothing is left behind on failure.
-    """
-    check_host(host)
-    check_port(port, listening=False)
-    key = as_key(auth)
-    check_shared_receive(shared_receive, device)
-    limit = _rdmacm.MAX_CONNECT_DATA - (REQUEST_SIZE if key is not None else 0)
-    data = check_private_data(private_data, limit, "connect")
-    handshake = ClientHandshake(key, data) if key is not None else None
-    where = f"{host}:{port}"
-    try:
-        async with asyncio.timeout(timeout):
-            deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-            return await _connect(
-                host, port, data, handshake, device, options, prepare, where, deadline,
-                shared_receive,
-            )  # fmt: skip
-    except TimeoutError as exc:
-        if exc.args:
-            raise
-        raise TimeoutError(
-            errno.ETIMEDOUT, f"connecting to {where} timed out after {timeout} s"
-        ) from None
-
-
-_RESOLVE_MS: Final = 2000
-
-
-def _ms_left(deadline: float | None) -> int:
-    """Milliseconds rdma_cm may spend resolving: 2 s, or what is left of the timeout."""
-    if deadline is None:
-        return _RESOLVE_MS
-    left = deadline - asyncio.get_running_loop().time()
-    return max(1, min(_RESOLVE_MS, int(left * 1000)))
-
-
-async def _connect(
-    host: str,
-    port: int,
-    data: bytes,
-    handshake: ClientHandshake | None,
-    device: Device | None,
-    options: QueuePairOptions | None,
-    prepare: Prepare | None,
-    where: str,
-    deadline: float | None,
-    shared_receive: SharedReceiveRing | None,
-) -> Connection:
-    dst = await resolve_address(host, port)
-    cm_id = CMEventChannel.for_running_loop().create_id()
-    qp: QueuePair | None = None
-    conn: Connection | None = None
-    try:
-        _rdmacm.resolve_addr(cm_id.id, dst, _ms_left(deadline))
-        await expect(cm_id, EventType.ADDR_RESOLVED, where)
-        _rdmacm.resolve_route(cm_id.id, _ms_left(deadline))
-        await expect(cm_id, EventType.ROUTE_RESOLVED, where)
-        name = cm_id.device_name
-        if name is None:
-            raise DeviceError(errno.ENODEV, f"no RDMA device routes to {where}")
-        dev = device or (shared_receive.device if shared_receive else Device.shared(name))
-        qp = create_qp_for(cm_id, dev, options, shared_receive)
-        request = handshake.request() if handshake is not None else data
-        _rdmacm.connect(cm_id.id, private_data=request, **conn_params(qp))
-        reply = await expect(cm_id, EventType.CONNECT_RESPONSE, where)
-        peer_data = reply.private_data
-        if handshake is not None:
-            peer_data = _check_server(handshake, cm_id, qp, reply, where)
-        move_to_rts(qp, cm_id)
-        conn = Connection(cm_id, qp, peer_data)
-        if handshake is None:
-            await run_prepare(prepare, conn)
-            _establish(cm_id, where)
-        else:
-            await _prove(handshake, conn, cm_id, prepare, where)
-        conn._activate()
-        metrics.watch(conn)
-        return conn
-    except BaseException:
-        abandon_setup(cm_id, qp, conn)
-        raise
-
-
-def _establish(cm_id: CMId, where: str) -> None:
-    """Confirm the connection to the server (rdma_establish)."""
-    try:
-        _rdmacm.establish(cm_id.id)
-    except OSError as exc:  # EINVAL: the server's CM gave the connection up meanwhile
-        raise ConnectionLostError(
-            f"{where} gave the connection up before this side confirmed it (did the "
-            f"prepare hook take longer than the server's handshake_timeout?): {exc}"
-        ) from exc
-
-
-def _check_server(
-    handshake: ClientHandshake, cm_id: CMId, qp: QueuePair, reply: Event, where: str
-) -> bytes:
-    """The server's own private data once its proof of the key checks; else
-    reject the connection, saying why, and raise AuthenticationError."""
-    binding = Binding(qp.qp_num, reply.qp_num, cm_id.local_address, cm_id.peer_address)
-    try:
-        return handshake.check_accept(reply.private_data, binding)
-    except Refused as refused:
-        try:
-            cm_id.reject(refusal(refused.reason))
-        except OSError as exc:  # destroying the cm_id rejects too, without the reason
-            log.debug("rdma_reject after a failed server proof: %s", exc)
-        raise failure(where, refused.reason) from None
-
-
-async def _prove(
-    handshake: ClientHandshake, conn: Connection, cm_id: CMId, prepare: Prepare | None,
-    where: str,
-) -> None:  # fmt: skip
-    """Prove the key to the (verified) server and wait for its verdict.
-
-    The verdict's receive is posted before ``prepare`` posts any, so it is
-    the one the server's first message lands in; the server sends nothing
-    else before it.
-    """
-    scratch = conn.alloc(2 * MESSAGE_BUFFER)
-    verdict = scratch[:MESSAGE_BUFFER]
-    arrival = await post_handshake_receive(conn.qp, verdict)
-    await run_prepare(prepare, conn)
-    _establish(cm_id, where)
-    proof = handshake.proof()
-    scratch.view()[MESSAGE_BUFFER : MESSAGE_BUFFER + len(proof)] = proof
-    try:
-        await conn.qp.post_send(scratch[MESSAGE_BUFFER : MESSAGE_BUFFER + len(proof)])
-    except RdmaError:
-        answer = None
-    else:
-        answer = await handshake_message(cm_id, arrival)
-    if answer is None:
-        raise AuthenticationError(
-            f"{where} ended the connection during authentication: it refused this "
-            "client's proof of the key, or could not set the connection up"
-        )
-    if answer != VERDICT:
-        raise failure(where, Refusal.MALFORMED)
-    scratch.close()
-
-
-__all__ = ["Connection", "connect"]

@@ -25,6 +25,7 @@ from aiordma import metrics
 from aiordma.cm import _rdmacm
 from aiordma.cm._events import CMEventChannel, CMId, release_removed_device
 from aiordma.cm._handshake import (
+    abandon_setup,
     check_port,
     check_private_data,
     check_shared_receive,
@@ -35,6 +36,7 @@ from aiordma.cm._handshake import (
     move_to_rts,
     post_handshake_receive,
     resolve_address,
+    run_prepare,
     setup_refusal,
 )
 from aiordma.cm._rdmacm import Event, EventType
@@ -51,7 +53,7 @@ from aiordma.cm.auth import (
     failure,
     refusal,
 )
-from aiordma.cm.connection import Connection, Prepare, abandon_setup, run_prepare
+from aiordma.cm.connection import Connection, Prepare
 from aiordma.exceptions import (
     AuthenticationError,
     ConnectionLostError,

@@ -333,7 +333,7 @@ class Recording(ClientHandshake):
 async def test_replayed_handshake_is_refused_both_ways(
     lab: Lab, guarded: Guarded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("aiordma.cm.connection.ClientHandshake", Recording)
+    monkeypatch.setattr("aiordma.cm.connect.ClientHandshake", Recording)
     async with await aiordma.connect(lab.addr, guarded.port, auth=KEY) as conn:
         assert await _echo_once(conn, b"genuine") == b"genuine"
     record = dict(Recording.log)
