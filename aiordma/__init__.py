@@ -7,8 +7,8 @@ delivers; see :class:`Device`, :class:`MemoryRegion` and :class:`QueuePair`.
 from __future__ import annotations
 
 from aiordma import _pyverbs  # noqa: F401  (fails early, with install instructions)
-from aiordma.channel.channel import (
-    MessageChannel,
+from aiordma.channel.channel import MessageChannel
+from aiordma.channel.open import (
     channel_factory,
     open_channel,
     prepare_channel,

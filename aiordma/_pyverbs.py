@@ -1,9 +1,13 @@
-"""Import guard for pyverbs, rdma-core's Python bindings.
+"""The edge to pyverbs, rdma-core's Python bindings: the import guard, and
+:func:`verbs_errors`, which turns pyverbs' failures into aiordma's.
 
 pyverbs is not a pip dependency (see pyproject.toml): it comes from the
-distribution. Everything in aiordma that talks to verbs imports it through
-here so a missing install produces one clear, actionable error, and the
-root logger is left as the application configured it.
+distribution. ``aiordma/__init__.py`` imports this module first, so a
+missing install produces one clear, actionable error, and the root logger
+is left as the application configured it. Every pyverbs call that can fail
+runs under :func:`verbs_errors`, except the pure driver's posts
+(``verbs/_driver/pure.py``), which return the provider's errno as the
+compiled driver does.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiordma.channel.channel import MessageChannel, open_channel, start_channel_server
+from aiordma.channel.channel import MessageChannel
+from aiordma.channel.open import open_channel, start_channel_server
 from aiordma.cm.server import Server
 from aiordma.exceptions import RdmaError
 

@@ -23,7 +23,7 @@ import time
 
 import aiordma
 from aiordma import rpc
-from aiordma.channel.channel import prepare_channel
+from aiordma.channel.open import prepare_channel
 
 _KEY = struct.Struct("<H")
 

@@ -46,7 +46,8 @@ from collections.abc import Callable, Coroutine
 
 import aiordma
 from aiordma import Access, rpc
-from aiordma.channel.channel import MessageChannel, prepare_channel
+from aiordma.channel.channel import MessageChannel
+from aiordma.channel.open import prepare_channel
 
 SIZE = 4096
 

@@ -22,12 +22,8 @@ from typing import Any
 import aiordma
 from aiordma import Access, rpc
 from aiordma.bench import tcp
-from aiordma.channel.channel import (
-    DEFAULT_MAX_MESSAGE,
-    MessageChannel,
-    channel_factory,
-    prepare_channel,
-)
+from aiordma.channel.channel import DEFAULT_MAX_MESSAGE, MessageChannel
+from aiordma.channel.open import channel_factory, prepare_channel
 
 ECHO_DEPTH = 64
 SINK_DEPTH = 1024

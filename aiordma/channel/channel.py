@@ -1,55 +1,44 @@
-"""Ordered messages of any size over a :class:`~aiordma.Connection`.
+"""Ordered messages of any size over a :class:`~aiordma.Connection` (or any
+:class:`~aiordma.channel.link.Link`).
 
 Small messages travel eagerly: copied into a send slot of a pool registered
 once, and sent into one of the peer's pre-posted receive buffers against a
-credit (see :mod:`aiordma.channel.credits`), so no send ever meets an empty receive
-queue. A receive buffer is re-posted, and its credit returned, only once the
-application has taken the message out of it: a slow receiver holds the
-sender back instead of queueing without bound.
+credit (see :mod:`aiordma.channel.credits`), so no send ever meets an empty
+receive queue. A receive buffer is re-posted, and its credit returned, only
+once the application has taken the message out of it: a slow receiver holds
+the sender back instead of queueing without bound. Larger messages go by
+rendezvous (:mod:`aiordma.channel.rendezvous`). Each side announces its
+``max_message`` once the connection is established, so a sender learns the
+peer's limit before it sends anything too large for it.
 
-Larger messages go by rendezvous: the sender exposes exactly the message's
-bytes, through a registration of their own, for remote *reading* only,
-advertises them, and the receiver reads them with one RDMA read straight
-into the memory it chooses (its own registered buffer with
-:meth:`MessageChannel.recv_message_into`), then says it is done, and only
-then does the sender deregister them. Reading rather than writing lets the
-receiver pick the destination when it is ready, needs one control packet
-each way, and never exposes the receiver's memory for writing.
-
-An exposure never outlives its message: it ends at DONE, when the send is
-cancelled, when it was not read within ``exposure_timeout`` (both sides then
-fail the transfer with :class:`MessageRevokedError`), or when the channel
-closes; and the bytes a channel holds exposed at once are bounded by
-``max_exposed``. Each side announces its ``max_message`` once the
-connection is established, so a sender learns the peer's limit before it
-sends anything too large for it.
+:class:`MessageChannel` does the I/O; what may be sent, what arrived and
+which credit update is due are decided by its
+:class:`~aiordma.channel.state.ChannelState`. One side's packets, in order:
+``start -> HELLO -> (EAGER | CREDIT | CONTROL_CREDIT | RENDEZVOUS -> (DONE
+| REVOKE -> DONE))* -> FAIL | CLOSE``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any
 
+from aiordma.channel._tasks import spawn
+from aiordma.channel.buffers import Body, Into, buffer_length, buffer_view, check_into
 from aiordma.channel.credits import CONTROL_BASE, DataCredits
+from aiordma.channel.link import Link
 from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.rendezvous import Exposures, Reader
 from aiordma.channel.state import Arrival, ChannelState, Cost
 from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Header, Hello, Kind
-from aiordma.cm.auth import PresharedKey
-from aiordma.cm.connect import connect as connect_rdma
-from aiordma.cm.connection import Connection, Prepare
-from aiordma.cm.server import DEFAULT_HANDSHAKE_TIMEOUT, Accept, Server
-from aiordma.cm.server import start_server as start_rdma_server
+from aiordma.cm.connection import Connection
 from aiordma.exceptions import (
     BufferTooSmallError,
     ConnectionLostError,
-    ExposureTimeoutError,
     MessageRevokedError,
     MessageTooLargeError,
     ProtocolError,
@@ -59,11 +48,8 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.metrics import Stats
-from aiordma.verbs.completion import WorkCompletion, check_loop
-from aiordma.verbs.device import Device
-from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
-from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, Read
-from aiordma.verbs.window import MemoryWindow
+from aiordma.verbs.completion import check_loop
+from aiordma.verbs.memory import Segment
 
 log = logging.getLogger(__name__)
 
@@ -81,152 +67,11 @@ DEFAULT_MAX_EXPOSED = 256 << 20
 DEFAULT_EXPOSURE_TIMEOUT = 60.0
 """Seconds a large message stays readable for the peer, by default; unread
 by then, it is revoked and the send fails with :class:`ExposureTimeoutError`."""
-READ_PIECE = 64 << 10
-"""Large messages are read in pieces of this size (see ``READS_IN_FLIGHT``)."""
-READS_IN_FLIGHT = 4
-"""Pieces of one large message being read at once: 1 MiB in flight paces
-the sender's adapter to what the receiver takes in."""
-STAGED_READ_LIMIT = 256 << 10
-"""Large messages up to this size, bound for memory the channel did not
-register, are read into one registered staging buffer and copied out:
-under rxe a copy of 64 KiB costs about a fifth of registering and
-deregistering the destination (see docs/design.md)."""
-
-Body = bytes | bytearray | memoryview | MemoryRegion | Segment
-"""What can be sent: any contiguous bytes-like object, or registered memory.
-
-A :class:`MemoryRegion` or :class:`Segment` registered with
-``Access.REMOTE_READ`` is sent without registering anything; anything else
-larger than the eager limit is registered, read-only for the peer, for the
-duration of the send.
-"""
-
-Into = MemoryRegion | Segment | bytearray | memoryview
-"""Where a received body can land: registered memory, or a writable buffer
-(registered for the duration of the read)."""
-
 Chooser = Callable[[bytes, int], "Into | None"]
 
 Deliver = Callable[[bytes, memoryview], bool]
 """Takes a small message as it arrives: its head and a view of its body,
 valid only during the call. Returns False to leave it queued instead."""
-
-
-def _consume_outcome(fut: asyncio.Future[Any]) -> None:
-    """A done-callback for work nobody awaits: its failure is no news."""
-    if not fut.cancelled():
-        fut.exception()
-
-
-@dataclass(slots=True)
-class _Exposure:
-    """The I/O side of a large message's exposure: its registration or memory
-    window, the future its sender awaits, and its deadline."""
-
-    key: MemoryRegion | MemoryWindow
-    """What grants the peer access: a registration of exactly the message's
-    bytes, or a window over them (revoked without deregistering)."""
-    size: int
-    done: asyncio.Future[None]
-    timer: asyncio.TimerHandle | None = None
-
-    @property
-    def remote(self) -> RemoteBuffer:
-        key = self.key
-        return key.remote if isinstance(key, MemoryWindow) else key.remote()
-
-    def revoke(self) -> None:
-        """The peer's access ends now (or, for a registration still in use
-        by local work, once that work completes)."""
-        key = self.key
-        if isinstance(key, MemoryWindow):
-            key.invalidate()
-        elif not key.closed:
-            _release_mr(key)
-
-
-class Link(Protocol):
-    """What a :class:`MessageChannel` needs from the connection it runs on.
-
-    A connected queue pair, memory registration on its device (released
-    with the link), closing, when both peers can send (``on_established``:
-    the channel's HELLO waits for it) and where its metrics count
-    (``add_stats``). :class:`~aiordma.Connection` is one.
-    """
-
-    @property
-    def qp(self) -> QueuePair: ...
-
-    def register(self, obj: Any, access: Access | None = None) -> MemoryRegion: ...
-
-    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion: ...
-
-    def close(self) -> Awaitable[None]: ...
-
-    async def wait_closed(self) -> None: ...
-
-    def is_closing(self) -> bool: ...
-
-    def on_established(self, callback: Callable[[], None]) -> None: ...
-
-    def add_stats(self, stats: Stats) -> None: ...
-
-
-def check_into(into: object) -> Into:
-    """``into`` if a message can land in it; TypeError or ValueError saying why not."""
-    if isinstance(into, MemoryRegion | Segment):
-        region = into if isinstance(into, MemoryRegion) else into.mr
-        if region.closed:
-            raise ValueError("cannot receive into a closed memory region")
-        if not region.access & Access.LOCAL_WRITE:
-            raise ValueError(
-                "cannot receive into a region registered without Access.LOCAL_WRITE: "
-                "the adapter could not write into it"
-            )
-        return into
-    if not isinstance(into, bytearray | memoryview):
-        readonly = False
-        if not isinstance(into, str):
-            with contextlib.suppress(TypeError):
-                readonly = memoryview(into).readonly  # type: ignore[arg-type]
-        name = f"read-only {type(into).__name__}" if readonly else type(into).__name__
-        raise TypeError(
-            f"cannot receive into {name}: give a bytearray, a writable memoryview "
-            "or a registered MemoryRegion/Segment"
-        )
-    view = memoryview(into)
-    if view.readonly:
-        raise TypeError("cannot receive into a read-only memoryview")
-    if not view.contiguous:
-        raise ValueError("cannot receive into a non-contiguous memoryview")
-    return into
-
-
-def buffer_length(buffer: Body) -> int:
-    """Bytes in a message body or receive buffer (a region's or segment's length)."""
-    if isinstance(buffer, MemoryRegion | Segment):
-        return buffer.length
-    return memoryview(buffer).nbytes
-
-
-def buffer_view(buffer: Body) -> memoryview:
-    """A flat byte view of a message body or receive buffer (release it when done)."""
-    if isinstance(buffer, MemoryRegion | Segment):
-        return buffer.view()
-    return memoryview(buffer).cast("B")
-
-
-def _release_mr(mr: MemoryRegion) -> None:
-    """Deregister ``mr`` now, or once the work still using it completes."""
-    try:
-        mr.close()
-    except ResourceBusyError:
-        task = asyncio.get_running_loop().create_task(mr.aclose())
-        _background.add(task)
-        task.add_done_callback(_background.discard)
-
-
-_background: set[asyncio.Task[None]] = set()
 
 
 class MessageChannel:
@@ -282,7 +127,7 @@ class MessageChannel:
         send_slots: int | None = None,
         protocol: str = "",
     ) -> None:
-        max_exposed = _check_limits(max_message, max_exposed, exposure_timeout)
+        max_exposed = check_limits(max_message, max_exposed, exposure_timeout)
         qp = conn.qp
         shared = qp.shared_receive
         if shared is not None:
@@ -317,7 +162,7 @@ class MessageChannel:
                 f"the queue pair's send depth ({qp.options.send_depth})"
             )
         self.link: Link = conn
-        """The connection (or other :class:`~aiordma.channel.channel.Link`) the channel runs on."""
+        """The connection (or other :class:`~aiordma.channel.link.Link`) the channel runs on."""
         self.max_message = max_message
         self.protocol = protocol
         """What this channel carries (``""``: plain messages, any peer)."""
@@ -351,11 +196,6 @@ class MessageChannel:
         self._send_mr = conn.alloc(send_slots * buffer_size)
         self._on_sent = [functools.partial(self._sent, i) for i in range(send_slots)]
         self._waiters: list[asyncio.Future[None]] = []
-        self._exposures: dict[int, _Exposure] = {}
-        self._withdrawn: dict[int, _Exposure] = {}
-        """Revoked exposures, readable until the peer answers the REVOKE."""
-        self._reads: set[asyncio.Future[WorkCompletion]] = set()
-        """RDMA reads of rendezvous bodies in flight (cancelled ones too)."""
         self._send_lock = asyncio.Lock()
         self._recv_lock = asyncio.Lock()
         self._room_task: asyncio.Task[None] | None = None
@@ -363,8 +203,12 @@ class MessageChannel:
         self._signal_every = max(1, send_slots // 2)
         self._silent_run = 0
         self._deliver: Deliver | None = None
-        self._staging: MemoryRegion | None = None
         self._stats = Stats("channel", self._gauges)
+        self._exposures = Exposures(
+            conn, self._state, exposure_timeout, self._stats, check=self._check,
+            changed=self._changed, wake=self._wake, send_control=self._send_control_soon,
+        )  # fmt: skip
+        self._reader = Reader(conn, self._state, self._answer_revokes)
         conn.add_stats(self._stats)
 
     def stats(self) -> dict[str, Any]:
@@ -404,7 +248,7 @@ class MessageChannel:
     @property
     def conn(self) -> Connection:
         """The :class:`~aiordma.Connection` the channel runs on (TypeError if
-        it runs on another kind of :class:`~aiordma.channel.channel.Link`)."""
+        it runs on another kind of :class:`~aiordma.channel.link.Link`)."""
         if not isinstance(self.link, Connection):
             raise TypeError(f"this channel runs on {self.link!r}, not on a Connection")
         return self.link
@@ -440,7 +284,7 @@ class MessageChannel:
         try:
             self._post(hello, self._hello, None, Cost.CONTROL)
         except ResourceBusyError:  # cannot be, on a fresh queue pair; but never lose it
-            self._spawn(self._post_hello_later(hello))
+            spawn(self._post_hello_later(hello))
         except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
         self._hello_went()
@@ -498,12 +342,7 @@ class MessageChannel:
                 if arrival.slot >= 0:
                     self._shared.repost(arrival.slot)
                     arrival.slot = -1
-        for msg_id in self._state.clear_exposures():
-            exposure = self._exposures.pop(msg_id, None) or self._withdrawn.pop(msg_id)
-            if not exposure.done.done():
-                exposure.done.set_exception(exc)
-                exposure.done.exception()
-            self._unexpose(exposure)
+        self._exposures.fail(exc)
         self._wake()
 
     def _protocol_error(self, exc: Exception) -> None:
@@ -541,10 +380,7 @@ class MessageChannel:
             self._protocol_error(err)
             return
         if ended is not None:
-            exposure = self._exposures.pop(ended, None) or self._withdrawn.pop(ended)
-            self._unexpose(exposure)
-            if not exposure.done.done():
-                exposure.done.set_result(None)
+            self._exposures.ended(ended)
         if state.acks_due:
             self._answer_revokes()
         if header.kind == Kind.EAGER and self._deliver is not None and not state.ready:
@@ -635,16 +471,11 @@ class MessageChannel:
     def _answer_revokes(self) -> None:
         """Tell the sender, by DONE, that revoked messages will not be read,
         once no read is in flight (so no read can meet a revoked key)."""
-        if self._reads or self._error is not None:
+        if self._reader.busy or self._error is not None:
             return
         for msg_id in self._state.acks_due:
-            self._spawn(self._send_control(Header(Kind.DONE, 0, msg_id)))
+            spawn(self._send_control(Header(Kind.DONE, 0, msg_id)))
         self._state.acks_due.clear()
-
-    def _read_landed(self, read: asyncio.Future[WorkCompletion]) -> None:
-        self._reads.discard(read)
-        if not self._reads and self._state.acks_due:
-            self._answer_revokes()
 
     def _consumed(self) -> None:
         state = self._state
@@ -652,7 +483,7 @@ class MessageChannel:
         if self._repost(arrival.slot):
             state.reposted(arrival.header)
         if done_due:
-            self._spawn(self._send_control(Header(Kind.DONE, 0, arrival.header.msg_id)))
+            spawn(self._send_control(Header(Kind.DONE, 0, arrival.header.msg_id)))
         self._pump()
 
     def _head(self, arrival: Arrival) -> bytes:
@@ -709,10 +540,10 @@ class MessageChannel:
                 body = self._small_body(arrival, into)
             elif into is None:
                 landed = bytearray(header.length)
-                await self._read_body(arrival, landed)
+                await self._reader.read_body(arrival, landed)
                 body = landed
             else:
-                await self._read_body(arrival, into)
+                await self._reader.read_body(arrival, into)
                 body = header.length
             self._consumed()
             self._count_received(header)
@@ -752,89 +583,11 @@ class MessageChannel:
             buffer_view(into)[: header.length] = data
             return header.length
 
-    async def _read_body(self, arrival: Arrival, target: Into) -> None:
-        """Read a rendezvous message's body into ``target``; a REVOKE that came
-        during a read that failed or was cancelled is answered after it."""
-        assert arrival.header.remote is not None
-        arrival.reading = True
-        try:
-            await self._read(target, arrival.header.remote)
-        except BaseException:
-            self._state.read_stopped(arrival)
-            self._answer_revokes()
-            raise
-
-    async def _read(self, target: Into, remote: RemoteBuffer) -> None:
-        """RDMA-read ``remote`` into the start of ``target``."""
-        own: MemoryRegion | None = None
-        if isinstance(target, MemoryRegion):
-            segment = target.segment(0, remote.length)
-        elif isinstance(target, Segment):
-            segment = target[: remote.length]
-        elif remote.length <= STAGED_READ_LIMIT:
-            # Reads run one at a time (under the receive lock), and a read
-            # left behind by a cancelled receive lands before the next one
-            # completes (RC order), so one staging buffer serves them all.
-            if self._staging is None:
-                self._staging = self.link.alloc(STAGED_READ_LIMIT)
-            staged = self._staging.segment(0, remote.length)
-            await self._read_pieces(staged, remote)
-            with staged.view() as data:
-                buffer_view(target)[: remote.length] = data
-            return
-        else:
-            own = self.link.register(target, Access.LOCAL_WRITE)
-            segment = own.segment(0, remote.length)
-        try:
-            await self._read_pieces(segment, remote)
-        finally:
-            if own is not None:
-                _release_mr(own)
-
-    async def _read_pieces(self, local: Segment, remote: RemoteBuffer) -> None:
-        """RDMA-read ``remote`` into ``local`` in pieces of :data:`READ_PIECE`,
-        at most :data:`READS_IN_FLIGHT` at once.
-
-        One read of many megabytes makes the peer's adapter send every
-        response packet at once, with nothing to pace it: across a real link
-        a receiver that falls behind drops some, and each loss costs a
-        retransmission of everything after it (64 MiB took 340 s over the
-        two-host lab's link in one read). A window of four 64 KiB pieces
-        read fastest there, with and without packet loss (see
-        ``docs/design.md``), and the first bytes land while later pieces are
-        still being asked for.
-        """
-        qp = self._qp
-        size = remote.length
-        starts = range(0, size, READ_PIECE)
-
-        def piece(start: int) -> Read:
-            end = min(start + READ_PIECE, size)
-            return Read(local[start:end], remote[start:end])
-
-        async def post(first: int, last: int) -> list[asyncio.Future[WorkCompletion]]:
-            reads = await qp.post_batch([piece(start) for start in starts[first:last]])
-            for read in reads:  # tracked until they land, awaited or not
-                self._reads.add(read)
-                read.add_done_callback(self._read_landed)
-            return reads
-
-        pending = collections.deque(await post(0, READS_IN_FLIGHT))
-        try:
-            for index in range(READS_IN_FLIGHT, len(starts)):
-                await pending.popleft()
-                pending.extend(await post(index, index + 1))
-            while pending:
-                await pending.popleft()
-        finally:
-            for left in pending:  # cancelled or failed: nobody awaits the rest
-                left.add_done_callback(_consume_outcome)
-
     async def recv_message(self) -> bytes | bytearray:
         """The next message, in the order they were sent.
 
         Small messages come back as ``bytes``; larger ones as a
-        ``bytearray`` (above :data:`~aiordma.channel.channel.STAGED_READ_LIMIT`,
+        ``bytearray`` (above :data:`~aiordma.channel.rendezvous.STAGED_READ_LIMIT`,
         the one the RDMA read landed in, with no copy). Cancelling leaves
         the message queued for the next receive. A head the sender added
         is dropped (see :meth:`recv_message_with_head`).
@@ -848,7 +601,7 @@ class MessageChannel:
 
         Large messages are read by the adapter straight into ``buffer`` when
         it is registered memory, or when larger than
-        :data:`~aiordma.channel.channel.STAGED_READ_LIMIT` (it is registered for
+        :data:`~aiordma.channel.rendezvous.STAGED_READ_LIMIT` (it is registered for
         the read); others go through the channel's registered staging
         buffer and are copied. Raises :class:`BufferTooSmallError`, leaving
         the message queued, when it does not fit. If cancelled during a
@@ -928,121 +681,23 @@ class MessageChannel:
                 await self._post_when_possible(eager, head, data, Cost.DATA)
             self._count_sent(size, False)
             return
-        msg_id, exposure = await self._expose(data, size)
+        msg_id, exposure = await self._exposures.expose(data, size)
         header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposure.remote)
         try:
             async with self._send_lock:
                 await self._post_when_possible(header, head, None, Cost.DATA)
         except BaseException:
-            if self._state.withdraw(msg_id):
-                del self._exposures[msg_id]
-                self._unexpose(exposure)
+            self._exposures.withdraw(msg_id)
             exposure.done.cancel()
             raise
-        if self.exposure_timeout is not None and not exposure.done.done():
-            # The deadline starts once the peer can know of the message.
-            exposure.timer = self._loop.call_later(
-                self.exposure_timeout, self._revoke, msg_id, None
-            )
+        self._exposures.posted(msg_id)  # its deadline starts once the peer can know of it
         try:
             await asyncio.shield(exposure.done)
         except asyncio.CancelledError:
             if not exposure.done.done():
-                self._revoke(msg_id, asyncio.CancelledError())
+                self._exposures.revoke(msg_id, asyncio.CancelledError())
             raise
         self._count_sent(size, True)
-
-    async def _expose(self, body: Body, size: int) -> tuple[int, _Exposure]:
-        """Expose exactly ``body``'s bytes for remote reading, once they fit
-        under ``max_exposed``; the peer can read nothing else with the rkey.
-
-        Memory registered with ``Access.MW_BIND`` is exposed through a memory
-        window bound on this channel's queue pair (nothing is registered);
-        anything else through its own registration.
-        """
-        while not self._state.room_for(size):
-            self._check()
-            await self._changed()
-        self._check()
-        key: MemoryRegion | MemoryWindow | None = self._window_over(body)
-        if key is None:
-            source = body.view() if isinstance(body, MemoryRegion | Segment) else body
-            try:
-                key = self.link.register(source, Access.REMOTE_READ)
-            except TypeError:  # not contiguous
-                key = self.link.register(bytes(memoryview(source)), Access.REMOTE_READ)
-        msg_id = self._state.expose(size)
-        exposure = _Exposure(key, size, self._loop.create_future())
-        self._exposures[msg_id] = exposure
-        return msg_id, exposure
-
-    def _window_over(self, body: Body) -> MemoryWindow | None:
-        """A window exposing exactly ``body``, bound (in send-queue order, so
-        before the rendezvous that names it) on this channel's queue pair;
-        None where a window cannot do that."""
-        if not isinstance(body, MemoryRegion | Segment):
-            return None
-        segment = body[:] if isinstance(body, MemoryRegion) else body
-        region = segment.mr
-        qp = self.link.qp
-        attributes = qp.device.attributes
-        if region.closed or not region.access & Access.MW_BIND or not attributes.memory_windows:
-            return None
-        if not attributes.bounded_windows and len(segment) != len(region):
-            return None  # its rkey would reach the whole region (rxe)
-        try:
-            return qp.bind_window_nowait(segment, Access.REMOTE_READ)
-        except (ResourceBusyError, ValueError):  # queue full, or another device's memory
-            return None
-
-    def _unexpose(self, exposure: _Exposure) -> None:
-        """End an exposure's I/O (the state already stopped counting it): the
-        rkey stops working now (or once local work on it is done)."""
-        if exposure.timer is not None:
-            exposure.timer.cancel()
-            exposure.timer = None
-        exposure.revoke()
-        self._wake()
-
-    def _revoke(self, msg_id: int, cause: BaseException | None) -> None:
-        """Withdraw an unread large message (its send was cancelled, or ``cause``
-        is None: it timed out) and tell the peer. The caller stops waiting now;
-        the bytes stay readable until the peer answers (it may be reading
-        them: a revoked key would fail its read and the connection), or for
-        ``exposure_timeout`` more at most."""
-        if not self._state.revoke(msg_id):
-            return
-        self._stats.add("large_revoked" if cause is not None else "exposure_timeouts")
-        exposure = self._withdrawn[msg_id] = self._exposures.pop(msg_id)
-        if exposure.timer is not None:
-            exposure.timer.cancel()
-            exposure.timer = None
-        if self.exposure_timeout is not None:
-            exposure.timer = self._loop.call_later(
-                self.exposure_timeout, self._forget_withdrawn, msg_id
-            )
-        if not exposure.done.done():
-            if cause is None:
-                error = ExposureTimeoutError(
-                    f"the peer did not read message {msg_id} ({exposure.size} bytes) within "
-                    f"exposure_timeout ({self.exposure_timeout} s); it was revoked"
-                )
-                log.warning("%r: %s", self.link, error)
-                exposure.done.set_exception(error)
-            else:
-                exposure.done.cancel()
-        if self._error is None:
-            self._spawn(self._send_control(Header(Kind.REVOKE, 0, msg_id)))
-
-    def _forget_withdrawn(self, msg_id: int) -> None:
-        """The peer did not answer a REVOKE within ``exposure_timeout``: end the exposure."""
-        if self._state.forget_revoked(msg_id):
-            exposure = self._withdrawn.pop(msg_id)
-            exposure.timer = None
-            log.warning("%r: the peer did not answer the revocation of message %d within "
-                        "%s s; its memory is no longer readable", self.link, msg_id,
-                        self.exposure_timeout)  # fmt: skip
-            self._unexpose(exposure)
 
     async def _post_when_possible(
         self, header: Header, head: bytes, body: Body | None, cost: Cost
@@ -1094,6 +749,10 @@ class MessageChannel:
             self._fail(error)
         self._pump()
 
+    def _send_control_soon(self, header: Header) -> None:
+        if self._error is None:
+            spawn(self._send_control(header))
+
     async def _send_control(self, header: Header) -> None:
         try:
             await self._post_when_possible(header, b"", None, Cost.CONTROL)
@@ -1121,11 +780,6 @@ class MessageChannel:
             self._room_task = None
         self._pump()
 
-    def _spawn(self, coro: Any) -> None:
-        task = self._loop.create_task(coro)
-        _background.add(task)
-        task.add_done_callback(_background.discard)
-
     # -- lifecycle ---------------------------------------------------------
 
     def is_closing(self) -> bool:
@@ -1147,78 +801,7 @@ class MessageChannel:
         await self.close()
 
 
-async def prepare_channel(conn: Link) -> MessageChannel:
-    """A ``prepare`` hook giving each connection a :class:`MessageChannel` in ``conn.prepared``.
-
-    It sets up a channel on any :class:`~aiordma.channel.channel.Link` the same way: its
-    receives are posted when this returns, before the peer may send.
-    """
-    channel = MessageChannel(conn)
-    await channel._start()
-    return channel
-
-
-def channel_factory(**options: Any) -> Callable[[Connection], Any]:
-    """A ``prepare`` hook like :func:`prepare_channel`, with :class:`MessageChannel` options."""
-    _check_options(options)
-
-    async def prepare(conn: Connection) -> MessageChannel:
-        channel = MessageChannel(conn, **options)
-        await channel._start()
-        return channel
-
-    return prepare
-
-
-_OPTIONS: Final = frozenset(
-    {"window", "control_window", "buffer_size", "max_message", "max_exposed", "exposure_timeout",
-     "send_slots", "protocol"}
-)  # fmt: skip
-
-
-def channel_then(
-    prepare: Prepare | None, options: dict[str, Any]
-) -> Callable[[Connection], Awaitable[MessageChannel]]:
-    """A ``prepare`` hook that sets up a :class:`MessageChannel` with ``options``,
-    then runs ``prepare`` (which sees the channel in ``conn.prepared``; its
-    result is discarded)."""
-    make_channel = channel_factory(**options)  # checks the options now
-
-    async def prepare_both(conn: Connection) -> MessageChannel:
-        channel: MessageChannel = await make_channel(conn)
-        if prepare is not None:
-            conn.prepared = channel
-            result = prepare(conn)
-            if inspect.isawaitable(result):
-                await result
-        return channel
-
-    return prepare_both
-
-
-def _check_options(options: dict[str, Any]) -> None:
-    """Refuse bad channel options when a server or client is set up, not per connection."""
-    unknown = sorted(set(options) - _OPTIONS)
-    if unknown:
-        raise TypeError(f"unknown MessageChannel option(s): {', '.join(unknown)}")
-    _check_limits(
-        options.get("max_message", DEFAULT_MAX_MESSAGE),
-        options.get("max_exposed"),
-        options.get("exposure_timeout", DEFAULT_EXPOSURE_TIMEOUT),
-    )
-
-
-def _check_shared(shared: SharedReceiveQueue | None, options: dict[str, Any]) -> None:
-    """Refuse a ``buffer_size`` the shared receive queue's buffers do not have."""
-    size = options.get("buffer_size")
-    if shared is not None and size is not None and size != shared.buffer_size:
-        raise ValueError(
-            f"buffer_size ({size}) must be that of the shared receive queue's "
-            f"buffers ({shared.buffer_size}), or left out"
-        )
-
-
-def _check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:
+def check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:
     """The effective ``max_exposed``; ValueError for limits that cannot work together."""
     if max_message < 0:
         raise ValueError("max_message must not be negative")
@@ -1232,122 +815,3 @@ def _check_limits(max_message: int, max_exposed: int | None, exposure_timeout: f
             "or a message of max_message bytes could never be sent"
         )
     return max_exposed
-
-
-async def open_channel(
-    host: str,
-    port: int,
-    *,
-    private_data: bytes = b"",
-    timeout: float | None = 10.0,  # noqa: ASYNC109  (as aiordma.connect)
-    device: Device | None = None,
-    options: QueuePairOptions | None = None,
-    prepare: Prepare | None = None,
-    auth: PresharedKey | bytes | None = None,
-    shared_receive: SharedReceiveQueue | None = None,
-    **channel_options: Any,
-) -> MessageChannel:
-    """Connect and return the connection's :class:`MessageChannel`, like
-    :func:`asyncio.open_connection` returns a stream.
-
-    The peer must serve channels too (:func:`start_channel_server`, or
-    ``prepare=prepare_channel``). ``channel_options`` are
-    :class:`MessageChannel`'s keyword arguments; the connection is
-    ``channel.conn``, and closing the channel closes it. ``prepare``, if
-    given, runs after the channel is set up (its result is discarded).
-    ``auth`` authenticates both peers, as for :func:`aiordma.connect`.
-    With ``shared_receive`` the channel draws its receive buffers from that
-    :class:`~aiordma.SharedReceiveQueue` (for clients of many servers).
-
-    It returns once the server's channel has said HELLO, so the server
-    holds the connection too: a server that dropped it during set-up (its
-    ``handshake_timeout`` expired under load, say) raises
-    :class:`ConnectionLostError` here, a peer speaking another protocol
-    :class:`ProtocolMismatchError`, and no HELLO within ``timeout``
-    ``TimeoutError``; the connection is closed in each case.
-    """
-    _check_shared(shared_receive, channel_options)
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    conn = await connect_rdma(
-        host,
-        port,
-        private_data=private_data,
-        timeout=timeout,
-        device=device,
-        options=options,
-        prepare=channel_then(prepare, channel_options),
-        auth=auth,
-        shared_receive=shared_receive,
-    )
-    channel: MessageChannel = conn.prepared
-    try:
-        async with asyncio.timeout_at(deadline):
-            await channel._peer_limit()
-    except BaseException as exc:
-        conn.close()
-        if not isinstance(exc, Exception):  # cancelled: the close goes on by itself
-            raise
-        await conn.wait_closed()
-        if isinstance(exc, TimeoutError):
-            raise TimeoutError(
-                f"{host}:{port} accepted the connection but its channel did not confirm it "
-                f"(HELLO) within {timeout} s"
-            ) from exc
-        if not isinstance(exc, ConnectionError):  # a mismatch; a server with no channel (RNR)
-            raise
-        raise ConnectionLostError(
-            f"{host}:{port} dropped the connection before its channel confirmed it; a "
-            "loaded server may have given up the set-up (its handshake_timeout)"
-        ) from exc
-    return channel
-
-
-async def start_channel_server(
-    client_connected_cb: Callable[[MessageChannel], Awaitable[object] | None],
-    host: str | None = None,
-    port: int = 0,
-    *,
-    accept: Accept | None = None,
-    backlog: int = 128,
-    device: Device | None = None,
-    options: QueuePairOptions | None = None,
-    prepare: Prepare | None = None,
-    auth: PresharedKey | bytes | None = None,
-    shared_receive: SharedReceiveQueue | None = None,
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    **channel_options: Any,
-) -> Server:
-    """Like :func:`aiordma.start_server`, handing each client's
-    :class:`MessageChannel` to ``client_connected_cb``.
-
-    ``channel_options`` are :class:`MessageChannel`'s keyword arguments.
-    ``prepare``, if given, runs after the channel is set up (its result is
-    discarded; ``conn.prepared`` stays the channel). ``auth`` serves only
-    clients holding the same key, as for :func:`aiordma.start_server`.
-
-    With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) every
-    client's channel draws its receive buffers from that one pool instead
-    of posting its own: memory grows with the traffic, not with the number
-    of clients (see the flow-control guide). ``handshake_timeout`` is
-    :func:`aiordma.start_server`'s.
-    """
-    _check_shared(shared_receive, channel_options)
-    prepare_both = channel_then(prepare, channel_options)
-
-    def handle(conn: Connection) -> Awaitable[object] | None:
-        return client_connected_cb(conn.prepared)
-
-    return await start_rdma_server(
-        handle,
-        host,
-        port,
-        accept=accept,
-        backlog=backlog,
-        device=device,
-        options=options,
-        prepare=prepare_both,
-        auth=auth,
-        shared_receive=shared_receive,
-        handshake_timeout=handshake_timeout,
-    )

@@ -155,7 +155,7 @@ class ChannelState:
         """The peer's HELLO announced ``hello``; ``protocol`` is what this side
         speaks. Raises :class:`ProtocolMismatchError` if both name a protocol
         and they differ (a plain channel, ``""``, carries any protocol: the
-        layer above it decides, as ``rpc.Service.handle`` does)."""
+        layer above it decides, as ``rpc.Service.serve`` does)."""
         if protocol and hello.protocol and hello.protocol != protocol:
             raise ProtocolMismatchError(protocol, hello.protocol, peer)
         self.peer_buffer_size = hello.buffer_size

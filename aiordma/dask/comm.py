@@ -25,7 +25,8 @@ from distributed.comm.utils import from_frames, to_frames
 from distributed.protocol.utils import host_array
 from distributed.utils import nbytes
 
-from aiordma.channel.channel import MessageChannel, open_channel, start_channel_server
+from aiordma.channel.channel import MessageChannel
+from aiordma.channel.open import open_channel, start_channel_server
 from aiordma.cm.server import ConnectionRequest, RejectConnection, Server
 from aiordma.dask import wire
 from aiordma.dask.addresses import rdma_host

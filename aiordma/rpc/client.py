@@ -11,15 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiordma import metrics
-from aiordma.channel.channel import (
-    DEFAULT_MAX_MESSAGE,
-    Into,
-    MessageChannel,
-    buffer_length,
-    buffer_view,
-    check_into,
-    open_channel,
-)
+from aiordma.channel.buffers import Into, buffer_length, buffer_view, check_into
+from aiordma.channel.channel import DEFAULT_MAX_MESSAGE, MessageChannel
+from aiordma.channel.open import channel_of, open_channel
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connection import Connection, Prepare
 from aiordma.exceptions import (
@@ -48,22 +42,21 @@ class _Call:
 
 
 class Client:
-    """Calls remote methods over one RDMA connection (see :func:`connect`).
+    """Calls remote methods over one message channel (see :func:`connect`).
 
+    ``channel`` is the :class:`~aiordma.MessageChannel` the calls travel on
+    (a :class:`~aiordma.Connection` whose ``prepared`` is one is taken too).
     Any number of calls may be in flight; replies complete them in whatever
     order they arrive. Closing the client, or losing the connection, fails
     every outstanding call at once.
     """
 
-    def __init__(self, conn: Connection, *, codec: Codec | None = None) -> None:
-        channel = getattr(conn, "prepared", None)
-        if not isinstance(channel, MessageChannel):
-            raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
-        self.conn = conn
-        """The connection the calls travel on: one-sided work beside RPC
-        (``client.conn.rdma_write(...)``) runs on its queue pair."""
+    def __init__(self, channel: MessageChannel | Connection, *, codec: Codec | None = None) -> None:
+        channel = channel_of(channel)
+        self.channel = channel
+        """The message channel the calls travel on."""
         self._stats = Stats("rpc_client")
-        conn.add_stats(self._stats)
+        channel.link.add_stats(self._stats)
         self._channel: MessageChannel = channel
         self._codec: Codec = codec or RawCodec()
         self._ids = itertools.count(1)
@@ -75,7 +68,14 @@ class Client:
         self._channel.deliver_to(self._on_reply)
 
     def __repr__(self) -> str:
-        return f"<rpc.Client {self.conn!r} pending={len(self._pending)}>"
+        return f"<rpc.Client {self._channel.link!r} pending={len(self._pending)}>"
+
+    @property
+    def conn(self) -> Connection:
+        """The connection the calls travel on: one-sided work beside RPC
+        (``client.conn.rdma_write(...)``) runs on its queue pair (TypeError
+        if the channel runs on another kind of link)."""
+        return self._channel.conn
 
     async def call(
         self,
@@ -219,8 +219,8 @@ class Client:
                     continue  # the caller gave up: a late reply
                 self._complete(call, frame.kind, body)
         except ProtocolError as exc:
-            log.warning("closing %r: %s", self.conn, exc)
-            self.conn.close()
+            log.warning("closing %r: %s", self._channel.link, exc)
+            self._channel.close()
             self._fail(exc)
         except BaseException as exc:
             self._fail(exc)
@@ -266,16 +266,16 @@ class Client:
         work.
         """
         self._fail(ResourceClosedError("RPC client closed"))
-        self.conn.close()
+        self._channel.close()
         return asyncio.ensure_future(self.wait_closed())
 
     def is_closing(self) -> bool:
         """True once the client (or its connection) is closing or closed."""
-        return self._error is not None or self.conn.is_closing()
+        return self._error is not None or self._channel.is_closing()
 
     async def wait_closed(self) -> None:
         """Wait until the connection is closed and the reply reader has stopped."""
-        await self.conn.wait_closed()
+        await self._channel.wait_closed()
         if not self._reader.done():
             self._reader.cancel()
         await asyncio.gather(self._reader, return_exceptions=True)
@@ -323,4 +323,4 @@ async def connect(
         protocol=PROTOCOL,
         **channel_options,
     )
-    return Client(channel.conn, codec=codec)
+    return Client(channel, codec=codec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from aiordma.channel.channel import Body
+from aiordma.channel.buffers import Body
 from aiordma.verbs.memory import MemoryRegion, Segment
 
 

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 from aiordma import metrics
-from aiordma.channel.channel import DEFAULT_MAX_MESSAGE, MessageChannel, start_channel_server
+from aiordma.channel.channel import DEFAULT_MAX_MESSAGE, MessageChannel
+from aiordma.channel.open import channel_of, start_channel_server
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connection import Connection, Prepare
 from aiordma.cm.server import Accept, Server
@@ -134,17 +135,21 @@ class Service:
         return sorted(self._handlers)
 
     async def handle(self, conn: Connection) -> None:
-        """Serve calls arriving on ``conn`` until it closes (a connection callback).
+        """:meth:`serve` the channel ``conn`` was prepared with (a callback for
+        :func:`aiordma.start_server` with ``prepare=aiordma.prepare_channel``)."""
+        await self.serve(channel_of(conn))
+
+    async def serve(self, channel: MessageChannel) -> None:
+        """Serve calls arriving on ``channel`` until it closes (a callback for
+        :func:`aiordma.start_channel_server`).
 
         Small requests start their handler straight from the completion
         that delivered them; large ones, and requests beyond
         ``max_concurrency``, wait in the channel's queue for this task.
         """
-        channel = getattr(conn, "prepared", None)
-        if not isinstance(channel, MessageChannel):
-            raise TypeError("the connection needs a MessageChannel (prepare=prepare_channel)")
         stats = Stats("rpc_server")
-        conn.add_stats(stats)
+        link = channel.link
+        channel.link.add_stats(stats)
         calls = _Calls(self, channel, stats)
         channel.deliver_to(calls.on_message)
         try:
@@ -154,18 +159,18 @@ class Service:
                 try:
                     head, body = await channel.recv_message_with_head()
                 except MessageRevokedError as exc:  # the caller withdrew a large request
-                    log.debug("request withdrawn by %s:%d: %s", *conn.peer_address, exc)
+                    log.debug("request withdrawn on %r: %s", link, exc)
                     continue
                 assert not isinstance(body, int)
                 calls.dispatch(Frame.unpack(head), body)
         except ProtocolError as exc:
-            log.warning("closing %r: %s", conn, exc)
-            conn.close()
+            log.warning("closing %r: %s", link, exc)
+            link.close()
         except (ResourceClosedError, ConnectionError):
             pass
         except (QueuePairError, CompletionError) as exc:  # the connection failed: it is over
-            log.warning("closing %r: its queue pair failed: %s", conn, exc)
-            conn.close()
+            log.warning("closing %r: its queue pair failed: %s", link, exc)
+            link.close()
         finally:
             channel.deliver_to(None)
             await calls.cancel_all()
@@ -301,7 +306,7 @@ async def start_server(
     if not isinstance(service, Service):
         raise TypeError(f"service must be an rpc.Service, not {type(service).__name__}")
     return await start_channel_server(
-        lambda channel: service.handle(channel.conn),
+        service.serve,
         host,
         port,
         accept=accept,

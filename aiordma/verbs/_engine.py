@@ -29,11 +29,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyverbs.pyverbs_error import PyverbsError
 from pyverbs.qp import QPAttr
 from pyverbs.wr import SendWR
 
 from aiordma import _ibv
+from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
 from aiordma.metrics import Stats
 from aiordma.verbs import _driver
@@ -365,20 +365,20 @@ class WorkEngine:
         work = _Work(self, fut, _ibv.WR_BIND_MW, (seg,), False, None, seq)
         wr_id = self.cq.register(work)
         try:
-            info = MWBindInfo(mr, seg.addr, seg.length, access)
-            if kind == _ibv.MW_TYPE_2:
-                wr = SendWR(wr_id=wr_id, opcode=_ibv.WR_BIND_MW, send_flags=_ibv.SEND_SIGNALED)
-                wr.set_bind_wr(mw, info)
-                qp.post_send(wr)
-                rkey = wr.rkey
-            else:
-                qp.bind_mw(mw, MWBind(info, _ibv.SEND_SIGNALED, wr_id))
-                rkey = mw.rkey
-        except PyverbsError as exc:
+            with verbs_errors("binding a memory window", errno.EINVAL):
+                info = MWBindInfo(mr, seg.addr, seg.length, access)
+                if kind == _ibv.MW_TYPE_2:
+                    wr = SendWR(wr_id=wr_id, opcode=_ibv.WR_BIND_MW, send_flags=_ibv.SEND_SIGNALED)
+                    wr.set_bind_wr(mw, info)
+                    qp.post_send(wr)
+                    rkey = wr.rkey
+                else:
+                    qp.bind_mw(mw, MWBind(info, _ibv.SEND_SIGNALED, wr_id))
+                    rkey = mw.rkey
+        except DeviceError:
             self._unpost([(wr_id, work)], self.sq)
             self._silent_run = 0
-            code = getattr(exc, "error_code", 0) or errno.EINVAL
-            raise DeviceError(code, f"binding a memory window failed: {exc}") from exc
+            raise
         return self._sends_posted([(wr_id, work)])[0], rkey
 
     def post_probe(self, done: Done) -> None:
@@ -561,10 +561,11 @@ class WorkEngine:
         if not self.works or self.qp is None:
             return True
         try:
-            attr = QPAttr()
-            attr.qp_state = _ibv.QPS_ERR
-            self.qp.modify(attr, _ibv.QP_STATE)
-        except PyverbsError:
+            with verbs_errors("moving a queue pair to the error state"):
+                attr = QPAttr()
+                attr.qp_state = _ibv.QPS_ERR
+                self.qp.modify(attr, _ibv.QP_STATE)
+        except DeviceError:
             return True
         return False
 

@@ -124,3 +124,16 @@ def test_across_the_link_with_perftest_and_tcp(fabric: Fabric, tmp_path: Path) -
     qdisc = subprocess.run(["tc", "qdisc", "show", "dev", fabric.nic], capture_output=True,
                            text=True, check=True).stdout  # fmt: skip
     assert "netem" not in qdisc
+
+
+def test_bench_study_lists_the_studies_and_refuses_an_unknown_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from aiordma.bench import studies
+    from aiordma.cli import main
+
+    assert "load_scenarios" in studies.names()
+    assert main(["bench", "study"]) == 2
+    assert "load_scenarios" in capsys.readouterr().out
+    assert main(["bench", "study", "no_such_study"]) == 2
+    assert "no study 'no_such_study'" in capsys.readouterr().err

@@ -14,14 +14,9 @@ import pytest
 
 import aiordma
 from aiordma import Access
-from aiordma.channel.channel import (
-    STAGED_READ_LIMIT,
-    Body,
-    MessageChannel,
-    _Exposure,
-    channel_factory,
-    prepare_channel,
-)
+from aiordma.channel.channel import MessageChannel
+from aiordma.channel.open import channel_factory, prepare_channel
+from aiordma.channel.rendezvous import STAGED_READ_LIMIT
 from aiordma.channel.wire import Header, Kind
 from aiordma.exceptions import BufferTooSmallError, MessageTooLargeError, ProtocolError
 from aiordma.metrics import Stats
@@ -394,9 +389,8 @@ async def test_a_slice_of_a_readable_pool_exposes_only_its_bytes_and_only_until_
 
     async def receive(conn: aiordma.Connection) -> None:
         channel: MessageChannel = conn.prepared
-        real_read = channel._read
 
-        async def probing_read(target: object, remote: aiordma.RemoteBuffer) -> None:
+        async def probe(remote: aiordma.RemoteBuffer) -> None:
             seen["remote"] = remote
             seen["inside"] = await _prober_read(remote, lab)
             for name, outside in (
@@ -407,9 +401,8 @@ async def test_a_slice_of_a_readable_pool_exposes_only_its_bytes_and_only_until_
                     seen[name] = await _prober_read(outside, lab)
                 except aiordma.RemoteAccessError as exc:
                     seen[name] = exc
-            await real_read(target, remote)  # type: ignore[arg-type]
 
-        channel._read = probing_read  # type: ignore[method-assign]
+        channel._reader.before_read = probe
         seen["message"] = bytes(await channel.recv_message())
         await channel.send_message(b"ok")
 
@@ -459,13 +452,11 @@ async def test_bindable_memory_is_exposed_through_a_window_until_done(lab: Lab) 
 
     async def receive(conn: aiordma.Connection) -> None:
         channel: MessageChannel = conn.prepared
-        real_read = channel._read
 
-        async def recording_read(target: object, remote: aiordma.RemoteBuffer) -> None:
+        async def record(remote: aiordma.RemoteBuffer) -> None:
             seen["remote"] = remote
-            await real_read(target, remote)  # type: ignore[arg-type]
 
-        channel._read = recording_read  # type: ignore[method-assign]
+        channel._reader.before_read = record
         seen["message"] = bytes(await channel.recv_message())
         await channel.send_message(b"ok")
         await reread.wait()
@@ -534,14 +525,7 @@ async def test_a_cancelled_send_revokes_its_window(lab: Lab) -> None:
     async with channel_to(lab, slow) as channel:
         region = channel.conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
         exposed: list[object] = []
-        real_expose = channel._expose
-
-        async def watched(body: Body, size: int) -> tuple[int, _Exposure]:
-            result = await real_expose(body, size)
-            exposed.append(result[1].key)
-            return result
-
-        channel._expose = watched  # type: ignore[method-assign]
+        channel._exposures.watchers.append(lambda exposure: exposed.append(exposure.key))
         send = asyncio.ensure_future(channel.send_message(region))
         await asyncio.wait_for(announced.wait(), 60)
         (window,) = exposed
@@ -605,14 +589,7 @@ async def test_unread_large_messages_are_bounded_then_revoked_on_both_sides(lab:
         port = server.addresses[0][1]
         async with await aiordma.connect(lab.addr, port, prepare=prepare) as conn:
             channel: MessageChannel = conn.prepared
-            real_expose = channel._expose
-
-            async def watched(*args: object) -> object:
-                exposure = await real_expose(*args)  # type: ignore[arg-type]
-                peak.append(channel.exposed_bytes)
-                return exposure
-
-            channel._expose = watched  # type: ignore[assignment,method-assign]
+            channel._exposures.watchers.append(lambda _: peak.append(channel.exposed_bytes))
             before = rdma_counts(lab.device)["mr"]
             sends = [channel.send_message(bytes([i]) * size) for i in range(5)]
             results = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 60)
@@ -745,7 +722,7 @@ async def test_receive_into_checks_the_buffer_before_waiting(lab: Lab) -> None:
 
 
 class _PairLink:
-    """A :class:`~aiordma.channel.channel.Link` made of a queue pair connected by
+    """A :class:`~aiordma.channel.link.Link` made of a queue pair connected by
     hand: the channel needs no rdma_cm connection."""
 
     def __init__(self, qp: aiordma.QueuePair) -> None:

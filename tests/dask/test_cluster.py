@@ -1,7 +1,7 @@
 """A real Dask cluster on ``rdma://``: a scheduler and two workers (each
 spawned by its nanny) as separate processes, checked against ``tcp://``.
 
-The cluster and its client run in ``benchmarks/dask_cluster.py``, as
+The cluster and its client run in ``aiordma bench study dask_cluster``, as
 subprocesses of this test, which holds nothing of Dask's itself.
 """
 
@@ -21,7 +21,7 @@ MIB = 1 << 20
 @pytest.mark.timeout(1500)
 def test_a_dask_array_workload_on_rdma_matches_tcp_and_moves_hundreds_of_mib(lab: Lab) -> None:
     proc = subprocess.run(
-        [sys.executable, "benchmarks/dask_cluster.py", "--json", "--host", lab.addr],
+        [sys.executable, "-m", "aiordma.bench.studies.dask_cluster", "--json", "--host", lab.addr],
         cwd=ROOT, capture_output=True, text=True, timeout=1400,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-5000:]

@@ -9,7 +9,6 @@ import logging
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -378,14 +377,9 @@ async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
         async with await aiordma.open_channel(lab.addr, port) as channel:
             (server_channel,) = channels  # prepared before the connection was accepted
             peaks: list[int] = []
-            real_expose = server_channel._expose
-
-            async def watched(*args: Any) -> Any:
-                exposure = await real_expose(*args)
-                peaks.append(server_channel.exposed_bytes)
-                return exposure
-
-            server_channel._expose = watched  # type: ignore[method-assign,assignment]
+            server_channel._exposures.watchers.append(
+                lambda _: peaks.append(server_channel.exposed_bytes)
+            )
             for call_id in range(1, 6):
                 await channel.send_message(
                     b"", head=Frame(FrameKind.REQUEST, call_id, "big").pack()

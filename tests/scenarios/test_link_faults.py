@@ -19,7 +19,8 @@ import pytest
 
 import aiordma
 from aiordma import rpc
-from aiordma.channel.channel import MessageChannel, prepare_channel
+from aiordma.channel.channel import MessageChannel
+from aiordma.channel.open import prepare_channel
 from aiordma.lab.remote import Fabric, PeerProcess, poll_until
 from tests.conftest import PEER_TIMEOUT, ROOT, rdma_counts, remote_server
 from tests.peer import blob

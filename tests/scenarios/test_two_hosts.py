@@ -18,7 +18,7 @@ import pytest
 
 import aiordma
 from aiordma import Access, RemoteBuffer, rpc
-from aiordma.channel.channel import prepare_channel
+from aiordma.channel.open import prepare_channel
 from aiordma.lab.remote import Fabric
 from tests.conftest import PEER_TIMEOUT, ROOT, remote_server
 from tests.peer import blob, digest_each

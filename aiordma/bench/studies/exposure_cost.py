@@ -1,6 +1,6 @@
 """What exposing memory to a peer costs: a registration per message, or a window.
 
-    aiordma lab -- python benchmarks/exposure_cost.py [--sizes 65536 1048576 ...] [--json]
+    aiordma lab -- aiordma bench study exposure_cost [--sizes 65536 1048576 ...] [--json]
 
 A large message is exposed for the peer to read, then revoked. Two ways:
 

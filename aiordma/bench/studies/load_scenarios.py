@@ -1,6 +1,6 @@
 """Issue 29's load scenarios, to run while the machine is busy (a soak, not a test).
 
-    aiordma lab -- python benchmarks/load_scenarios.py [--clients 300] [--at-once 40]
+    aiordma lab -- aiordma bench study load_scenarios [--clients 300] [--at-once 40]
 
 1. ``--clients`` RPC clients connect at once to a server whose clients'
    channels draw on one :class:`~aiordma.SharedReceiveQueue`, and each
@@ -131,13 +131,13 @@ async def large_timeouts(host: str, port: int) -> dict[str, object]:
     return {"scenario": "8 MiB call, timeout=0.3", "seconds": seconds, **outcomes}
 
 
-async def main(args: argparse.Namespace) -> int:
+async def measure(args: argparse.Namespace) -> int:
     endpoint = find_roce_endpoint()
     if endpoint is None:
         sys.exit("no RDMA device with an IPv4 address (run in the lab)")
     host = str(endpoint.address)
     child = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", host,
+        sys.executable, "-m", "aiordma.bench.studies.load_scenarios", "--serve", host,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -160,11 +160,15 @@ async def main(args: argparse.Namespace) -> int:
     return 1 if defects else 0
 
 
-if __name__ == "__main__":
+def main() -> int:
     if sys.argv[1:2] == ["--serve"]:
         asyncio.run(serve(sys.argv[2]))
-        sys.exit(0)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        return 0
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--clients", type=int, default=300)
     parser.add_argument("--at-once", type=int, default=40)
-    sys.exit(asyncio.run(main(parser.parse_args())))
+    return asyncio.run(measure(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Per-message cost of a shared receive queue: round trip and rate, own buffers vs a pool.
 
-    aiordma lab -- python benchmarks/shared_receive_speed.py [--rounds 2] [--count 2000]
+    aiordma lab -- aiordma bench study shared_receive_speed [--rounds 2] [--count 2000]
 
 A channel server runs in a child process; this process opens one channel
 with its own receive buffers and one whose both sides draw on a
@@ -85,7 +85,7 @@ async def measure(
 ) -> list[dict[str, float | str]]:
     slots = ["--send-slots", str(send_slots)] if send_slots else []
     child = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", host, *slots,
+        sys.executable, "-m", "aiordma.bench.studies.shared_receive_speed", "--serve", host, *slots,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert child.stdin is not None

@@ -1,6 +1,6 @@
 """How long closing many message-channel connections takes, and what it logs.
 
-    aiordma lab -- python benchmarks/close_many.py [--count N] [--loop asyncio|uvloop]
+    aiordma lab -- aiordma bench study close_many [--count N] [--loop asyncio|uvloop]
 
 Opens N connections, each with a message channel on both sides (server and
 client in this process, as an operator's load test does), then closes them

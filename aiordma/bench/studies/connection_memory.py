@@ -1,6 +1,6 @@
 """Memory per connection: what N message-channel connections cost each side.
 
-    aiordma lab -- python benchmarks/connection_memory.py [--count 1000] [--shared N] [--json]
+    aiordma lab -- aiordma bench study connection_memory [--count 1000] [--shared N] [--json]
 
 Starts a channel server in a child process, opens ``--count`` channels to
 it from this process (``--batch`` at a time), sends one message each way on
@@ -74,7 +74,8 @@ async def serve(host: str, shared: int) -> None:
 
 async def measure(host: str, count: int, batch: int, shared: int) -> dict[str, float]:
     child = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", host, "--shared", str(shared),
+        sys.executable, "-m", "aiordma.bench.studies.connection_memory",
+        "--serve", host, "--shared", str(shared),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert child.stdin is not None

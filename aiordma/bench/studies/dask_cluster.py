@@ -1,6 +1,6 @@
 """A Dask cluster on ``rdma://`` beside the same cluster on ``tcp://``.
 
-    aiordma lab -- python benchmarks/dask_cluster.py [--protocol rdma tcp] [--json]
+    aiordma lab -- aiordma bench study dask_cluster [--protocol rdma tcp] [--json]
 
 For each protocol: starts a scheduler and two workers (each behind its
 nanny, which spawns it) as separate processes with the ``dask`` command

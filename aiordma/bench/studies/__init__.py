@@ -1,0 +1,36 @@
+"""Studies: measurements of one lever each, beyond ``aiordma bench``'s modes.
+
+``aiordma bench study NAME [ARGS...]`` runs ``NAME`` (a module here) with
+its own arguments; each module's docstring says what it measures, and the
+decision record in ``docs/decisions/`` that cites it says what was decided.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+
+def names() -> list[str]:
+    """The studies there are."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def run(name: str, argv: Sequence[str]) -> int:
+    """Run study ``name`` with ``argv`` as its command line; its exit status."""
+    if name not in names():
+        print(f"aiordma bench study: no study {name!r} (there are: {', '.join(names())})",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    module = importlib.import_module(f"{__name__}.{name}")
+    saved = sys.argv
+    sys.argv = [f"aiordma bench study {name}", *argv]
+    try:
+        result = module.main()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved
+    return result if isinstance(result, int) else 0

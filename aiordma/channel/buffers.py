@@ -1,0 +1,71 @@
+"""Message bodies and receive buffers: what they may be, their lengths and views (no I/O)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from aiordma.verbs.memory import Access, MemoryRegion, Segment
+
+Body = bytes | bytearray | memoryview | MemoryRegion | Segment
+"""What can be sent: any contiguous bytes-like object, or registered memory.
+
+A :class:`MemoryRegion` or :class:`Segment` registered with
+``Access.REMOTE_READ`` is sent without registering anything; anything else
+larger than the eager limit is registered, read-only for the peer, for the
+duration of the send.
+"""
+
+Into = MemoryRegion | Segment | bytearray | memoryview
+"""Where a received body can land: registered memory, or a writable buffer
+(registered for the duration of the read)."""
+
+Chooser = Callable[[bytes, int], "Into | None"]
+
+Deliver = Callable[[bytes, memoryview], bool]
+"""Takes a small message as it arrives: its head and a view of its body,
+valid only during the call. Returns False to leave it queued instead."""
+
+
+def check_into(into: object) -> Into:
+    """``into`` if a message can land in it; TypeError or ValueError saying why not."""
+    if isinstance(into, MemoryRegion | Segment):
+        region = into if isinstance(into, MemoryRegion) else into.mr
+        if region.closed:
+            raise ValueError("cannot receive into a closed memory region")
+        if not region.access & Access.LOCAL_WRITE:
+            raise ValueError(
+                "cannot receive into a region registered without Access.LOCAL_WRITE: "
+                "the adapter could not write into it"
+            )
+        return into
+    if not isinstance(into, bytearray | memoryview):
+        readonly = False
+        if not isinstance(into, str):
+            with contextlib.suppress(TypeError):
+                readonly = memoryview(into).readonly  # type: ignore[arg-type]
+        name = f"read-only {type(into).__name__}" if readonly else type(into).__name__
+        raise TypeError(
+            f"cannot receive into {name}: give a bytearray, a writable memoryview "
+            "or a registered MemoryRegion/Segment"
+        )
+    view = memoryview(into)
+    if view.readonly:
+        raise TypeError("cannot receive into a read-only memoryview")
+    if not view.contiguous:
+        raise ValueError("cannot receive into a non-contiguous memoryview")
+    return into
+
+
+def buffer_length(buffer: Body) -> int:
+    """Bytes in a message body or receive buffer (a region's or segment's length)."""
+    if isinstance(buffer, MemoryRegion | Segment):
+        return buffer.length
+    return memoryview(buffer).nbytes
+
+
+def buffer_view(buffer: Body) -> memoryview:
+    """A flat byte view of a message body or receive buffer (release it when done)."""
+    if isinstance(buffer, MemoryRegion | Segment):
+        return buffer.view()
+    return memoryview(buffer).cast("B")

@@ -1,0 +1,37 @@
+"""What a message channel runs on."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiordma.metrics import Stats
+from aiordma.verbs.memory import Access, MemoryRegion
+from aiordma.verbs.queue_pair import QueuePair
+
+
+class Link(Protocol):
+    """What a :class:`~aiordma.MessageChannel` needs from the connection it runs on.
+
+    A connected queue pair, memory registration on its device (released
+    with the link), closing, when both peers can send (``on_established``:
+    the channel's HELLO waits for it) and where its metrics count
+    (``add_stats``). :class:`~aiordma.Connection` is one.
+    """
+
+    @property
+    def qp(self) -> QueuePair: ...
+
+    def register(self, obj: Any, access: Access | None = None) -> MemoryRegion: ...
+
+    def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion: ...
+
+    def close(self) -> Awaitable[None]: ...
+
+    async def wait_closed(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+    def on_established(self, callback: Callable[[], None]) -> None: ...
+
+    def add_stats(self, stats: Stats) -> None: ...

@@ -1,0 +1,356 @@
+"""Large messages by rendezvous: this side's exposures, and its reader of the peer's.
+
+The sender exposes exactly a message's bytes, through a memory window or a
+registration of their own, for remote *reading* only, and advertises them;
+the receiver reads them with RDMA reads straight into the memory it
+chooses, then says it is done (DONE), and only then does the exposure end.
+An exposure also ends when its send is cancelled or it is not read within
+``exposure_timeout`` (it is revoked: REVOKE, and the bytes stay readable
+until the peer answers, since it may be reading them), or when the channel
+fails; the bytes held exposed at once are bounded by ``max_exposed``.
+
+:class:`Exposures` and :class:`Reader` do the I/O; which message may be
+exposed, ended or revoked is decided by the channel's
+:class:`~aiordma.channel.state.ChannelState`. They reach the channel only
+through the callbacks they are given.
+
+Call order of one exposure: ``expose -> posted -> (ended | revoke -> (ended
+| the timeout))``, or ``expose -> withdraw`` when its announcement could not
+be sent; ``fail`` ends every one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiordma.channel._tasks import consume_outcome, spawn
+from aiordma.channel.buffers import Body, Into, buffer_view
+from aiordma.channel.link import Link
+from aiordma.channel.state import Arrival, ChannelState
+from aiordma.channel.wire import Header, Kind
+from aiordma.exceptions import ExposureTimeoutError, ResourceBusyError
+from aiordma.metrics import Stats
+from aiordma.verbs.completion import WorkCompletion
+from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
+from aiordma.verbs.queue_pair import Read
+from aiordma.verbs.window import MemoryWindow
+
+log = logging.getLogger(__name__)
+
+READ_PIECE = 64 << 10
+"""Large messages are read in pieces of this size (see ``READS_IN_FLIGHT``)."""
+READS_IN_FLIGHT = 4
+"""Pieces of one large message being read at once: 1 MiB in flight paces
+the sender's adapter to what the receiver takes in."""
+STAGED_READ_LIMIT = 256 << 10
+"""Large messages up to this size, bound for memory the channel did not
+register, are read into one registered staging buffer and copied out: a
+copy costs less than registering and deregistering the destination
+(``docs/decisions/0004-compiled-core.md``, "Staged reads")."""
+
+
+def release_mr(mr: MemoryRegion) -> None:
+    """Deregister ``mr`` now, or once the work still using it completes."""
+    try:
+        mr.close()
+    except ResourceBusyError:
+        spawn(mr.aclose())
+
+
+@dataclass(slots=True)
+class Exposure:
+    """The I/O side of a large message's exposure: its registration or memory
+    window, the future its sender awaits, and its deadline."""
+
+    key: MemoryRegion | MemoryWindow
+    """What grants the peer access: a registration of exactly the message's
+    bytes, or a window over them (revoked without deregistering)."""
+    size: int
+    done: asyncio.Future[None]
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def remote(self) -> RemoteBuffer:
+        key = self.key
+        return key.remote if isinstance(key, MemoryWindow) else key.remote()
+
+    def revoke(self) -> None:
+        """The peer's access ends now (or, for a registration still in use
+        by local work, once that work completes)."""
+        key = self.key
+        if isinstance(key, MemoryWindow):
+            key.invalidate()
+        elif not key.closed:
+            release_mr(key)
+
+
+class Exposures:
+    """This side's large messages exposed to the peer, by message id.
+
+    ``check()`` raises once the channel failed, ``changed()`` waits until
+    its state may have changed, ``wake()`` says that it did, and
+    ``send_control(header)`` sends a REVOKE (in the background). Each
+    callable in :attr:`watchers` is told of every new exposure.
+    """
+
+    def __init__(
+        self,
+        link: Link,
+        state: ChannelState,
+        exposure_timeout: float | None,
+        stats: Stats,
+        *,
+        check: Callable[[], None],
+        changed: Callable[[], Awaitable[None]],
+        wake: Callable[[], None],
+        send_control: Callable[[Header], None],
+    ) -> None:
+        self._link = link
+        self._state = state
+        self._loop = link.qp.loop
+        self.exposure_timeout = exposure_timeout
+        self._stats = stats
+        self._check = check
+        self._changed = changed
+        self._wake = wake
+        self._send_control = send_control
+        self._held: dict[int, Exposure] = {}
+        self._withdrawn: dict[int, Exposure] = {}
+        """Revoked exposures, readable until the peer answers the REVOKE."""
+        self.watchers: list[Callable[[Exposure], None]] = []
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    async def expose(self, body: Body, size: int) -> tuple[int, Exposure]:
+        """Expose exactly ``body``'s bytes for remote reading, once they fit
+        under ``max_exposed``; the peer can read nothing else with the rkey.
+
+        Memory registered with ``Access.MW_BIND`` is exposed through a memory
+        window bound on this channel's queue pair (nothing is registered);
+        anything else through its own registration.
+        """
+        while not self._state.room_for(size):
+            self._check()
+            await self._changed()
+        self._check()
+        key: MemoryRegion | MemoryWindow | None = self._window_over(body)
+        if key is None:
+            source = body.view() if isinstance(body, MemoryRegion | Segment) else body
+            try:
+                key = self._link.register(source, Access.REMOTE_READ)
+            except TypeError:  # not contiguous
+                key = self._link.register(bytes(memoryview(source)), Access.REMOTE_READ)
+        msg_id = self._state.expose(size)
+        exposure = Exposure(key, size, self._loop.create_future())
+        self._held[msg_id] = exposure
+        for watcher in self.watchers:
+            watcher(exposure)
+        return msg_id, exposure
+
+    def _window_over(self, body: Body) -> MemoryWindow | None:
+        """A window exposing exactly ``body``, bound (in send-queue order, so
+        before the rendezvous that names it) on this channel's queue pair;
+        None where a window cannot do that."""
+        if not isinstance(body, MemoryRegion | Segment):
+            return None
+        segment = body[:] if isinstance(body, MemoryRegion) else body
+        region = segment.mr
+        qp = self._link.qp
+        attributes = qp.device.attributes
+        if region.closed or not region.access & Access.MW_BIND or not attributes.memory_windows:
+            return None
+        if not attributes.bounded_windows and len(segment) != len(region):
+            return None  # its rkey would reach the whole region (rxe)
+        try:
+            return qp.bind_window_nowait(segment, Access.REMOTE_READ)
+        except (ResourceBusyError, ValueError):  # queue full, or another device's memory
+            return None
+
+    def posted(self, msg_id: int) -> None:
+        """The message's announcement went: its ``exposure_timeout`` starts."""
+        exposure = self._held.get(msg_id)
+        if self.exposure_timeout is not None and exposure is not None and not exposure.done.done():
+            exposure.timer = self._loop.call_later(self.exposure_timeout, self.revoke, msg_id, None)
+
+    def withdraw(self, msg_id: int) -> None:
+        """The announcement could not be sent: end the exposure (the peer never knew of it)."""
+        if self._state.withdraw(msg_id):
+            self._unexpose(self._held.pop(msg_id))
+
+    def ended(self, msg_id: int) -> None:
+        """The peer said DONE: it read the message, or answered its revocation."""
+        exposure = self._held.pop(msg_id, None) or self._withdrawn.pop(msg_id)
+        self._unexpose(exposure)
+        if not exposure.done.done():
+            exposure.done.set_result(None)
+
+    def fail(self, exc: BaseException) -> None:
+        """The channel failed: every exposure ends, and its sender gets ``exc``."""
+        for msg_id in self._state.clear_exposures():
+            exposure = self._held.pop(msg_id, None) or self._withdrawn.pop(msg_id)
+            if not exposure.done.done():
+                exposure.done.set_exception(exc)
+                exposure.done.exception()
+            self._unexpose(exposure)
+
+    def _unexpose(self, exposure: Exposure) -> None:
+        """End an exposure's I/O (the state already stopped counting it): the
+        rkey stops working now (or once local work on it is done)."""
+        if exposure.timer is not None:
+            exposure.timer.cancel()
+            exposure.timer = None
+        exposure.revoke()
+        self._wake()
+
+    def revoke(self, msg_id: int, cause: BaseException | None) -> None:
+        """Withdraw an unread large message (its send was cancelled, or ``cause``
+        is None: it timed out) and tell the peer. The caller stops waiting now;
+        the bytes stay readable until the peer answers (it may be reading
+        them: a revoked key would fail its read and the connection), or for
+        ``exposure_timeout`` more at most."""
+        if not self._state.revoke(msg_id):
+            return
+        self._stats.add("large_revoked" if cause is not None else "exposure_timeouts")
+        exposure = self._withdrawn[msg_id] = self._held.pop(msg_id)
+        if exposure.timer is not None:
+            exposure.timer.cancel()
+            exposure.timer = None
+        if self.exposure_timeout is not None:
+            exposure.timer = self._loop.call_later(
+                self.exposure_timeout, self._forget_withdrawn, msg_id
+            )
+        if not exposure.done.done():
+            if cause is None:
+                error = ExposureTimeoutError(
+                    f"the peer did not read message {msg_id} ({exposure.size} bytes) within "
+                    f"exposure_timeout ({self.exposure_timeout} s); it was revoked"
+                )
+                log.warning("%r: %s", self._link, error)
+                exposure.done.set_exception(error)
+            else:
+                exposure.done.cancel()
+        self._send_control(Header(Kind.REVOKE, 0, msg_id))
+
+    def _forget_withdrawn(self, msg_id: int) -> None:
+        """The peer did not answer a REVOKE within ``exposure_timeout``: end the exposure."""
+        if self._state.forget_revoked(msg_id):
+            exposure = self._withdrawn.pop(msg_id)
+            exposure.timer = None
+            log.warning("%r: the peer did not answer the revocation of message %d within "
+                        "%s s; its memory is no longer readable", self._link, msg_id,
+                        self.exposure_timeout)  # fmt: skip
+            self._unexpose(exposure)
+
+
+class Reader:
+    """Reads the peer's large messages: in pieces, at most a few at once,
+    into registered memory directly, or through one staging buffer.
+
+    ``idle()`` is called when a read stops early and whenever the last read
+    in flight lands: revocations that came meanwhile may be answered then.
+    """
+
+    def __init__(self, link: Link, state: ChannelState, idle: Callable[[], None]) -> None:
+        self._link = link
+        self._state = state
+        self._idle = idle
+        self._reads: set[asyncio.Future[WorkCompletion]] = set()
+        """RDMA reads in flight (those of cancelled receives too)."""
+        self._staging: MemoryRegion | None = None
+        self.before_read: Callable[[RemoteBuffer], Awaitable[None]] | None = None
+        """Awaited with each message's remote buffer before it is read (a
+        seam for tests and tracing)."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a read is in flight."""
+        return bool(self._reads)
+
+    def _landed(self, read: asyncio.Future[WorkCompletion]) -> None:
+        self._reads.discard(read)
+        if not self._reads and self._state.acks_due:
+            self._idle()
+
+    async def read_body(self, arrival: Arrival, target: Into) -> None:
+        """Read a rendezvous message's body into ``target``; a REVOKE that came
+        during a read that failed or was cancelled is answered after it."""
+        assert arrival.header.remote is not None
+        arrival.reading = True
+        try:
+            await self._read(target, arrival.header.remote)
+        except BaseException:
+            self._state.read_stopped(arrival)
+            self._idle()
+            raise
+
+    async def _read(self, target: Into, remote: RemoteBuffer) -> None:
+        """RDMA-read ``remote`` into the start of ``target``."""
+        if self.before_read is not None:
+            await self.before_read(remote)
+        own: MemoryRegion | None = None
+        if isinstance(target, MemoryRegion):
+            segment = target.segment(0, remote.length)
+        elif isinstance(target, Segment):
+            segment = target[: remote.length]
+        elif remote.length <= STAGED_READ_LIMIT:
+            # Reads run one at a time (under the receive lock), and a read
+            # left behind by a cancelled receive lands before the next one
+            # completes (RC order), so one staging buffer serves them all.
+            if self._staging is None:
+                self._staging = self._link.alloc(STAGED_READ_LIMIT)
+            staged = self._staging.segment(0, remote.length)
+            await self._read_pieces(staged, remote)
+            with staged.view() as data:
+                buffer_view(target)[: remote.length] = data
+            return
+        else:
+            own = self._link.register(target, Access.LOCAL_WRITE)
+            segment = own.segment(0, remote.length)
+        try:
+            await self._read_pieces(segment, remote)
+        finally:
+            if own is not None:
+                release_mr(own)
+
+    async def _read_pieces(self, local: Segment, remote: RemoteBuffer) -> None:
+        """RDMA-read ``remote`` into ``local`` in pieces of :data:`READ_PIECE`,
+        at most :data:`READS_IN_FLIGHT` at once.
+
+        One read of many megabytes makes the peer's adapter send every
+        response packet at once, with nothing to pace it: across a real link
+        a receiver that falls behind drops some, and each loss costs a
+        retransmission of everything after it. A small window of pieces
+        read fastest across the two-host lab's link, with and without packet
+        loss (``docs/design.md`` has the figures), and the first bytes land
+        while later pieces are still being asked for.
+        """
+        qp = self._link.qp
+        size = remote.length
+        starts = range(0, size, READ_PIECE)
+
+        def piece(start: int) -> Read:
+            end = min(start + READ_PIECE, size)
+            return Read(local[start:end], remote[start:end])
+
+        async def post(first: int, last: int) -> list[asyncio.Future[WorkCompletion]]:
+            reads = await qp.post_batch([piece(start) for start in starts[first:last]])
+            for read in reads:  # tracked until they land, awaited or not
+                self._reads.add(read)
+                read.add_done_callback(self._landed)
+            return reads
+
+        pending = collections.deque(await post(0, READS_IN_FLIGHT))
+        try:
+            for index in range(READS_IN_FLIGHT, len(starts)):
+                await pending.popleft()
+                pending.extend(await post(index, index + 1))
+            while pending:
+                await pending.popleft()
+        finally:
+            for left in pending:  # cancelled or failed: nobody awaits the rest
+                left.add_done_callback(consume_outcome)
