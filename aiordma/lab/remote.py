@@ -25,6 +25,7 @@ import os
 import shlex
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,30 @@ async def poll_until(check: Callable[[], bool]) -> None:
     # awaited, so this polls (every 50 ms; callers bound it with a timeout).
     while not check():  # noqa: ASYNC110
         await asyncio.sleep(POLL_INTERVAL)
+
+
+def _timed_outage(cut: Sequence[str], restore: Sequence[str], seconds: float) -> float:
+    """Apply ``cut``, wait ``seconds``, apply ``restore`` (all on this
+    thread); returns the seconds from the cut written to the restore written."""
+    tc = subprocess.Popen(
+        ["tc", "-batch", "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert tc.stdin is not None
+    lines = "".join(f"{line}\n" for line in cut).encode()
+    tc.stdin.write(lines)
+    tc.stdin.flush()
+    started = time.monotonic()
+    try:
+        time.sleep(seconds)
+    finally:  # the link comes back whatever happens
+        tc.stdin.write("".join(f"{line}\n" for line in restore).encode())
+        tc.stdin.flush()
+        lasted = time.monotonic() - started
+        _, err = tc.communicate()
+    if tc.returncode != 0:
+        raise LabError(f"tc -batch failed on host 1: {err.decode().strip()}")
+    return lasted
 
 
 def _tc_batch(commands: Sequence[str]) -> str:
@@ -262,29 +287,11 @@ class Fabric:
         One ``tc`` process, started beforehand, applies the cut and the
         restore as each is written to it: starting a process takes a good
         part of a second in an emulated guest, longer than the transport's
-        retries last.
+        retries last. A thread times the cut, so a busy event loop (the
+        traffic the outage is meant to interrupt) cannot stretch it.
         """
         cut, restore = self._cut_lines()
-        tc = await asyncio.create_subprocess_exec(
-            "tc", "-batch", "-", stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )  # fmt: skip
-        assert tc.stdin is not None
-        loop = asyncio.get_running_loop()
-        try:
-            tc.stdin.write("".join(f"{line}\n" for line in cut).encode())
-            await tc.stdin.drain()
-            started = loop.time()
-            await asyncio.sleep(seconds)
-            tc.stdin.write("".join(f"{line}\n" for line in restore).encode())
-            await tc.stdin.drain()
-            lasted = loop.time() - started
-        finally:
-            tc.stdin.close()
-            _, err = await tc.communicate()
-        if tc.returncode != 0:
-            raise LabError(f"tc -batch failed on host 1: {err.decode().strip()}")
-        return lasted
+        return await asyncio.to_thread(_timed_outage, cut, restore, seconds)
 
     async def set_mtu(self, mtu: int, *, host: int = 2) -> None:
         """Set the MTU of ``host``'s card on the link (rxe follows it)."""
