@@ -15,7 +15,10 @@ peer's limit before it sends anything too large for it.
 which credit update is due are decided by its
 :class:`~aiordma.channel.state.ChannelState`. One side's packets, in order:
 ``start -> HELLO -> (EAGER | CREDIT | CONTROL_CREDIT | RENDEZVOUS -> (DONE
-| REVOKE -> DONE))* -> FAIL | CLOSE``.
+| REVOKE -> DONE))* -> FAIL | CLOSE``. Per message it calls the state once
+on each side: ``send`` (a slot and a stamped header, then one post),
+``arrived`` (from the completion drain) and ``take`` (when the application
+or the delivery hook takes the message).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Any
 
 from aiordma.channel._tasks import spawn
@@ -33,7 +37,7 @@ from aiordma.channel.credits import CONTROL_BASE, DataCredits
 from aiordma.channel.link import Link
 from aiordma.channel.pool import SharedReceiveQueue
 from aiordma.channel.rendezvous import Exposures, Reader
-from aiordma.channel.state import Arrival, ChannelState, Cost
+from aiordma.channel.state import Arrival, ChannelState
 from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Header, Hello, Kind
 from aiordma.cm.connection import Connection
 from aiordma.exceptions import (
@@ -44,12 +48,12 @@ from aiordma.exceptions import (
     ProtocolError,
     ProtocolMismatchError,
     RdmaError,
-    ResourceBusyError,
     ResourceClosedError,
 )
 from aiordma.metrics import Stats
+from aiordma.verbs import Closable
 from aiordma.verbs.completion import check_loop
-from aiordma.verbs.memory import Segment
+from aiordma.verbs.memory import RemoteBuffer, Segment
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +78,7 @@ Deliver = Callable[[bytes, memoryview], bool]
 valid only during the call. Returns False to leave it queued instead."""
 
 
-class MessageChannel:
+class MessageChannel(Closable):
     """Ordered, flow-controlled messages on one connection.
 
     Create it in the connection's ``prepare`` hook on both sides (see
@@ -200,6 +204,7 @@ class MessageChannel:
         self._recv_lock = asyncio.Lock()
         self._room_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._error_tb: TracebackType | None = None
         self._signal_every = max(1, send_slots // 2)
         self._silent_run = 0
         self._deliver: Deliver | None = None
@@ -280,13 +285,13 @@ class MessageChannel:
         else may go before it (see :meth:`ChannelState.affordable`)."""
         if self._error is not None and not isinstance(self._error, ProtocolMismatchError):
             return
-        hello = self._state.hello(self.max_message)
-        try:
-            self._post(hello, self._hello, None, Cost.CONTROL)
-        except ResourceBusyError:  # cannot be, on a fresh queue pair; but never lose it
-            spawn(self._post_hello_later(hello))
-        except (RdmaError, ResourceClosedError) as exc:
-            self._fail(exc)
+        if not self._qp.send_room():  # cannot be, on a fresh queue pair; but never lose it
+            spawn(self._post_hello_later())
+            return
+        packet = self._state.hello(self.max_message, len(self._hello))
+        assert packet is not None  # the first packet: a slot and a credit are there
+        with contextlib.suppress(RdmaError, ResourceClosedError):  # the channel failed
+            self._post(packet, self._hello, None)
         self._hello_went()
 
     def _hello_went(self) -> None:
@@ -294,11 +299,13 @@ class MessageChannel:
             self.link.close()  # the peer now learns of the mismatch from our HELLO too
         self._wake()
 
-    async def _post_hello_later(self, hello: Header) -> None:
+    async def _post_hello_later(self) -> None:
         try:
             await self._qp.wait_send_room()
-            self._post(hello, self._hello, None, Cost.CONTROL)
-        except (RdmaError, ResourceClosedError, ResourceBusyError) as exc:
+            packet = self._state.hello(self.max_message, len(self._hello))
+            assert packet is not None
+            self._post(packet, self._hello, None)
+        except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
         self._hello_went()
 
@@ -325,12 +332,15 @@ class MessageChannel:
 
     def _check(self) -> None:
         if self._error is not None:
-            raise self._error
+            # Its traceback as it failed: raising one object again and again
+            # would otherwise grow it by every raise.
+            raise self._error.with_traceback(self._error_tb)
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is not None:
             return
-        self._error = exc
+        self._error, self._error_tb = exc, exc.__traceback__
+        self._state.fail()
         if not self._recv_mr.closed:  # keep what already arrived readable, as TCP does
             with self._recv_mr.view() as whole:
                 for arrival in self._state.ready:
@@ -375,26 +385,19 @@ class MessageChannel:
                 header = Header.unpack(packet, self.max_message)
                 if header.kind == Kind.HELLO:
                     self._heard(Hello.unpack(packet[HEADER_SIZE:]))
-            ended = state.received(header)
+            ended, offer, repost = state.arrived(index, header, size)
         except (ProtocolError, ValueError) as err:
             self._protocol_error(err)
             return
-        if ended is not None:
+        if ended:
             self._exposures.ended(ended)
         if state.acks_due:
             self._answer_revokes()
-        if header.kind == Kind.EAGER and self._deliver is not None and not state.ready:
-            if self._delivered(index, header):
-                if self._repost(index):
-                    state.reposted(header)
-                self._pump()
-                return
-            if self._error is not None:
-                return
-        if state.is_message(header):
-            state.queue(index, header, size)
-        elif self._repost(index):
-            state.reposted(header)
+        if repost:
+            self._repost(index)
+        elif offer and self._deliver is not None and self._delivered(index, header):
+            self._consumed()
+            return
         self._pump()
 
     def _heard(self, hello: Hello) -> None:
@@ -407,7 +410,9 @@ class MessageChannel:
         return f"{peer[0]}:{peer[1]}" if peer else "the peer"
 
     def _delivered(self, index: int, header: Header) -> bool:
-        """Offer an eager message to the delivery hook, straight from its buffer."""
+        """Offer an eager message to the delivery hook, straight from its
+        buffer; whether it is to be taken off the queue (taken by the hook,
+        or dropped: the hook failed)."""
         assert self._deliver is not None
         start = index * self._size + HEADER_SIZE
         end = start + header.head_length
@@ -423,8 +428,7 @@ class MessageChannel:
             asyncio.get_running_loop().call_exception_handler(
                 {"message": "message delivery hook failed", "exception": exc}
             )
-            return True
-        return False
+        return True
 
     def deliver_to(self, deliver: Deliver | None) -> None:
         """Hand small messages to ``deliver`` as they arrive (None: stop).
@@ -474,16 +478,16 @@ class MessageChannel:
         if self._reader.busy or self._error is not None:
             return
         for msg_id in self._state.acks_due:
-            spawn(self._send_control(Header(Kind.DONE, 0, msg_id)))
+            spawn(self._send_control(Kind.DONE, msg_id))
         self._state.acks_due.clear()
 
     def _consumed(self) -> None:
-        state = self._state
-        arrival, done_due = state.consumed()
-        if self._repost(arrival.slot):
-            state.reposted(arrival.header)
+        """The first queued message was taken: its buffer goes back, its sender
+        may be owed a DONE."""
+        arrival, done_due = self._state.take()
+        self._repost(arrival.slot)
         if done_due:
-            spawn(self._send_control(Header(Kind.DONE, 0, arrival.header.msg_id)))
+            spawn(self._send_control(Kind.DONE, arrival.header.msg_id))
         self._pump()
 
     def _head(self, arrival: Arrival) -> bytes:
@@ -666,26 +670,23 @@ class MessageChannel:
                 "(the receiving side sets it)"
             )
         if len(head) + size <= self.eager_limit:
-            eager = Header(Kind.EAGER, 0, 0, size)
-            if (
-                not self._send_lock.locked()
-                and self._error is None
-                and self._state.affordable(Cost.DATA)
-            ):
-                # Nobody is ahead of us and there is credit: post without a task switch.
-                with contextlib.suppress(ResourceBusyError):  # send queue full: wait below
-                    self._post(eager, head, data, Cost.DATA)
+            if not self._send_lock.locked() and self._error is None and self._qp.send_room():
+                # Nobody is ahead of us: if there is credit, post without a task switch.
+                packet = self._state.send(Kind.EAGER, 0, size, None, len(head))
+                if packet is not None:
+                    self._post(packet, head, data)
                     self._count_sent(size, False)
                     return
             async with self._send_lock:
-                await self._post_when_possible(eager, head, data, Cost.DATA)
+                await self._post_when_possible(Kind.EAGER, 0, size, None, head, data)
             self._count_sent(size, False)
             return
         msg_id, exposure = await self._exposures.expose(data, size)
-        header = Header(Kind.RENDEZVOUS, 0, msg_id, size, exposure.remote)
         try:
             async with self._send_lock:
-                await self._post_when_possible(header, head, None, Cost.DATA)
+                await self._post_when_possible(
+                    Kind.RENDEZVOUS, msg_id, size, exposure.remote, head, None
+                )
         except BaseException:
             self._exposures.withdraw(msg_id)
             exposure.done.cancel()
@@ -700,75 +701,77 @@ class MessageChannel:
         self._count_sent(size, True)
 
     async def _post_when_possible(
-        self, header: Header, head: bytes, body: Body | None, cost: Cost
-    ) -> None:
-        """Post a packet once a send slot, the credit it costs and send-queue room are there."""
+        self, kind: Kind, msg_id: int, length: int, remote: RemoteBuffer | None,
+        head: bytes, body: Body | None,
+    ) -> None:  # fmt: skip
+        """Post a packet once send-queue room, a send slot and the credit it costs are there."""
         stalled = False
         while True:
             self._check()
-            if self._state.affordable(cost):
-                try:
-                    self._post(header, head, body, cost)
-                    return
-                except ResourceBusyError:
-                    await self._qp.wait_send_room()
-                    continue
+            if not self._qp.send_room():
+                await self._qp.wait_send_room()
+                continue
+            packet = self._state.send(kind, msg_id, length, remote, len(head))
+            if packet is not None:
+                self._post(packet, head, body)
+                return
             if not stalled:
                 stalled = True
                 self._stats.add("credit_stalls")
             await self._changed()
 
-    def _post(self, header: Header, head: bytes, body: Body | None, cost: Cost) -> None:
-        """Post one packet now, piggybacking the credits we owe; raises
-        ResourceBusyError (changing nothing) if the send queue is full."""
-        state = self._state
-        slot = state.free_slots.pop()
+    def _post(self, packet: tuple[int, Header], head: bytes, body: Body | None) -> None:
+        """Post the packet :meth:`ChannelState.send` granted (its send slot and
+        stamped header), with room in the send queue checked. If that fails,
+        so does the channel: the credits it spent cannot be given back."""
+        slot, header = packet
         try:
             start = slot * self._size
             end = HEADER_SIZE + len(head)
             with self._send_mr.view() as whole, whole[start : start + self._size] as view:
-                state.stamp(header, len(head)).pack_into(view)
+                header.pack_into(view)
                 view[HEADER_SIZE:end] = head
                 if body is not None and header.kind == Kind.EAGER:
                     with buffer_view(body) as source:
                         view[end : end + header.length] = source
                     end += header.length
             signal = self._silent_run + 1 >= self._signal_every
-            packet = Segment(self._send_mr, start, end)
-            self._qp.post_send_callback(packet, self._on_sent[slot], signaled=signal)
-        except BaseException:
-            state.free_slots.append(slot)
+            self._qp.post_send_callback(
+                Segment(self._send_mr, start, end), self._on_sent[slot], signaled=signal
+            )
+        except BaseException as exc:
+            self._state.sent(slot)
+            self._fail(exc)
             raise
         self._silent_run = 0 if signal else self._silent_run + 1
-        state.posted(cost, header.kind)
 
     def _sent(self, slot: int, error: BaseException | None, _length: int) -> None:
         """The packet in send slot ``slot`` went (called from the completion drain)."""
-        self._state.free_slots.append(slot)
+        self._state.sent(slot)
         if error is not None:
             self._fail(error)
         self._pump()
 
-    def _send_control_soon(self, header: Header) -> None:
+    def _send_control_soon(self, kind: Kind, msg_id: int) -> None:
         if self._error is None:
-            spawn(self._send_control(header))
+            spawn(self._send_control(kind, msg_id))
 
-    async def _send_control(self, header: Header) -> None:
+    async def _send_control(self, kind: Kind, msg_id: int) -> None:
         try:
-            await self._post_when_possible(header, b"", None, Cost.CONTROL)
+            await self._post_when_possible(kind, msg_id, 0, None, b"", None)
         except (RdmaError, ResourceClosedError, ConnectionResetError) as exc:
-            log.debug("could not send %s for %d: %r", header.kind.name, header.msg_id, exc)
+            log.debug("could not send %s for %d: %r", kind.name, msg_id, exc)
 
     def _pump(self) -> None:
         """Return owed credits if an update is due, and wake waiters."""
-        update = self._state.update_due()
-        if update is not None and self._error is None and self._room_task is None:
-            try:
-                self._post(Header(update[0], 0), b"", None, update[1])
-            except ResourceBusyError:
+        if self._error is None and self._room_task is None:
+            if not self._qp.send_room():  # an update may be due: try again once there is room
                 self._room_task = asyncio.get_running_loop().create_task(self._pump_later())
-            except (RdmaError, ResourceClosedError) as exc:
-                self._fail(exc)
+            else:
+                packet = self._state.update()
+                if packet is not None:
+                    with contextlib.suppress(RdmaError, ResourceClosedError):  # it failed
+                        self._post(packet, b"", None)
         self._wake()
 
     async def _pump_later(self) -> None:
@@ -793,12 +796,6 @@ class MessageChannel:
     async def wait_closed(self) -> None:
         """Wait until the channel's connection is closed."""
         await self.link.wait_closed()
-
-    async def __aenter__(self) -> MessageChannel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 def check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:

@@ -31,7 +31,7 @@ from aiordma.channel._tasks import consume_outcome, spawn
 from aiordma.channel.buffers import Body, Into, buffer_view
 from aiordma.channel.link import Link
 from aiordma.channel.state import Arrival, ChannelState
-from aiordma.channel.wire import Header, Kind
+from aiordma.channel.wire import Kind
 from aiordma.exceptions import ExposureTimeoutError, ResourceBusyError
 from aiordma.metrics import Stats
 from aiordma.verbs.completion import WorkCompletion
@@ -93,7 +93,7 @@ class Exposures:
 
     ``check()`` raises once the channel failed, ``changed()`` waits until
     its state may have changed, ``wake()`` says that it did, and
-    ``send_control(header)`` sends a REVOKE (in the background). Each
+    ``send_control(kind, msg_id)`` sends a REVOKE (in the background). Each
     callable in :attr:`watchers` is told of every new exposure.
     """
 
@@ -107,7 +107,7 @@ class Exposures:
         check: Callable[[], None],
         changed: Callable[[], Awaitable[None]],
         wake: Callable[[], None],
-        send_control: Callable[[Header], None],
+        send_control: Callable[[Kind, int], None],
     ) -> None:
         self._link = link
         self._state = state
@@ -234,7 +234,7 @@ class Exposures:
                 exposure.done.set_exception(error)
             else:
                 exposure.done.cancel()
-        self._send_control(Header(Kind.REVOKE, 0, msg_id))
+        self._send_control(Kind.REVOKE, msg_id)
 
     def _forget_withdrawn(self, msg_id: int) -> None:
         """The peer did not answer a REVOKE within ``exposure_timeout``: end the exposure."""

@@ -5,10 +5,16 @@
 free, the messages that arrived and wait to be taken, the large messages
 this side holds exposed (and the bytes they cover), those it revoked, the
 peer's announced ``max_message``, and which credit update, if any, is due.
-The channel feeds it each packet header it receives and asks it what may be
-sent; the channel does the I/O (receive buffers, posting, RDMA reads,
-registrations, timers and waking tasks), as httpcore drives h11. Keeping
+The channel does the I/O (receive buffers, posting, RDMA reads,
+registrations, timers and waking tasks), as httpcore drives h11; keeping
 the decisions here lets them be tested on a host without a device.
+
+Per message, three events go in and each returns what the channel must do:
+:meth:`~ChannelState.send` (a slot and a stamped header, or not yet),
+:meth:`~ChannelState.arrived` (what ended, whether to offer the message to
+a delivery hook, whether to repost the buffer) and :meth:`~ChannelState.take`
+(the arrival, whether its sender is owed a DONE). :meth:`~ChannelState.update`
+and :meth:`~ChannelState.sent` complete the sending side.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from aiordma.channel.credits import CreditWindow, DataCredits
 from aiordma.channel.wire import LAST_CREDIT, Header, Hello, Kind
 from aiordma.exceptions import ProtocolError, ProtocolMismatchError
+from aiordma.verbs.memory import RemoteBuffer
 
 
 def hello_windows(header: Header) -> tuple[int, int]:
@@ -34,6 +41,18 @@ class Cost(enum.Enum):
     DATA = "a data credit"
     CONTROL = "a control credit, not the last"
     CONTROL_UPDATE = "any control credit"
+
+
+_COST = {
+    Kind.EAGER: Cost.DATA,
+    Kind.RENDEZVOUS: Cost.DATA,
+    Kind.HELLO: Cost.CONTROL,
+    Kind.DONE: Cost.CONTROL,
+    Kind.REVOKE: Cost.CONTROL,
+    Kind.CREDIT: Cost.CONTROL,
+    Kind.CONTROL_CREDIT: Cost.CONTROL_UPDATE,
+}
+"""What each kind of packet spends: the last control credit is kept for updates."""
 
 
 @dataclass(slots=True)
@@ -82,6 +101,7 @@ class ChannelState:
         self.send_slots = send_slots
         self.free_slots = list(range(send_slots))
         self.said_hello = False
+        self.failed = False
         """Whether our HELLO went: it carries our first grants, so no credit
         update may go before it."""
         self.ready: collections.deque[Arrival] = collections.deque()
@@ -99,16 +119,112 @@ class ChannelState:
         """Bytes of each of the peer's receive buffers, once its HELLO came."""
         self._ids = itertools.count(1)
 
-    # -- receiving ---------------------------------------------------------
+    # -- the per-message events --------------------------------------------
 
-    def received(self, header: Header) -> int | None:
-        """Apply a packet's credits and control meaning.
+    def arrived(self, slot: int, header: Header, size: int) -> tuple[int, bool, bool]:
+        """A packet of ``size`` bytes landed in receive buffer ``slot``.
 
-        Returns the id of the message whose exposure a DONE ended (None
-        otherwise, or when it had been revoked already). Raises
-        :class:`ProtocolError` (or ValueError, for impossible credits) when
-        the peer broke the protocol.
+        Applies its credits and control meaning and queues a message.
+        Returns ``(ended, offer, repost)``: the id of the message whose
+        exposure a DONE ended (0 if none); whether the packet is an eager
+        message with nothing queued before it (the channel may hand it to
+        a delivery hook, then :meth:`take` it); whether the buffer held
+        control and is counted reposted (the channel reposts it now, or
+        fails). Raises :class:`ProtocolError` (or ValueError, for
+        impossible credits) when the peer broke the protocol.
         """
+        ended = self._apply(header)
+        kind = header.kind
+        if kind == Kind.EAGER or kind == Kind.RENDEZVOUS:
+            ready = self.ready
+            ready.append(Arrival(slot, header, size))
+            return ended, kind == Kind.EAGER and len(ready) == 1, False
+        self.control.reposted(for_data=kind != Kind.CONTROL_CREDIT)
+        return ended, False, True
+
+    def take(self) -> tuple[Arrival, bool]:
+        """The first queued message is taken. Returns it, and whether the
+        sender must be told DONE (a rendezvous message whose REVOKE, if
+        any, was not answered yet). Its buffer is counted reposted: the
+        channel reposts it now, or fails (after :meth:`fail`, nothing is
+        counted)."""
+        arrival = self.ready.popleft()
+        if not self.failed and arrival.slot >= 0:
+            self.data.reposted()
+        done_due = arrival.header.kind == Kind.RENDEZVOUS and not arrival.acked
+        return arrival, done_due
+
+    def send(
+        self, kind: Kind, msg_id: int = 0, length: int = 0,
+        remote: RemoteBuffer | None = None, head_length: int = 0,
+    ) -> tuple[int, Header] | None:  # fmt: skip
+        """A packet of ``kind`` is to go. If a send slot and the credit it
+        costs are there, takes them and returns ``(slot, header)``, the
+        header carrying the credits we owe (now counted as paid); else
+        None, changing nothing. Nothing goes before our HELLO, which
+        carries our first grants. What this took is not given back: the
+        channel posts the packet from ``slot``, or fails."""
+        cost = _COST[kind]
+        data, control = self.data, self.control
+        if not self.free_slots or not (self.said_hello or kind == Kind.HELLO):
+            return None
+        if cost is Cost.DATA:
+            if not data.can_send():
+                return None
+            last = LAST_CREDIT if data.available == 1 else 0
+        elif cost is Cost.CONTROL:
+            if not control.can_send_data():
+                return None
+            last = 0
+        elif control.available < 1:
+            return None
+        else:
+            last = 0
+        header = Header(kind, data.owed, msg_id, length, remote, head_length, control.owed, last)
+        if kind == Kind.HELLO:
+            self.said_hello = True
+        data.piggyback()
+        if cost is Cost.DATA:
+            data.take()
+            control.piggyback()
+        elif cost is Cost.CONTROL:
+            control.take_for_data()
+        else:
+            control.take_for_update()
+        return self.free_slots.pop(), header
+
+    def hello(self, max_message: int, head_length: int) -> tuple[int, Header] | None:
+        """:meth:`send` for our HELLO: ``max_message``, and our windows (the
+        grants ride on it as on any packet); its body of ``head_length``
+        bytes follows the header."""
+        windows = self.control.window << 32 | self.data.window
+        return self.send(Kind.HELLO, windows, max_message, None, head_length)
+
+    def update(self) -> tuple[int, Header] | None:
+        """:meth:`send` for the credit-only packet due now, if one is due and can go."""
+        if not self.said_hello:
+            return None
+        if self.data.should_send_update():
+            packet = self.send(Kind.CREDIT)
+            if packet is not None:
+                return packet
+        if self.control.should_send_update():
+            return self.send(Kind.CONTROL_CREDIT)
+        return None
+
+    def sent(self, slot: int) -> None:
+        """The packet in send ``slot`` went (or failed): the slot is free."""
+        self.free_slots.append(slot)
+
+    def fail(self) -> None:
+        """The channel failed: buffers are no longer counted back (see :meth:`take`)."""
+        self.failed = True
+
+    # -- what the events are made of -----------------------------------------
+
+    def _apply(self, header: Header) -> int:
+        """Apply a packet's credits and control meaning; returns the id of
+        the message whose exposure a DONE ended (0 if none)."""
         kind = header.kind
         if kind == Kind.HELLO:
             if self.peer_max_message is not None:
@@ -138,7 +254,7 @@ class ChannelState:
                     arrival.revoked = True
                     if not arrival.reading:  # answered now; else once the read ends
                         self._ack(arrival)
-        return None
+        return 0
 
     def _ack(self, arrival: Arrival) -> None:
         arrival.acked = True
@@ -159,79 +275,6 @@ class ChannelState:
         if protocol and hello.protocol and hello.protocol != protocol:
             raise ProtocolMismatchError(protocol, hello.protocol, peer)
         self.peer_buffer_size = hello.buffer_size
-
-    @staticmethod
-    def is_message(header: Header) -> bool:
-        """Whether the packet carries a message for the application (not control)."""
-        return header.kind in (Kind.EAGER, Kind.RENDEZVOUS)
-
-    def queue(self, slot: int, header: Header, size: int) -> None:
-        """A message arrived in receive buffer ``slot`` and waits to be taken."""
-        self.ready.append(Arrival(slot, header, size))
-
-    def reposted(self, header: Header) -> None:
-        """The buffer a packet of kind ``header.kind`` consumed is posted again."""
-        if self.is_message(header):
-            self.data.reposted()
-        else:
-            self.control.reposted(for_data=header.kind != Kind.CONTROL_CREDIT)
-
-    def consumed(self) -> tuple[Arrival, bool]:
-        """The first queued message was taken: remove it. Returns it, and whether
-        the sender must be told DONE (a rendezvous message whose REVOKE, if
-        any, was not answered yet)."""
-        arrival = self.ready.popleft()
-        done_due = arrival.header.kind == Kind.RENDEZVOUS and not arrival.acked
-        return arrival, done_due
-
-    # -- sending -----------------------------------------------------------
-
-    def hello(self, max_message: int) -> Header:
-        """Our HELLO: ``max_message``, and our windows (the grants ride on it
-        as on any packet)."""
-        windows = self.control.window << 32 | self.data.window
-        return Header(Kind.HELLO, 0, windows, max_message)
-
-    def affordable(self, cost: Cost) -> bool:
-        """Whether a packet costing ``cost`` may be posted now (slot and credit;
-        nothing may go before our HELLO, which carries our first grants)."""
-        if not self.free_slots or not self.said_hello:
-            return False
-        if cost is Cost.DATA:
-            return self.data.can_send()
-        if cost is Cost.CONTROL:
-            return self.control.can_send_data()
-        return self.control.available >= 1
-
-    def stamp(self, header: Header, head_length: int) -> Header:
-        """``header`` carrying the credits we owe (nothing changes until :meth:`posted`)."""
-        last = self.is_message(header) and self.data.available == 1
-        return Header(header.kind, self.data.owed, header.msg_id, header.length, header.remote,
-                      head_length, self.control.owed, LAST_CREDIT if last else 0)  # fmt: skip
-
-    def posted(self, cost: Cost, kind: Kind) -> None:
-        """A stamped packet of ``kind`` costing ``cost`` was posted: its credits
-        are spent, the owed credits it carried are paid."""
-        if kind == Kind.HELLO:
-            self.said_hello = True
-        self.data.piggyback()
-        if cost is Cost.DATA:
-            self.data.take()
-            self.control.piggyback()
-        elif cost is Cost.CONTROL:
-            self.control.take_for_data()
-        else:
-            self.control.take_for_update()
-
-    def update_due(self) -> tuple[Kind, Cost] | None:
-        """The credit-only packet to send now, if one is due and affordable."""
-        if not self.said_hello:
-            return None
-        if self.data.should_send_update() and self.affordable(Cost.CONTROL):
-            return Kind.CREDIT, Cost.CONTROL
-        if self.control.should_send_update() and self.affordable(Cost.CONTROL_UPDATE):
-            return Kind.CONTROL_CREDIT, Cost.CONTROL_UPDATE
-        return None
 
     # -- exposures ---------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -28,6 +27,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.metrics import Stats, merged
+from aiordma.verbs import Closable
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
 from aiordma.verbs.queue_pair import QueuePair, SendOp
@@ -49,7 +49,7 @@ LINGER: Final = 2.0
 _NOT_PREPARED: Final[Any] = object()
 
 
-class Connection:
+class Connection(Closable):
     """A connected reliable queue pair, set up through rdma_cm.
 
     Made by :func:`connect` or handed to a server's callback. It carries the
@@ -307,16 +307,8 @@ class Connection:
             metrics.unwatch(self)
             self._closed.set_result(None)
 
-    def __del__(self, _warn: Any = warnings.warn) -> None:
-        closed = getattr(self, "_closed", None)
-        if closed is not None and not closed.done():
-            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
-
-    async def __aenter__(self) -> Connection:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    def _unclosed(self) -> bool:
+        return not self._closed.done()
 
     # -- metrics -----------------------------------------------------------
 

@@ -16,7 +16,6 @@ import contextlib
 import errno
 import inspect
 import logging
-import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -63,6 +62,7 @@ from aiordma.exceptions import (
     WrongLoopError,
 )
 from aiordma.metrics import Stats, merged
+from aiordma.verbs import Closable
 from aiordma.verbs.completion import check_loop
 from aiordma.verbs.device import Device
 from aiordma.verbs.discovery import known_devices
@@ -115,7 +115,7 @@ Accept = Callable[[ConnectionRequest], "bytes | Awaitable[bytes | None] | None"]
 """Returns the private data to accept with (``None``: none) or raises :class:`RejectConnection`."""
 
 
-class Server:
+class Server(Closable):
     """A listening rdma_cm endpoint; made by :func:`start_server`.
 
     ``close()`` stops listening, ``close_clients()`` closes the connections
@@ -203,9 +203,8 @@ class Server:
         """True once :meth:`close` was called (the server stopped listening)."""
         return self._stopped.done()
 
-    def __del__(self, _warn: Any = warnings.warn) -> None:
-        if getattr(self, "_listeners", None):
-            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
+    def _unclosed(self) -> bool:
+        return bool(self._listeners)
 
     # -- requests ----------------------------------------------------------
 
@@ -519,10 +518,8 @@ class Server:
         self.close()
         self.close_clients()
 
-    async def __aenter__(self) -> Server:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
+    async def aclose(self) -> None:
+        """Stop listening, close every connection, and wait until all is released."""
         self.close()
         self.close_clients()
         await self.wait_closed()

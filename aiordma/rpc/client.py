@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from aiordma import metrics
@@ -26,6 +27,7 @@ from aiordma.metrics import Stats
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, parse_error_body
+from aiordma.verbs import Closable
 from aiordma.verbs.completion import check_loop
 from aiordma.verbs.device import Device
 from aiordma.verbs.queue_pair import QueuePairOptions
@@ -41,7 +43,7 @@ class _Call:
     error: BaseException | None = field(default=None)
 
 
-class Client:
+class Client(Closable):
     """Calls remote methods over one message channel (see :func:`connect`).
 
     ``channel`` is the :class:`~aiordma.MessageChannel` the calls travel on
@@ -62,6 +64,7 @@ class Client:
         self._ids = itertools.count(1)
         self._pending: dict[int, _Call] = {}
         self._error: BaseException | None = None
+        self._error_tb: TracebackType | None = None
         self._loop = asyncio.get_running_loop()
         self._reader = self._loop.create_task(self._read_replies())
         self._background: set[asyncio.Task[None]] = set()
@@ -101,7 +104,7 @@ class Client:
         """
         check_loop(self._loop)  # before the error: a closed loop's client was closed by it
         if self._error is not None:
-            raise self._error
+            raise self._error.with_traceback(self._error_tb)  # not grown by each raise
         if not isinstance(method, str):
             raise TypeError(f"method must be a str, not {type(method).__name__}")
         if not method:
@@ -246,6 +249,7 @@ class Client:
             self._error = (
                 exc if isinstance(exc, Exception) else ResourceClosedError("RPC client closed")
             )
+            self._error_tb = self._error.__traceback__
         pending, self._pending = self._pending, {}
         for call in pending.values():
             if not call.future.done():
@@ -279,12 +283,6 @@ class Client:
         if not self._reader.done():
             self._reader.cancel()
         await asyncio.gather(self._reader, return_exceptions=True)
-
-    async def __aenter__(self) -> Client:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 async def connect(

@@ -6,6 +6,10 @@ queues. Nothing here knows rdma_cm or messages; ``_driver`` is the compile
 boundary (the C core or pyverbs), chosen once.
 """
 
+from aiordma.verbs._closing import Closable
+
+__all__ = ["Closable", "per_message_path"]
+
 
 def per_message_path() -> str:
     """Which per-message path runs: the compiled core, or pure Python and why."""

@@ -1,17 +1,71 @@
-"""``wait_closed()`` for resources whose ``close()`` is synchronous (devices, memory regions).
+"""asyncio's closing protocol, written once for every resource object.
 
-Such objects may be created and closed outside any event loop, so they hold
-no future of their own: each ``wait_closed()`` call parks a future of its
-caller's loop here, and closing resolves them all.
+:class:`Closable`: ``close()`` (synchronous, idempotent) ``-> wait_closed()``;
+``aclose()`` and ``async with`` do both; an object collected open warns
+with ``ResourceWarning``. :class:`CloseWaiters` serves ``wait_closed()``
+for objects that may be closed outside any event loop. This module imports
+nothing of the package, so every layer can build on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import warnings
+from typing import Any, Self
+
+
+class Closable:
+    """asyncio's closing protocol, written once.
+
+    ``close()`` starts closing (synchronous, idempotent; some return an
+    awaitable for it); ``wait_closed()`` waits until everything is
+    released; :meth:`aclose` does both (graceful where a subclass says
+    how); ``async with`` calls :meth:`aclose` on the way out. An object
+    collected while :meth:`_unclosed` says it still holds resources warns
+    with ``ResourceWarning``, as an unclosed socket does.
+    """
+
+    __slots__ = ()
+
+    def close(self) -> object:
+        raise NotImplementedError
+
+    def is_closing(self) -> bool:
+        raise NotImplementedError
+
+    async def wait_closed(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Close, and wait until everything is released."""
+        self.close()
+        await self.wait_closed()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _unclosed(self) -> bool:
+        """Whether the object still holds what closing releases (called at
+        collection, possibly on an object whose ``__init__`` failed)."""
+        return False
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        try:
+            unclosed = self._unclosed()
+        except AttributeError:  # made only in part
+            return
+        if unclosed:
+            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
 
 
 class CloseWaiters:
-    """Futures of tasks waiting for one resource to close."""
+    """Futures of tasks waiting for one resource to close, for ``wait_closed()``
+    of resources whose ``close()`` is synchronous (devices, memory regions):
+    such objects may be created and closed outside any event loop, so each
+    call parks a future of its caller's loop here, and closing resolves them all."""
 
     __slots__ = ("_waiters",)
 

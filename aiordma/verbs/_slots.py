@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from types import TracebackType
 
 
 class SlotPool:
@@ -22,15 +23,21 @@ class SlotPool:
         self.free = size
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._failure: BaseException | None = None
+        self._failure_tb: TracebackType | None = None
 
     def try_acquire(self, n: int) -> bool:
         """Take ``n`` slots if they are free now and nobody is queued ahead."""
         if self._failure is not None:
-            raise self._failure
+            raise self._failure.with_traceback(self._failure_tb)  # not grown by each raise
         if not self._waiters and self.free >= n:
             self.free -= n
             return True
         return False
+
+    def can_acquire(self, n: int) -> bool:
+        """Whether :meth:`try_acquire` would take ``n`` slots now (a failed
+        pool says yes: the taking then raises its failure)."""
+        return self._failure is not None or (not self._waiters and self.free >= n)
 
     async def acquire(self, n: int = 1) -> None:
         """Take ``n`` slots, waiting behind earlier callers until they are free."""
@@ -66,7 +73,7 @@ class SlotPool:
 
     def fail(self, exc: BaseException) -> None:
         """Fail every waiter and every later acquire with ``exc``."""
-        self._failure = exc
+        self._failure, self._failure_tb = exc, exc.__traceback__
         while self._waiters:
             _, fut = self._waiters.popleft()
             if not fut.done():

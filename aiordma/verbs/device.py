@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, MemoryLimitError, ResourceClosedError
-from aiordma.verbs._closing import CloseWaiters
+from aiordma.verbs._closing import Closable, CloseWaiters
 from aiordma.verbs._lifecycle import Child, Children
 from aiordma.verbs.attributes import DeviceAttributes
 from aiordma.verbs.completion import CompletionQueue
@@ -75,7 +75,7 @@ def _default_device_name() -> str:
     return name
 
 
-class Device:
+class Device(Closable):
     """An opened RDMA device with one protection domain.
 
     ``Device()`` opens the first device with an active port; ``Device("rxe0")``
@@ -343,9 +343,8 @@ class Device:
         """True once the device is closed (or was removed)."""
         return self._context is None
 
-    def __del__(self, _warn: Any = warnings.warn) -> None:
-        if getattr(self, "_context", None) is not None:
-            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
+    def _unclosed(self) -> bool:
+        return self._context is not None
 
     async def wait_closed(self) -> None:
         """Wait until the device is closed (by :meth:`close`, :meth:`aclose` or removal)."""
@@ -358,12 +357,6 @@ class Device:
             qp.close()
             await qp.wait_closed()
         self.close()
-
-    async def __aenter__(self) -> Device:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def __enter__(self) -> Device:
         return self

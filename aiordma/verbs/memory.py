@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, overload
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import ResourceBusyError, ResourceClosedError
 from aiordma.verbs._buffer import BufferExport
-from aiordma.verbs._closing import CloseWaiters
+from aiordma.verbs._closing import Closable, CloseWaiters
 
 if TYPE_CHECKING:
     from pyverbs.mr import MR
@@ -64,7 +64,7 @@ class Revocable(Protocol):
     def invalidate(self) -> None: ...
 
 
-class MemoryRegion:
+class MemoryRegion(Closable):
     """A registered buffer: ``addr``, ``length``, ``lkey``, ``rkey`` and its access flags.
 
     Created by :meth:`aiordma.Device.register` or :meth:`aiordma.Device.alloc`.
@@ -233,12 +233,6 @@ class MemoryRegion:
                 self._idle = asyncio.Event()
             await self._idle.wait()
         self.close()
-
-    async def __aenter__(self) -> MemoryRegion:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def __enter__(self) -> MemoryRegion:
         return self

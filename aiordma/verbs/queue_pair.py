@@ -15,7 +15,6 @@ import asyncio
 import functools
 import random
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
@@ -26,6 +25,7 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
+from aiordma.verbs._closing import Closable
 from aiordma.verbs._engine import (
     RECV_WR_CACHE,
     SIGNAL_FRACTION,
@@ -243,7 +243,7 @@ def _check_imm(imm: int | None) -> None:
         raise ValueError("immediate data must fit in 32 bits (0 <= imm < 2**32)")
 
 
-class QueuePair:
+class QueuePair(Closable):
     """A reliable-connected (RC) queue pair driven by the event loop.
 
     Create with :meth:`aiordma.Device.create_qp`, connect with
@@ -537,6 +537,12 @@ class QueuePair:
             raise ResourceBusyError("receive queue is full")
         engine.post_packet_recv(local, done)
 
+    def send_room(self) -> bool:
+        """Whether a send posted now finds room in the send queue (nobody
+        waits ahead and a slot is free); posting may still fail if the
+        queue pair failed."""
+        return self._engine.sq.can_acquire(1)
+
     async def wait_send_room(self, n: int = 1) -> None:
         """Wait until ``n`` send-queue slots are free (they are not taken)."""
         sq = self._engine.sq
@@ -826,14 +832,5 @@ class QueuePair:
     def _owner_closing(self) -> None:
         self.destroy()
 
-    def __del__(self, _warn: Any = warnings.warn) -> None:
-        engine = getattr(self, "_engine", None)
-        if engine is not None and engine.qp is not None:
-            _warn(f"unclosed {self!r}", ResourceWarning, source=self)
-
-    async def __aenter__(self) -> QueuePair:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
-        await self.wait_closed()
+    def _unclosed(self) -> bool:
+        return self._engine.qp is not None

@@ -20,7 +20,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 
@@ -29,6 +29,7 @@ from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
 from aiordma.metrics import Stats
 from aiordma.verbs import _driver
+from aiordma.verbs._closing import Closable
 from aiordma.verbs._driver.base import QPDriver, SRQDriver
 from aiordma.verbs.completion import CompletionQueue, completion_error
 from aiordma.verbs.device import Device
@@ -115,7 +116,7 @@ class _Buffer:
         self.pool._completed(self.index, wc)
 
 
-class SharedReceiveRing:
+class SharedReceiveRing(Closable):
     """``buffers`` receive buffers of ``buffer_size`` bytes posted on one
     verbs shared receive queue, for the queue pairs created with it.
 
@@ -370,6 +371,9 @@ class SharedReceiveRing:
         """True once :meth:`close` was called (new queue pairs are refused)."""
         return self._closing
 
+    def _unclosed(self) -> bool:
+        return not self._closed.done()
+
     def close(self) -> None:
         """Refuse new queue pairs; release everything once the last one using
         the pool is destroyed (at once if none is)."""
@@ -408,9 +412,6 @@ class SharedReceiveRing:
             if not self._closed.done():
                 self._closed.set_result(None)
 
-    async def __aenter__(self) -> Self:
-        return self
-
     async def aclose(self) -> None:
         """:meth:`close`, then close the queue pairs still receiving from the
         pool (their connections fail, as when their device goes) and wait
@@ -420,9 +421,6 @@ class SharedReceiveRing:
             qp.close()
             await qp.wait_closed()
         await self.wait_closed()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 def _srq_limit(device: Device) -> int:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from aiordma.channel.state import ChannelState, Cost
-from aiordma.channel.wire import Header, Hello, Kind
+from aiordma.channel.state import ChannelState
+from aiordma.channel.wire import HEADER_SIZE, LAST_CREDIT, Header, Hello, Kind
 from aiordma.exceptions import ProtocolError, ProtocolMismatchError
 from aiordma.verbs.memory import RemoteBuffer
 
@@ -17,10 +19,29 @@ def _fresh(max_exposed: int = 1000) -> ChannelState:
 def _state(max_exposed: int = 1000) -> ChannelState:
     """A side that said HELLO and heard the peer's (same windows)."""
     state = _fresh(max_exposed)
-    state.posted(Cost.CONTROL_UPDATE, Kind.HELLO)
-    state.control.granted(1)  # as if the peer returned the HELLO's credit at once
-    state.received(Header(Kind.HELLO, 8, 4 << 32 | 8, 1 << 20))
+    slot, _ = _sent(state.hello(1 << 20, 4))
+    state.sent(slot)
+    _control(state, Header(Kind.HELLO, 8, 4 << 32 | 8, 1 << 20, control_credits=1))
     return state
+
+
+def _sent(packet: tuple[int, Header] | None) -> tuple[int, Header]:
+    assert packet is not None, "the packet could not go"
+    return packet
+
+
+def _control(state: ChannelState, header: Header) -> int:
+    """A control packet arrives: the id of the exposure it ended (0: none)."""
+    ended, offer, repost = state.arrived(0, header, HEADER_SIZE)
+    assert (offer, repost) == (False, True)
+    return ended
+
+
+def _queue(state: ChannelState, slot: int, header: Header, size: int = 40) -> bool:
+    """A message arrives; whether it may be offered to a delivery hook."""
+    ended, offer, repost = state.arrived(slot, header, size)
+    assert (ended, repost) == (0, False)
+    return offer
 
 
 def _rendezvous(msg_id: int, length: int = 100) -> Header:
@@ -32,7 +53,7 @@ def test_done_ends_the_exposure_it_names_and_frees_its_bytes() -> None:
     first, second = state.expose(200), state.expose(100)
     assert state.exposed_bytes == 300
     assert not state.room_for(1)
-    assert state.received(Header(Kind.DONE, 0, first)) == first
+    assert _control(state, Header(Kind.DONE, 0, first)) == first
     assert state.exposed_bytes == 100
     assert state.room_for(200)
     assert not state.room_for(201)
@@ -42,7 +63,7 @@ def test_done_ends_the_exposure_it_names_and_frees_its_bytes() -> None:
 def test_done_for_a_message_never_exposed_is_a_protocol_error() -> None:
     state = _state()
     with pytest.raises(ProtocolError, match="not exposed"):
-        state.received(Header(Kind.DONE, 0, 42))
+        _control(state, Header(Kind.DONE, 0, 42))
 
 
 def test_a_revoked_message_stays_counted_until_the_peer_answers() -> None:
@@ -53,10 +74,10 @@ def test_a_revoked_message_stays_counted_until_the_peer_answers() -> None:
     assert state.revoke(msg_id)
     assert state.exposed_bytes == 50
     assert not state.revoke(msg_id)  # revoked already
-    assert state.received(Header(Kind.DONE, 0, msg_id)) == msg_id
+    assert _control(state, Header(Kind.DONE, 0, msg_id)) == msg_id
     assert state.exposed_bytes == 0
     with pytest.raises(ProtocolError):  # a second DONE is not accepted
-        state.received(Header(Kind.DONE, 0, msg_id))
+        _control(state, Header(Kind.DONE, 0, msg_id))
 
 
 def test_an_unanswered_revoke_is_forgotten_once() -> None:
@@ -67,7 +88,7 @@ def test_an_unanswered_revoke_is_forgotten_once() -> None:
     assert state.exposed_bytes == 0
     assert not state.forget_revoked(msg_id)
     with pytest.raises(ProtocolError):
-        state.received(Header(Kind.DONE, 0, msg_id))
+        _control(state, Header(Kind.DONE, 0, msg_id))
     other = state.expose(20)
     state.revoke(other)
     assert state.clear_exposures() == [other]
@@ -81,7 +102,7 @@ def test_withdrawn_send_stops_counting_without_awaiting_a_done() -> None:
     assert state.exposed_bytes == 0
     assert not state.withdraw(msg_id)
     with pytest.raises(ProtocolError):
-        state.received(Header(Kind.DONE, 0, msg_id))
+        _control(state, Header(Kind.DONE, 0, msg_id))
 
 
 def test_clearing_exposures_on_failure_returns_every_id() -> None:
@@ -94,117 +115,167 @@ def test_clearing_exposures_on_failure_returns_every_id() -> None:
 
 def test_a_revoke_of_a_message_not_being_read_is_answered_at_once() -> None:
     state = _state()
-    state.queue(0, _rendezvous(5), 40)
-    state.queue(1, _rendezvous(6), 40)
-    assert state.is_message(_rendezvous(5))
-    state.received(Header(Kind.REVOKE, 0, 5))
+    assert not _queue(state, 0, _rendezvous(5))  # a large message is never offered
+    assert not _queue(state, 1, _rendezvous(6))
+    _control(state, Header(Kind.REVOKE, 0, 5))
     assert state.acks_due == [5]
-    state.received(Header(Kind.REVOKE, 0, 99))  # already taken: its DONE crossed the REVOKE
+    _control(state, Header(Kind.REVOKE, 0, 99))  # already taken: its DONE crossed the REVOKE
     assert state.acks_due == [5]
-    arrival, done_due = state.consumed()
+    arrival, done_due = state.take()
     assert (arrival.header.msg_id, arrival.revoked, done_due) == (5, True, False)
-    arrival, done_due = state.consumed()
+    arrival, done_due = state.take()
     assert (arrival.header.msg_id, arrival.revoked, done_due) == (6, False, True)
 
 
 def test_a_revoke_during_a_read_is_answered_when_the_read_ends() -> None:
     state = _state()
-    state.queue(0, _rendezvous(5), 40)
-    state.queue(1, _rendezvous(6), 40)
+    _queue(state, 0, _rendezvous(5))
+    _queue(state, 1, _rendezvous(6))
     state.ready[0].reading = True
-    state.received(Header(Kind.REVOKE, 0, 5))
+    _control(state, Header(Kind.REVOKE, 0, 5))
     assert state.acks_due == []  # its bytes are being read: no answer yet
-    arrival, done_due = state.consumed()  # the read finished: its DONE answers
+    arrival, done_due = state.take()  # the read finished: its DONE answers
     assert (arrival.revoked, done_due) == (True, True)
     state.ready[0].reading = True
-    state.received(Header(Kind.REVOKE, 0, 6))
+    _control(state, Header(Kind.REVOKE, 0, 6))
     state.read_stopped(state.ready[0])  # the read was cancelled
     assert state.acks_due == [6]
-    arrival, done_due = state.consumed()
+    arrival, done_due = state.take()
     assert (arrival.revoked, done_due) == (True, False)
 
 
-def test_eager_messages_need_no_done() -> None:
+def test_eager_messages_need_no_done_and_the_first_in_line_is_offered() -> None:
     state = _state()
-    state.queue(3, Header(Kind.EAGER, 0, 0, 10), 50)
-    arrival, done_due = state.consumed()
-    assert (arrival.slot, done_due) == (3, False)
+    assert _queue(state, 3, Header(Kind.EAGER, 0, 0, 10), 50)
+    assert not _queue(state, 4, Header(Kind.EAGER, 0, 0, 10), 50)  # one is ahead of it
+    arrival, done_due = state.take()
+    assert (arrival.slot, arrival.size, done_due) == (3, 50, False)
+    assert state.data.owed == 1  # its buffer is counted reposted
 
 
 def test_hello_announces_the_peers_limit_windows_and_first_grants() -> None:
     state = _fresh()
     assert state.peer_max_message is None
     assert (state.data.available, state.control.available) == (0, 4)
-    state.received(Header(Kind.HELLO, 16, 6 << 32 | 16, 1 << 20, control_credits=2))
+    _control(state, Header(Kind.HELLO, 16, 6 << 32 | 16, 1 << 20, control_credits=2))
     assert state.peer_max_message == 1 << 20
     assert (state.data.limit, state.control.limit) == (16, 6)
     assert (state.data.available, state.control.available) == (16, 6)
-    assert not state.is_message(Header(Kind.HELLO, 0))
     with pytest.raises(ProtocolError, match="second HELLO"):
-        state.received(Header(Kind.HELLO, 0, 6 << 32 | 16, 1 << 20))
+        _control(state, Header(Kind.HELLO, 0, 6 << 32 | 16, 1 << 20))
 
 
 def test_our_hello_carries_our_windows_and_grants_them() -> None:
     state = _fresh()
-    hello = state.stamp(state.hello(4096), 0)
+    slot, hello = _sent(state.hello(4096, 12))
     assert (hello.kind, hello.length, hello.msg_id) == (Kind.HELLO, 4096, 4 << 32 | 8)
+    assert hello.head_length == 12  # its body: the buffer size and protocol
     assert (hello.credits, hello.control_credits) == (8, 0)
-    state.reposted(Header(Kind.EAGER, 0))  # cannot happen before HELLO, but no update may go
-    assert state.update_due() is None
-    state.posted(Cost.CONTROL, Kind.HELLO)
     assert state.said_hello
-    assert state.data.owed == 0
+    assert (state.data.owed, state.control.available) == (0, 3)
+    assert slot not in state.free_slots
+    state.sent(slot)
+    assert slot in state.free_slots
 
 
-def test_grants_beyond_the_announced_windows_are_refused() -> None:
+def test_nothing_goes_before_our_hello() -> None:
     state = _fresh()
-    with pytest.raises(ValueError, match="granted 1 data credits"):
-        state.received(Header(Kind.CREDIT, 1))  # before any HELLO: no window known
-    with pytest.raises(ValueError, match="granted 9 data credits"):
-        _fresh().received(Header(Kind.HELLO, 9, 4 << 32 | 8, 100))
+    _control(state, Header(Kind.HELLO, 8, 4 << 32 | 8, 100))  # the peer's came first
+    for kind in (Kind.EAGER, Kind.RENDEZVOUS, Kind.DONE, Kind.CREDIT, Kind.CONTROL_CREDIT):
+        assert state.send(kind) is None
+    assert state.update() is None
+    _sent(state.hello(100, 4))
+    assert state.send(Kind.EAGER) is not None
 
 
 def test_packets_carry_the_credits_owed_and_spend_theirs() -> None:
     state = _state()
-    for _ in range(3):
-        state.reposted(Header(Kind.EAGER, 0))
-    state.reposted(Header(Kind.DONE, 0))
-    stamped = state.stamp(Header(Kind.EAGER, 0, 0, 5), head_length=2)
-    assert (stamped.credits, stamped.control_credits, stamped.head_length) == (3, 1, 2)
-    assert state.data.owed == 3  # stamping alone changes nothing
-    state.posted(Cost.DATA, Kind.EAGER)
+    for slot in range(3):
+        _queue(state, slot, Header(Kind.EAGER, 0, 0, 5))
+        state.take()
+    _control(state, Header(Kind.DONE, 0, state.expose(10)))
+    _, eager = _sent(state.send(Kind.EAGER, 0, 5, None, head_length=2))
+    # 3 data buffers; 2 control ones (the peer's HELLO and the DONE)
+    assert (eager.kind, eager.length, eager.head_length) == (Kind.EAGER, 5, 2)
+    assert (eager.credits, eager.control_credits, eager.flags) == (3, 2, 0)
     assert (state.data.owed, state.control.owed, state.data.available) == (0, 0, 7)
+
+
+def test_the_last_data_credit_is_flagged() -> None:
+    state = _state()
+    for _ in range(7):
+        _sent(state.send(Kind.EAGER))
+    _, last = _sent(state.send(Kind.EAGER))
+    assert last.flags == LAST_CREDIT
+    assert state.send(Kind.EAGER) is None  # no credit left: nothing changes
+    assert state.data.available == 0
 
 
 def test_a_credit_update_falls_due_after_half_a_window() -> None:
     state = _state()
-    for _ in range(3):
-        state.reposted(Header(Kind.EAGER, 0))
-    assert state.update_due() is None
-    state.reposted(Header(Kind.EAGER, 0))
-    assert state.update_due() == (Kind.CREDIT, Cost.CONTROL)
-    state.posted(Cost.CONTROL, Kind.CREDIT)
-    assert state.update_due() is None
+    _sent(state.send(Kind.EAGER))  # carries the HELLO's control credit back
+    for slot in range(3):
+        _queue(state, slot, Header(Kind.EAGER, 0, 0, 5))
+        state.take()
+    assert state.update() is None
+    _queue(state, 3, Header(Kind.EAGER, 0, 0, 5))
+    state.take()
+    _, update = _sent(state.update())
+    assert (update.kind, update.credits) == (Kind.CREDIT, 4)
+    assert state.update() is None
 
 
-def test_nothing_is_affordable_without_a_free_send_slot() -> None:
+def test_control_credits_go_back_once_half_the_control_window_is_owed() -> None:
+    state = _state()  # the peer's HELLO left one control buffer owed
+    assert state.update() is None
+    _control(state, Header(Kind.CONTROL_CREDIT, 0))  # owed 2 of 4, not because of data
+    assert state.update() is None
+    _control(state, Header(Kind.DONE, 0, state.expose(1)))
+    _, update = _sent(state.update())
+    assert (update.kind, update.control_credits) == (Kind.CONTROL_CREDIT, 3)
+
+
+def test_nothing_goes_without_a_free_send_slot() -> None:
     state = _state()
-    assert state.affordable(Cost.DATA)
+    taken = state.free_slots[:]
     state.free_slots.clear()
-    assert not any(state.affordable(cost) for cost in Cost)
+    assert all(state.send(kind) is None for kind in Kind if kind != Kind.HELLO)
+    state.sent(taken[0])
+    slot, _ = _sent(state.send(Kind.EAGER))
+    assert slot == taken[0]
+
+
+def test_the_last_control_credit_is_kept_for_an_update() -> None:
+    state = _state()
+    for _ in range(3):
+        _sent(state.send(Kind.DONE, 1))
+    assert state.control.available == 1
+    assert state.send(Kind.REVOKE, 2) is None
+    for slot in range(4):  # half a data window consumed: an update is due
+        _queue(state, slot, Header(Kind.EAGER, 0, 0, 5))
+        state.take()
+    assert state.send(Kind.CREDIT) is None  # an update for data costs a data-grade credit
+    assert state.update() is None
+    _control(state, Header(Kind.CREDIT, 0))
+    assert state.update() is None
+    _control(state, Header(Kind.CREDIT, 0))  # half the control window owed
+    _, update = _sent(state.update())  # the control window's own update may take the last
+    assert (update.kind, update.credits, update.control_credits) == (Kind.CONTROL_CREDIT, 4, 2)
+    assert state.control.available == 0
 
 
 def test_impossible_credit_grants_are_refused() -> None:
     state = _state()
     with pytest.raises(ValueError, match="granted"):
-        state.received(Header(Kind.CREDIT, 1))  # nothing was spent
+        _control(state, Header(Kind.CREDIT, 1))  # nothing was spent
 
 
-def test_nothing_goes_before_our_hello() -> None:
-    state = _fresh()
-    assert not any(state.affordable(cost) for cost in Cost)
-    state.posted(Cost.CONTROL, Kind.HELLO)
-    assert state.affordable(Cost.CONTROL)
+def test_after_a_failure_taken_buffers_are_not_counted_back() -> None:
+    state = _state()
+    _queue(state, 0, Header(Kind.EAGER, 0, 0, 5))
+    state.fail()
+    state.take()
+    assert state.data.owed == 0
 
 
 def test_peers_naming_different_protocols_are_refused_and_plain_takes_any() -> None:
@@ -218,3 +289,78 @@ def test_peers_naming_different_protocols_are_refused_and_plain_takes_any() -> N
     state.heard(Hello(4096, "aiordma.streams"), "", "the peer")
     assert state.peer_buffer_size == 4096
     _fresh().heard(Hello(256, ""), "aiordma.rpc", "the peer")
+
+
+class _Side:
+    """One side of a simulated channel: its state, receive buffers posted
+    and packets sent whose completions have not come."""
+
+    def __init__(self, window: int, control_window: int) -> None:
+        self.state = ChannelState(window, control_window, max_exposed=1000)
+        self.posted = window + control_window
+        self.unsettled: list[int] = []
+        self.to_send = 0
+        self.taken: list[int] = []
+
+    def post(self, packet: tuple[int, Header] | None, wire: list[Header]) -> bool:
+        if packet is None:
+            return False
+        slot, header = packet
+        self.unsettled.append(slot)
+        wire.append(header)
+        return True
+
+    def pump(self, wire: list[Header]) -> None:
+        while self.post(self.state.update(), wire):
+            pass
+
+    def land(self, header: Header) -> None:
+        assert self.posted > 0, "a packet met an empty receive queue"
+        self.posted -= 1
+        _, _, repost = self.state.arrived(0, header, HEADER_SIZE + header.length)
+        self.posted += repost
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_two_sides_driven_by_the_events_exchange_everything_in_order(seed: int) -> None:
+    """Both sides send 300 messages, each event at a random moment; no packet
+    meets an empty receive queue, nothing stalls, order is kept."""
+    rng = random.Random(seed)
+    a, b = _Side(8, 4), _Side(6, 5)
+    wires: dict[int, list[Header]] = {id(a): [], id(b): []}  # packets in flight to a side
+    for side, peer in ((a, b), (b, a)):
+        side.post(side.state.hello(1 << 20, 4), wires[id(peer)])
+        side.to_send = 300
+    for _ in range(100_000):
+        moves = []
+        for side, peer in ((a, b), (b, a)):
+            if side.to_send:
+                moves.append(("send", side, peer))
+            if wires[id(side)]:
+                moves.append(("land", side, peer))
+            if side.state.ready:
+                moves.append(("take", side, peer))
+            if side.unsettled:
+                moves.append(("settle", side, peer))
+        if not moves:
+            break
+        move, side, peer = rng.choice(moves)
+        wire = wires[id(peer)]
+        if move == "send":
+            sent = 300 - side.to_send
+            if side.post(side.state.send(Kind.EAGER, sent, 8), wire):
+                side.to_send -= 1
+        elif move == "land":
+            side.land(wires[id(side)].pop(0))
+        elif move == "take":
+            arrival, done_due = side.state.take()
+            assert not done_due
+            side.posted += 1
+            side.taken.append(arrival.header.msg_id)
+        else:
+            side.state.sent(side.unsettled.pop(rng.randrange(len(side.unsettled))))
+        side.pump(wire)
+    assert a.taken == b.taken == list(range(300))
+    for side in (a, b):
+        assert side.posted == side.state.buffers  # every buffer went back
+        assert len(side.state.free_slots) == side.state.send_slots

@@ -37,24 +37,29 @@ async def main():
     qp = device.create_qp()
     del qp, device
     gc.collect()
+    # Its buffers posted, a shared receive queue is kept alive by its
+    # completion queue's reader on the loop, as a server is: it is
+    # collected (and warns) once the loop is closed.
+    pool = aiordma.SharedReceiveQueue(aiordma.Device(sys.argv[1]), buffers=8)
+    del pool
 asyncio.run(main())
+gc.collect()
 print("\\n".join(sorted(caught)))
 """
 
 
-def test_a_device_and_queue_pair_collected_unclosed_warn(lab: Lab) -> None:
+def test_a_device_queue_pair_and_shared_receive_queue_collected_unclosed_warn(lab: Lab) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", _LEAK, lab.device],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert [line.split(" <")[0] for line in lines] == [
-        "ResourceWarning unclosed",
-        "ResourceWarning unclosed",
-    ], proc.stdout
+    assert [line.split(" <")[0] for line in lines] == ["ResourceWarning unclosed"] * 4, proc.stdout
     assert "<Device" in lines[0]
-    assert "<QueuePair" in lines[1]
+    assert "<Device" in lines[1]
+    assert "<QueuePair" in lines[2]
+    assert "<SharedReceiveQueue" in lines[3]
 
 
 @pytest.mark.asyncio

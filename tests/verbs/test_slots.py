@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import traceback
 
 import pytest
 
@@ -82,3 +83,19 @@ async def test_impossible_requests_are_rejected() -> None:
         await pool.acquire(5)
     with pytest.raises(ValueError, match="at least one slot"):
         SlotPool(0)
+
+
+def test_a_failure_raised_again_and_again_keeps_its_own_traceback() -> None:
+    """One exception object raised at every later acquire: its traceback is
+    the one it failed with, not one that grows by a frame per raise."""
+    pool = SlotPool(1)
+    try:
+        raise ConnectionResetError("gone")
+    except ConnectionResetError as exc:
+        pool.fail(exc)
+    depths = []
+    for _ in range(3):
+        with pytest.raises(ConnectionResetError) as info:
+            pool.try_acquire(1)
+        depths.append(len(list(traceback.walk_tb(info.value.__traceback__))))
+    assert depths[0] == depths[1] == depths[2]

@@ -34,3 +34,13 @@ def run(name: str, argv: Sequence[str]) -> int:
     finally:
         sys.argv = saved
     return result if isinstance(result, int) else 0
+
+
+def lab_address() -> str:
+    """The IPv4 address of this machine's RoCE device; exits if there is none."""
+    from aiordma.verbs.discovery import find_roce_endpoint
+
+    endpoint = find_roce_endpoint()
+    if endpoint is None:
+        raise SystemExit("no RoCE device with an IPv4 address (run it in 'aiordma lab')")
+    return str(endpoint.address)

@@ -21,9 +21,10 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 
 import aiordma
+from aiordma.bench.peer import StudyPeer, answer, requests
+from aiordma.bench.studies import lab_address
 from aiordma.channel.channel import DEFAULT_BUFFER, DEFAULT_CONTROL_WINDOW, DEFAULT_WINDOW
 from aiordma.verbs.discovery import find_roce_endpoint
 
@@ -59,11 +60,9 @@ async def serve(host: str, shared: int) -> None:
         echo, host, 0, backlog=1024, shared_receive=pool,
         options=SHARED_OPTIONS if pool else None,
     )  # fmt: skip
-    print(json.dumps({"port": server.addresses[0][1], "rss": rss()}), flush=True)
-    loop = asyncio.get_running_loop()
-    while line := await loop.run_in_executor(None, sys.stdin.readline):
-        if line.strip() == "rss":
-            print(json.dumps({"rss": rss(), "registered": registered()}), flush=True)
+    async for request in requests({"port": server.addresses[0][1], "rss": rss()}):
+        if request == "rss":
+            answer({"rss": rss(), "registered": registered()})
     server.close()
     server.close_clients()
     await server.wait_closed()
@@ -73,24 +72,12 @@ async def serve(host: str, shared: int) -> None:
 
 
 async def measure(host: str, count: int, batch: int, shared: int) -> dict[str, float]:
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "aiordma.bench.studies.connection_memory",
-        "--serve", host, "--shared", str(shared),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert child.stdin is not None
-    assert child.stdout is not None
+    child = await StudyPeer.start(__spec__.name, host, "--shared", str(shared))
 
     async def ask() -> dict[str, int]:
-        assert child.stdin is not None
-        assert child.stdout is not None
-        child.stdin.write(b"rss\n")
-        await child.stdin.drain()
-        return dict(json.loads(await child.stdout.readline()))
+        return dict(await child.ask("rss"))
 
-    first = json.loads(await child.stdout.readline())
-    port = first["port"]
-    server_before = await ask()
+    port = child.hello["port"]
     pool = aiordma.SharedReceiveQueue(buffers=shared) if shared else None
     pool_bytes = pool.buffers * pool.buffer_size if pool is not None else 0
     options = SHARED_OPTIONS if pool is not None else None
@@ -118,8 +105,7 @@ async def measure(host: str, count: int, batch: int, shared: int) -> dict[str, f
     for channel in [warm, *channels]:
         channel.close()
     await asyncio.gather(*(c.wait_closed() for c in [warm, *channels]), return_exceptions=True)
-    child.stdin.close()
-    await child.wait()
+    await child.stop()
     if pool is not None:
         pool.close()
         await pool.wait_closed()
@@ -156,10 +142,7 @@ def main() -> None:
     if args.serve:
         asyncio.run(serve(args.serve, args.shared))
         return
-    endpoint = find_roce_endpoint()
-    if endpoint is None:
-        raise SystemExit("no RoCE device with an IPv4 address (run it in 'aiordma lab')")
-    row = asyncio.run(measure(str(endpoint.address), args.count, args.batch, args.shared))
+    row = asyncio.run(measure(lab_address(), args.count, args.batch, args.shared))
     if args.json:
         print(json.dumps(row))
         return

@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from aiordma.bench.stats import percentile
 
 ROWS, COLS, ROW_CHUNK, COL_CHUNK = 12288, 8192, 1024, 1024
 TRANSFER = 64 << 20
@@ -147,7 +148,7 @@ def measure(address: str) -> dict[str, Any]:
         "column_sums_total": int(column_sums.sum()),
         "workload_s": workload,
         "moved_bytes": moved,
-        "transfer_s": statistics.median(transfers),
+        "transfer_s": percentile(transfers, 0.5),
     }
 
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import time
 
 import aiordma
 from aiordma import Access
-from aiordma.verbs.discovery import find_roce_endpoint
+from aiordma.bench.stats import Latency
+from aiordma.bench.studies import lab_address
 
 ROUNDS = 30
 
@@ -44,7 +44,7 @@ async def _time(cycle: object, rounds: int) -> float:
         start = time.perf_counter()
         await cycle()  # type: ignore[operator]
         samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
+    return Latency.of(samples).p50
 
 
 async def measure(size: int, rounds: int) -> dict[str, float | int]:
@@ -103,9 +103,7 @@ async def _messages(size: int, rounds: int) -> tuple[float, float]:
                 return
             await channel.send_message(b"ok")
 
-    endpoint = find_roce_endpoint()
-    assert endpoint is not None, "no RoCE device with an IPv4 address (run in the lab)"
-    host = str(endpoint.address)
+    host = lab_address()
     server = await aiordma.start_channel_server(acknowledge, host, 0, max_message=size)
     try:
         port = server.addresses[0][1]

@@ -25,13 +25,13 @@ import argparse
 import asyncio
 import collections
 import json
-import os
 import sys
 import time
 
 import aiordma
 from aiordma import rpc
-from aiordma.verbs.discovery import find_roce_endpoint
+from aiordma.bench.peer import StudyPeer, requests
+from aiordma.bench.studies import lab_address
 
 
 async def serve(host: str) -> None:
@@ -52,8 +52,8 @@ async def serve(host: str) -> None:
         await rpc.start_server(service, host, 0, shared_receive=pool) as pooled,
         await aiordma.start_server(late, host, 0) as raw,
     ):
-        print(pooled.addresses[0][1], raw.addresses[0][1], flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        async for _ in requests([pooled.addresses[0][1], raw.addresses[0][1]]):
+            pass
 
 
 async def pooled_clients(host: str, port: int, count: int) -> dict[str, object]:
@@ -132,20 +132,10 @@ async def large_timeouts(host: str, port: int) -> dict[str, object]:
 
 
 async def measure(args: argparse.Namespace) -> int:
-    endpoint = find_roce_endpoint()
-    if endpoint is None:
-        sys.exit("no RDMA device with an IPv4 address (run in the lab)")
-    host = str(endpoint.address)
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "aiordma.bench.studies.load_scenarios", "--serve", host,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    assert child.stdout is not None
-    assert child.stdin is not None
-    pooled, raw = map(int, (await child.stdout.readline()).split())
+    host = lab_address()
     defects = 0
-    try:
+    async with await StudyPeer.start(__spec__.name, host) as child:
+        pooled, raw = child.hello
         for result in (
             await pooled_clients(host, pooled, args.clients),
             await late_receivers(host, raw, args.at_once),
@@ -154,9 +144,6 @@ async def measure(args: argparse.Namespace) -> int:
             print(json.dumps(result), flush=True)
             bad = ("dead", "lost", "wrong")
             defects += sum(int(str(v)) for k, v in result.items() if k.startswith(bad))
-    finally:
-        child.stdin.close()
-        await child.wait()
     return 1 if defects else 0
 
 

@@ -16,12 +16,12 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
-import sys
 import time
 
 import aiordma
-from aiordma.verbs.discovery import find_roce_endpoint
+from aiordma.bench.peer import StudyPeer, requests
+from aiordma.bench.stats import Latency
+from aiordma.bench.studies import lab_address
 
 POOL = 1024
 
@@ -50,9 +50,8 @@ async def serve(host: str, send_slots: int | None) -> None:
         ) as shared,
     ):
         ports = {"own": own.addresses[0][1], "shared": shared.addresses[0][1]}
-        print(json.dumps(ports), flush=True)
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, sys.stdin.readline)
+        async for _ in requests(ports):
+            pass
 
 
 async def round_trip(channel: aiordma.MessageChannel, count: int) -> float:
@@ -64,7 +63,7 @@ async def round_trip(channel: aiordma.MessageChannel, count: int) -> float:
         await channel.send_message(payload)
         await channel.recv_message()
         times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    return Latency.of(times).p50
 
 
 async def rate(channel: aiordma.MessageChannel, count: int) -> float:
@@ -84,15 +83,12 @@ async def measure(
     host: str, rounds: int, count: int, send_slots: int | None
 ) -> list[dict[str, float | str]]:
     slots = ["--send-slots", str(send_slots)] if send_slots else []
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "aiordma.bench.studies.shared_receive_speed", "--serve", host, *slots,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert child.stdin is not None
-    assert child.stdout is not None
-    ports = json.loads(await child.stdout.readline())
     rows: list[dict[str, float | str]] = []
-    async with aiordma.SharedReceiveQueue(buffers=POOL) as pool:
+    async with (
+        await StudyPeer.start(__spec__.name, host, *slots) as child,
+        aiordma.SharedReceiveQueue(buffers=POOL) as pool,
+    ):
+        ports = child.hello
         for r in range(rounds):
             for kind in ("own", "shared"):
                 on = pool if kind == "shared" else None
@@ -113,9 +109,6 @@ async def measure(
                              "msg_per_s": msgs, "credit_stalls": stalls})  # fmt: skip
                 for channel in (echo, sink):
                     await channel.close()
-    child.stdin.write(b"stop\n")
-    await child.stdin.drain()
-    await child.wait()
     return rows
 
 
@@ -133,10 +126,7 @@ def main() -> None:
     if args.serve:
         asyncio.run(serve(args.serve, args.send_slots))
         return
-    endpoint = find_roce_endpoint()
-    if endpoint is None:
-        raise SystemExit("no RoCE device with an IPv4 address (run it in 'aiordma lab')")
-    rows = asyncio.run(measure(str(endpoint.address), args.rounds, args.count, args.send_slots))
+    rows = asyncio.run(measure(lab_address(), args.rounds, args.count, args.send_slots))
     if args.json:
         print(json.dumps(rows))
         return

@@ -1,0 +1,89 @@
+"""Python calls per small message: both ends of a channel in one process, under cProfile.
+
+    aiordma lab -- aiordma bench study message_calls [--rounds 300] [--size 64] [--loop uvloop]
+
+A channel server echoes and a client ping-pongs ``--rounds`` messages of
+``--size`` bytes, both on this process's loop, after a warm-up. cProfile
+counts every call it sees (Python functions, and C functions called from
+Python); calls per message is that total over ``2 * rounds`` (a round trip
+is two messages, and each message's sending and receiving side both run
+here). The per-message path (compiled or pure) is the one this process
+picked; run it with ``AIORDMA_PURE=1`` for the pure one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+from typing import cast
+
+import aiordma
+from aiordma.bench.studies import lab_address
+from aiordma.verbs import per_message_path
+
+
+async def measure(host: str, rounds: int, size: int) -> dict[str, object]:
+    async def echo(channel: aiordma.MessageChannel) -> None:
+        async for message in channel:
+            await channel.send_message(message)
+
+    payload = bytes(size)
+    async with (
+        await aiordma.start_channel_server(echo, host, 0) as server,
+        await aiordma.open_channel(host, server.addresses[0][1]) as channel,
+    ):
+        for _ in range(50):  # warm up: first-use paths out of the count
+            await channel.send_message(payload)
+            await channel.recv_message()
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(rounds):
+            await channel.send_message(payload)
+            await channel.recv_message()
+        profile.disable()
+    stats = pstats.Stats(profile)
+    messages = 2 * rounds
+    top = sorted(stats.stats.items(), key=lambda item: -item[1][1])[:15]  # type: ignore[attr-defined]
+    return {
+        "path": per_message_path(),
+        "size": size,
+        "rounds": rounds,
+        "calls_per_message": stats.total_calls / messages,  # type: ignore[attr-defined]
+        "most_called": [
+            {
+                "function": f"{file.rsplit('/', 1)[-1]}:{line} {name}",
+                "per_message": n / (2 * rounds),
+            }
+            for (file, line, name), (_, n, *_rest) in top
+        ],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    work = measure(lab_address(), args.rounds, args.size)
+    if args.loop == "uvloop":
+        import uvloop
+
+        row = uvloop.run(work)
+    else:
+        row = asyncio.run(work)
+    if args.json:
+        print(json.dumps(row))
+        return
+    print(f"{row['path']}: {row['calls_per_message']:.1f} Python calls per {args.size}-byte "
+          f"message (both sides, {args.rounds} round trips)")  # fmt: skip
+    for entry in cast(list[dict[str, object]], row["most_called"]):
+        print(f"  {entry['per_message']:6.2f}  {entry['function']}")
+
+
+if __name__ == "__main__":
+    main()
