@@ -8,6 +8,7 @@ boundary (the C core or pyverbs), chosen once.
 
 from aiordma.verbs._closing import Closable
 
+Closable.__module__ = __name__  # documented, and linked as a base, from here
 __all__ = ["Closable", "per_message_path"]
 
 

@@ -21,7 +21,7 @@ class Closable:
     awaitable for it); ``wait_closed()`` waits until everything is
     released; :meth:`aclose` does both (graceful where a subclass says
     how); ``async with`` calls :meth:`aclose` on the way out. An object
-    collected while :meth:`_unclosed` says it still holds resources warns
+    collected while ``_unclosed()`` says it still holds resources warns
     with ``ResourceWarning``, as an unclosed socket does.
     """
 
