@@ -282,7 +282,7 @@ class MessageChannel(Closable):
     def _say_hello(self) -> None:
         """Announce our max_message and windows, and grant our first credits
         (both peers' receives are posted by now). It goes at once: nothing
-        else may go before it (see :meth:`ChannelState.affordable`)."""
+        else may go before it (see :meth:`ChannelState.send`)."""
         if self._error is not None and not isinstance(self._error, ProtocolMismatchError):
             return
         if not self._qp.send_room():  # cannot be, on a fresh queue pair; but never lose it

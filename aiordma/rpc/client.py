@@ -277,6 +277,10 @@ class Client(Closable):
         """True once the client (or its connection) is closing or closed."""
         return self._error is not None or self._channel.is_closing()
 
+    async def aclose(self) -> None:
+        """Close, and wait until the connection is closed and the reader stopped."""
+        await self.close()
+
     async def wait_closed(self) -> None:
         """Wait until the connection is closed and the reply reader has stopped."""
         await self._channel.wait_closed()
