@@ -120,9 +120,10 @@ def _remote_starter(fabric: Fabric) -> Callable[[list[str]], Callable[[], None]]
     from aiordma.bench.perftest import PORT
 
     def start(argv: list[str]) -> Callable[[], None]:
+        port = argv[argv.index("-p") + 1] if "-p" in argv else PORT
         proc = fabric.start(argv)
         listening = fabric.start(["sh", "-c",
-            f"until rdma resource show cm_id | grep LISTEN | grep -qE ':{PORT}( |$)'; "
+            f"until rdma resource show cm_id | grep LISTEN | grep -qE ':{port}( |$)'; "
             "do sleep 0.05; done"])  # fmt: skip
         if _wait_remote(listening, REMOTE_STOP_TIMEOUT) is None:
             listening.send_signal(signal.SIGKILL)

@@ -66,12 +66,13 @@ def to_result(mode: str, row: list[str], depth: int) -> Result:
 
 
 PORT = 18515
-"""perftest's default port (its servers listen there)."""
+"""The port perftest's first server listens on (each retry takes the next:
+a server left hanging by a failed attempt cannot catch its successor's client)."""
 
 CLIENT_TIMEOUT = 120.0
 """Seconds one perftest client run may take before it is given up."""
 
-ATTEMPTS = 2
+ATTEMPTS = 3
 """Server and client pairs tried before a reference row is given up (across
 the two-host lab's link a perftest client now and then hangs or fails)."""
 
@@ -109,7 +110,7 @@ def run(
     if not mode.endswith("_lat"):
         base += ["-t", str(depth)]
     for attempt in range(ATTEMPTS):
-        output = _client_output(tool, base, addr, start_server)
+        output = _client_output(tool, [*base, "-p", str(PORT + attempt)], addr, start_server)
         if output is not None:
             break
         if attempt + 1 < ATTEMPTS:
