@@ -6,7 +6,9 @@ delivers; see :class:`Device`, :class:`MemoryRegion` and :class:`QueuePair`.
 
 from __future__ import annotations
 
-from aiordma import _pyverbs  # noqa: F401  (fails early, with install instructions)
+# _compiled first: it decides which per-message modules run compiled, before
+# any is imported; _pyverbs fails early, with install instructions.
+from aiordma import _compiled, _pyverbs  # noqa: F401
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import (
     channel_factory,

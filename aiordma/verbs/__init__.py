@@ -13,7 +13,16 @@ __all__ = ["Closable", "per_message_path"]
 
 
 def per_message_path() -> str:
-    """Which per-message path runs: the compiled core, or pure Python and why."""
+    """Which per-message path runs: compiled (the driver core and the
+    per-message modules), or pure Python, and why."""
+    from aiordma import _compiled
     from aiordma.verbs import _driver
 
-    return _driver.path
+    if _driver.core is None:
+        return _driver.path
+    built, total = len(_compiled.compiled), len(_compiled.MODULES)
+    if built == total:
+        modules = f" and {total} per-message modules" if total else ""
+        return f"compiled (aiordma.verbs._driver._core{modules})"
+    why = "stale build: rebuild with ./dev setup" if _compiled.stale else "not built"
+    return f"{_driver.path}; {total - built} of {total} per-message modules interpreted ({why})"

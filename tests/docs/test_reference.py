@@ -25,9 +25,10 @@ def _public(module: ModuleType) -> list[tuple[str, object]]:
 
 def _alias_docstring(obj_module: str, name: str) -> str | None:
     """The docstring under a module-level assignment (how type aliases are documented)."""
-    path = inspect.getsourcefile(__import__(obj_module, fromlist=["_"]))
-    assert path is not None
-    body = ast.parse(Path(path).read_text()).body
+    module = __import__(obj_module, fromlist=["_"])
+    # A compiled module's source is the .py beside it (aiordma/_compiled.py).
+    path = Path(module.__file__ or "")
+    body = ast.parse(path.with_name(path.name.split(".")[0] + ".py").read_text()).body
     for node, following in itertools.pairwise(body):
         targets = node.targets if isinstance(node, ast.Assign) else []
         named = any(isinstance(t, ast.Name) and t.id == name for t in targets)
@@ -63,7 +64,7 @@ def test_every_public_name_is_in_the_reference(package: str) -> None:
 def test_every_public_name_has_a_docstring(package: str) -> None:
     undocumented = []
     for name, obj in _public(PACKAGES[package]):
-        if inspect.isclass(obj) or inspect.isfunction(obj):
+        if inspect.isclass(obj) or inspect.isroutine(obj):
             if not inspect.getdoc(obj):
                 undocumented.append(name)
         elif not any(_alias_docstring(m, name) for m in _defining_modules(package)):
@@ -95,6 +96,6 @@ def test_public_methods_and_properties_have_docstrings(package: str) -> None:
             func = value.fget if isinstance(value, property) else value
             if isinstance(func, classmethod | staticmethod):
                 func = func.__func__
-            if inspect.isfunction(func) and not func.__doc__:
+            if inspect.isroutine(func) and not func.__doc__:
                 undocumented.append(f"{name}.{attr}")
     assert undocumented == []

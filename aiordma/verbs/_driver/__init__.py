@@ -11,10 +11,10 @@ above this package asks which one it got.
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Final
 
+from aiordma._compiled import PURE_ENV, forced_pure
 from aiordma.verbs._driver.base import CQDriver, QPDriver, SRQDriver
 from aiordma.verbs._driver.handles import official_handle
 from aiordma.verbs._driver.pure import PureCQDriver, PureQPDriver, PureSRQDriver
@@ -27,14 +27,12 @@ if TYPE_CHECKING:
 __all__ = ["ABI", "PURE_ENV", "CQDriver", "QPDriver", "SRQDriver", "core", "cq_driver",
            "path", "qp_driver", "srq_driver"]  # fmt: skip
 
-PURE_ENV: Final = "AIORDMA_PURE"
-"""Set to 1 to force the pure-Python path (for comparison or debugging)."""
 ABI: Final = 3
 """The ``_core`` interface version this side expects."""
 
 
 def _load() -> tuple[ModuleType | None, str]:
-    if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
+    if forced_pure():
         return None, f"pure Python (forced by {PURE_ENV})"
     try:
         # By name: the import-layering check cannot see inside an extension.

@@ -1,0 +1,131 @@
+"""Which per-message modules run compiled: decided once, before any is imported.
+
+The modules in :data:`MODULES` are typed Python that ``setup.py`` also
+compiles with Cython (pure Python mode: the ``.py`` file is the only
+source) into extension modules of the same name, which Python's import
+system prefers to the source beside them. :func:`install` (called first
+thing ``aiordma/__init__.py`` imports) puts a finder ahead of the others that
+sends each of these names to its source instead when
+
+* ``AIORDMA_PURE=1`` is set (comparison, debugging, CI's pure-path run), or
+* the extension was built from another version of the source (a
+  development tree edited since ``./dev setup``): the build writes the
+  source's SHA-256 beside each extension (``<extension>.source``), and a
+  module whose stamp does not match runs from its source.
+
+Nothing else in the package asks which way a module runs: the two are the
+same code. This module imports nothing of the package (``setup.py`` loads
+it by path to learn :data:`MODULES`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Final
+
+PURE_ENV: Final = "AIORDMA_PURE"
+"""Set to 1 to force the pure-Python path (for comparison or debugging)."""
+
+MODULES: Final[tuple[str, ...]] = ()
+"""The modules on the per-message path, compiled when the build could.
+
+Only modules whose hot code is typed for Cython belong here: compiling
+untyped Python gains about a seventh on a host and is slower than the
+interpreter in the lab's emulated guests (docs/decisions/0006).
+"""
+
+STAMP_SUFFIX: Final = ".source"
+"""Beside each extension: the SHA-256 (hex) of the source it was built from."""
+
+
+def forced_pure() -> bool:
+    """Whether ``AIORDMA_PURE`` asks for the pure-Python path."""
+    return os.environ.get(PURE_ENV, "").strip() not in ("", "0")
+
+
+def source_digest(path: str) -> str:
+    """The SHA-256 (hex) of the file at ``path``, as the build stamps it."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _extension(stem: str) -> str | None:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if os.path.exists(stem + suffix):
+            return stem + suffix
+    return None
+
+
+class _SourceFinder:
+    """Finds the listed modules as source, ahead of the extension beside them."""
+
+    def __init__(self, sources: dict[str, str]) -> None:
+        self.sources = sources
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        source = self.sources.get(fullname)
+        if source is None:
+            return None
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+compiled: tuple[str, ...] = ()
+"""The listed modules that run compiled (set by :func:`install`)."""
+stale: tuple[str, ...] = ()
+"""Listed modules with an extension built from other source, which run from source."""
+
+
+def plan(
+    root: str, modules: Sequence[str] = MODULES
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """For the package whose directory is ``root``: the listed modules to
+    load from source (name to file), those that run compiled, and those
+    whose extension is stale."""
+    parent = os.path.dirname(root)
+    sources: dict[str, str] = {}
+    built: list[str] = []
+    old: list[str] = []
+    for name in modules:
+        stem = os.path.join(parent, *name.split("."))
+        extension = _extension(stem)
+        source = stem + ".py"
+        if extension is None or not os.path.exists(source):
+            continue  # the normal import finds the one there is
+        try:
+            with open(extension + STAMP_SUFFIX) as f:
+                fresh = f.read().strip() == source_digest(source)
+        except OSError:
+            fresh = False
+        if not fresh:
+            old.append(name)
+        if forced_pure() or not fresh:
+            sources[name] = source
+        else:
+            built.append(name)
+    return sources, built, old
+
+
+def install(root: str) -> None:
+    """Make the import system load the listed modules of the package whose
+    directory is ``root`` as :func:`plan` says (idempotent; before any of
+    them is imported)."""
+    global compiled, stale
+    if any(isinstance(finder, _SourceFinder) for finder in sys.meta_path):
+        return
+    sources, built, old = plan(root)
+    compiled, stale = tuple(built), tuple(old)
+    if sources:
+        sys.meta_path.insert(0, _SourceFinder(sources))
+
+
+if __name__ == "aiordma._compiled":  # not when setup.py loads this file by path
+    install(os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,132 @@
+"""Which per-message modules run compiled (aiordma/_compiled.py): host tests."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import aiordma
+from aiordma import _compiled
+
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def _package(tmp_path: Path, stamp: str | None) -> str:
+    """A package ``pkg`` with module ``mod``: its source, an extension file
+    beside it, and the extension's stamp (None: no stamp)."""
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "mod.py").write_text("VALUE = 1\n")
+    (root / f"mod{SUFFIX}").write_bytes(b"not loaded by plan()")
+    if stamp is not None:
+        (root / f"mod{SUFFIX}{_compiled.STAMP_SUFFIX}").write_text(stamp + "\n")
+    return str(root)
+
+
+def test_an_extension_built_from_this_source_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "mod.py").write_text("VALUE = 1\n")
+    digest = _compiled.source_digest(str(root / "mod.py"))
+    (root / f"mod{SUFFIX}").write_bytes(b"")
+    (root / f"mod{SUFFIX}{_compiled.STAMP_SUFFIX}").write_text(digest + "\n")
+    assert _compiled.plan(str(root), ["pkg.mod"]) == ({}, ["pkg.mod"], [])
+
+
+@pytest.mark.parametrize("stamp", [None, "0" * 64], ids=["no stamp", "other source"])
+def test_a_stale_extension_is_passed_over_for_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stamp: str | None
+) -> None:
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    root = _package(tmp_path, stamp)
+    sources, built, stale = _compiled.plan(root, ["pkg.mod"])
+    assert sources == {"pkg.mod": os.path.join(root, "mod.py")}
+    assert (built, stale) == ([], ["pkg.mod"])
+
+
+def test_forcing_pure_loads_the_source_of_a_fresh_extension(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "mod.py").write_text("VALUE = 1\n")
+    (root / f"mod{SUFFIX}").write_bytes(b"")
+    digest = _compiled.source_digest(str(root / "mod.py"))
+    (root / f"mod{SUFFIX}{_compiled.STAMP_SUFFIX}").write_text(digest)
+    monkeypatch.setenv(_compiled.PURE_ENV, "1")
+    sources, built, stale = _compiled.plan(str(root), ["pkg.mod"])
+    assert list(sources) == ["pkg.mod"]
+    assert (built, stale) == ([], [])
+
+
+def test_a_module_without_extension_is_left_to_the_normal_import(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "mod.py").write_text("VALUE = 1\n")
+    assert _compiled.plan(str(root), ["pkg.mod"]) == ({}, [], [])
+
+
+def _files_in_child(pure: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_ENV}
+    if pure is not None:
+        env[_compiled.PURE_ENV] = pure
+    code = (
+        "import importlib, json, aiordma; from aiordma import _compiled; "
+        "print(json.dumps({m: importlib.import_module(m).__file__ for m in _compiled.MODULES}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    return dict(json.loads(out))
+
+
+def test_forced_pure_runs_every_per_message_module_from_source() -> None:
+    if not _compiled.MODULES:
+        pytest.skip("no per-message module is compiled yet")
+    files = _files_in_child("1")
+    assert sorted(files) == sorted(_compiled.MODULES)
+    assert all(path.endswith(".py") for path in files.values()), files
+
+
+def test_a_fresh_build_runs_every_per_message_module_compiled() -> None:
+    if not _compiled.MODULES:
+        pytest.skip("no per-message module is compiled yet")
+    _, built, stale = _compiled.plan(os.path.dirname(aiordma.__file__ or ""))
+    if len(built) != len(_compiled.MODULES):
+        pytest.skip(f"not all built here (stale: {stale}); ./dev setup builds them")
+    files = _files_in_child(None)
+    assert all(path.endswith(SUFFIX) for path in files.values()), files
+
+
+def test_the_source_finder_wins_over_the_extension_beside_it(tmp_path: Path) -> None:
+    """End to end: an extension that cannot even load (garbage) is never
+    tried once plan() says its module runs from source."""
+    root = _package(tmp_path, None)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    code = f"""
+import sys
+sys.path.insert(0, {str(tmp_path)!r})
+try:
+    import pkg.mod
+except ImportError:
+    print("extension tried")
+else:
+    raise SystemExit("the garbage extension loaded?")
+sys.modules.pop("pkg.mod", None)
+from aiordma import _compiled
+sources, _, stale = _compiled.plan({root!r}, ["pkg.mod"])
+sys.meta_path.insert(0, _compiled._SourceFinder(sources))
+import pkg.mod
+print(stale, pkg.mod.VALUE, pkg.mod.__file__.endswith("mod.py"))
+"""
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout.split("\n")  # fmt: skip
+    assert out[:2] == ["extension tried", "['pkg.mod'] 1 True"]
