@@ -28,6 +28,9 @@ myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+# Modules typed for Cython (aiordma/_compiled.py) annotate with C types; to a
+# Python caller they are these.
+autodoc_type_aliases = {"cython.int": "int", "cython.bint": "bool", "cython.longlong": "int"}
 autodoc_default_options = {"members": True, "show-inheritance": True}
 
 # Nitpicky mode checks every cross-reference. These targets live outside

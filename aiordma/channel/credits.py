@@ -1,3 +1,4 @@
+# cython: annotation_typing=True
 """Credit-based flow control for sends into a peer's pre-posted receive buffers.
 
 Each side posts ``window`` receive buffers and tells the peer, through
@@ -30,17 +31,24 @@ credits as the pool lends it, which may change while it runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final, cast
 
 from aiordma.verbs.srq import ReceivePool
+
+if TYPE_CHECKING:
+    from aiordma import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # no Cython: the declarations below mean nothing
+        from aiordma import _cython_shim as cython
 
 CONTROL_BASE: Final = 4
 """Control credits each side holds before the peer's HELLO: every side posts
 at least this many control buffers (the smallest control window)."""
 
 
-@dataclass
+@cython.cclass
 class CreditWindow:
     """Credit accounting for one direction pair of a connection (pure logic).
 
@@ -48,57 +56,71 @@ class CreditWindow:
     and have not yet told the peer about.
     """
 
-    window: int
+    window = cython.declare(cython.int, visibility="readonly")
     """Control buffers this side posts for the peer."""
-    available: int = field(init=False)
-    limit: int = field(init=False)
+    available = cython.declare(cython.int, visibility="public")
+    limit = cython.declare(cython.int, visibility="public")
     """Control buffers the peer posts for us (:data:`CONTROL_BASE` until its HELLO)."""
-    owed: int = field(init=False)
-    _owed_by_data: int = 0
+    owed = cython.declare(cython.int, visibility="public")
+    _owed_by_data = cython.declare(cython.int)
 
-    def __post_init__(self) -> None:
-        if self.window < CONTROL_BASE:
+    def __init__(self, window: cython.int) -> None:
+        if window < CONTROL_BASE:
             raise ValueError(f"a credit window needs at least {CONTROL_BASE} buffers")
+        self.window = window
         self.available = self.limit = CONTROL_BASE
-        self.owed = self.window - CONTROL_BASE  # granted in our HELLO
+        self.owed = window - CONTROL_BASE  # granted in our HELLO
+        self._owed_by_data = 0
 
-    def announced(self, peer_window: int) -> None:
+    def __repr__(self) -> str:
+        return (f"CreditWindow(window={self.window}, available={self.available}, "
+                f"limit={self.limit}, owed={self.owed})")  # fmt: skip
+
+    def announced(self, peer_window: cython.int) -> None:
         """The peer's HELLO said how many control buffers it posts."""
         if peer_window < CONTROL_BASE:
             raise ValueError(f"peer announced a control window of {peer_window}")
         self.limit = peer_window
 
-    def can_send_data(self) -> bool:
+    @cython.ccall
+    def can_send_data(self) -> cython.bint:
         """Whether a data packet may go now (the last credit is kept for credit updates)."""
         return self.available > 1
 
-    def take_for_data(self) -> int:
+    @cython.ccall
+    def take_for_data(self) -> cython.int:
         """Spend a credit on a data packet; returns the owed credits to piggyback on it."""
         if not self.can_send_data():
             raise RuntimeError("no credit for a data packet")
         self.available -= 1
         return self._piggyback()
 
-    def should_send_update(self) -> bool:
+    @cython.ccall
+    def should_send_update(self) -> cython.bint:
         """Whether to send a credit-only packet now: enough owed because of data, and a credit."""
         return self._owed_by_data >= max(1, self.window // 2) and self.available >= 1
 
-    def take_for_update(self) -> int:
+    @cython.ccall
+    def take_for_update(self) -> cython.int:
         """Spend a credit on a credit-only packet; returns the credits it carries."""
         if self.available < 1:
             raise RuntimeError("no credit for a credit update")
         self.available -= 1
         return self._piggyback()
 
-    def _piggyback(self) -> int:
-        owed, self.owed, self._owed_by_data = self.owed, 0, 0
+    @cython.cfunc
+    def _piggyback(self) -> cython.int:
+        owed: cython.int = self.owed
+        self.owed = self._owed_by_data = 0
         return owed
 
-    def piggyback(self) -> int:
+    @cython.ccall
+    def piggyback(self) -> cython.int:
         """Hand the owed credits to a packet that does not spend one of these credits."""
         return self._piggyback()
 
-    def granted(self, credits: int) -> None:
+    @cython.ccall
+    def granted(self, credits: cython.int) -> None:
         """The peer re-posted ``credits`` buffers for us."""
         if credits < 0 or self.available + credits > self.limit:
             raise ValueError(
@@ -106,14 +128,15 @@ class CreditWindow:
             )
         self.available += credits
 
-    def reposted(self, for_data: bool) -> None:
+    @cython.ccall
+    def reposted(self, for_data: cython.bint) -> None:
         """We re-posted a receive buffer that a packet of the peer consumed."""
         self.owed += 1
         if for_data:
             self._owed_by_data += 1
 
 
-@dataclass
+@cython.cclass
 class DataCredits:
     """Credits for data messages, whose buffers the application empties (pure logic).
 
@@ -124,57 +147,75 @@ class DataCredits:
     back, and half a window owed always triggers an update.
     """
 
-    window: int
+    window = cython.declare(cython.int, visibility="readonly")
     """Data buffers this side posts for the peer (all granted in its HELLO)."""
-    available: int = field(init=False)
-    limit: int = field(init=False)
+    available = cython.declare(cython.int, visibility="public")
+    limit = cython.declare(cython.int, visibility="public")
     """The most data credits the peer may grant us (0 until its HELLO)."""
-    owed: int = field(init=False)
+    owed = cython.declare(cython.int, visibility="public")
 
-    def __post_init__(self) -> None:
-        if self.window < 2:
+    def __init__(self, window: cython.int) -> None:
+        if window < 2:
             raise ValueError("a data window needs at least 2 buffers")
+        self.window = window
         self.available = self.limit = 0
-        self.owed = self.window  # granted in our HELLO
+        self.owed = window  # granted in our HELLO
 
-    def announced(self, peer_window: int) -> None:
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(window={self.window}, available={self.available}, "
+                f"limit={self.limit}, owed={self.owed})")  # fmt: skip
+
+    def announced(self, peer_window: cython.int) -> None:
         """The peer's HELLO said how many data credits it may grant at most."""
         if peer_window < 1:
             raise ValueError(f"peer announced a data window of {peer_window}")
         self.limit = peer_window
 
-    def can_send(self) -> bool:
+    @cython.ccall
+    def can_send(self) -> cython.bint:
+        """Whether a data message may go now."""
         return self.available > 0
 
+    @cython.ccall
     def take(self) -> None:
+        """Spend a credit on a data message."""
         if self.available < 1:
             raise RuntimeError("no credit for a data message")
         self.available -= 1
 
-    def should_send_update(self) -> bool:
+    @cython.ccall
+    def should_send_update(self) -> cython.bint:
+        """Whether enough is owed for a credit-only packet."""
         return self.owed >= max(1, self.window // 2)
 
-    def piggyback(self) -> int:
-        owed, self.owed = self.owed, 0
+    @cython.ccall
+    def piggyback(self) -> cython.int:
+        """Hand the owed credits to a packet."""
+        owed: cython.int = self.owed
+        self.owed = 0
         return owed
 
-    def granted(self, credits: int) -> None:
+    @cython.ccall
+    def granted(self, credits: cython.int) -> None:
+        """The peer re-posted ``credits`` buffers for us."""
         if credits < 0 or self.available + credits > self.limit:
             raise ValueError(
                 f"peer granted {credits} data credits with {self.available} of {self.limit} unused"
             )
         self.available += credits
 
-    def arrived(self, last: bool = False) -> None:
+    @cython.ccall
+    def arrived(self, last: cython.bint = False) -> None:
         """A data message of the peer took one of our buffers (``last``: it
         spent the peer's last credit)."""
 
+    @cython.ccall
     def reposted(self) -> None:
         """The application consumed a data message and its buffer is posted again."""
         self.owed += 1
 
 
-@dataclass
+@cython.cclass
 class SharedDataCredits(DataCredits):
     """The data credits a channel on a shared :class:`~aiordma.verbs.srq.ReceivePool` grants.
 
@@ -188,35 +229,40 @@ class SharedDataCredits(DataCredits):
     buffer each time one of its messages is read, down to ``base``.
     """
 
-    pool: ReceivePool = field(kw_only=True)
-    base: int = field(kw_only=True)
-    tokens: int = field(init=False)
+    pool = cython.declare(object, visibility="readonly")
+    base = cython.declare(cython.int, visibility="readonly")
+    tokens = cython.declare(cython.int, visibility="public")
     """Buffers this member owns: granted to the peer, or holding a message."""
-    held: int = field(init=False)
+    held = cython.declare(cython.int, visibility="public")
     """Credits granted (or owed) to the peer whose messages have not arrived."""
-    share: int = field(init=False)
+    share = cython.declare(cython.int, visibility="public")
     """The tokens it aims for now (``base`` to ``window``)."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not 1 <= self.base <= self.window:
-            raise ValueError(f"base ({self.base}) must be between 1 and window ({self.window})")
-        self.tokens = self.held = self.share = self.owed = self.base
+    def __init__(self, window: cython.int, *, pool: ReceivePool, base: cython.int) -> None:
+        super().__init__(window)
+        if not 1 <= base <= window:
+            raise ValueError(f"base ({base}) must be between 1 and window ({window})")
+        self.pool = pool
+        self.base = base
+        self.tokens = self.held = self.share = self.owed = base
 
-    def should_send_update(self) -> bool:
+    @cython.ccall
+    def should_send_update(self) -> cython.bint:
         # As a window of its own returns credits once half of it is owed,
         # with the buffers this member owns now as its window.
         return self.owed >= max(1, self.tokens // 2)
 
-    def arrived(self, last: bool = False) -> None:
+    @cython.ccall
+    def arrived(self, last: cython.bint = False) -> None:
         if self.held < 1:
             raise ValueError("peer sent a data message without a credit")
         self.held -= 1
         if last:  # the peer used all it had: lend it more
             self.share = min(self.window, self.share * 2)
 
+    @cython.ccall
     def reposted(self) -> None:
-        pool = self.pool
+        pool = cast("ReceivePool", self.pool)
         if self.tokens > self.share or (pool.pressed and self.tokens > self.base):
             self.tokens -= 1
             pool.give(1)
@@ -234,5 +280,6 @@ class SharedDataCredits(DataCredits):
     def leave(self) -> int:
         """The member detaches: the tokens it gives back (its queued messages'
         buffers, and those granted to its peer, which is gone)."""
-        tokens, self.tokens, self.held, self.owed = self.tokens, 0, 0, 0
+        tokens: cython.int = self.tokens
+        self.tokens = self.held = self.owed = 0
         return tokens
