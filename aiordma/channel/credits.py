@@ -31,7 +31,7 @@ credits as the pool lends it, which may change while it runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final
 
 from aiordma.verbs.srq import ReceivePool
 
@@ -52,17 +52,12 @@ at least this many control buffers (the smallest control window)."""
 class CreditWindow:
     """Credit accounting for one direction pair of a connection (pure logic).
 
-    ``available``: packets we may still send. ``owed``: buffers we re-posted
-    and have not yet told the peer about.
+    ``window``: control buffers this side posts for the peer. ``limit``:
+    control buffers the peer posts for us (:data:`CONTROL_BASE` until its
+    HELLO). ``available``: packets we may still send. ``owed``: buffers we
+    re-posted and have not yet told the peer about. (Compiled, these are C
+    integers, declared in ``credits.pxd``.)
     """
-
-    window = cython.declare(cython.int, visibility="readonly")
-    """Control buffers this side posts for the peer."""
-    available = cython.declare(cython.int, visibility="public")
-    limit = cython.declare(cython.int, visibility="public")
-    """Control buffers the peer posts for us (:data:`CONTROL_BASE` until its HELLO)."""
-    owed = cython.declare(cython.int, visibility="public")
-    _owed_by_data = cython.declare(cython.int)
 
     def __init__(self, window: cython.int) -> None:
         if window < CONTROL_BASE:
@@ -145,14 +140,11 @@ class DataCredits:
     A sender waiting here is back-pressure from a receiver that is not
     consuming, never a deadlock: everything the receiver consumed is owed
     back, and half a window owed always triggers an update.
-    """
 
-    window = cython.declare(cython.int, visibility="readonly")
-    """Data buffers this side posts for the peer (all granted in its HELLO)."""
-    available = cython.declare(cython.int, visibility="public")
-    limit = cython.declare(cython.int, visibility="public")
-    """The most data credits the peer may grant us (0 until its HELLO)."""
-    owed = cython.declare(cython.int, visibility="public")
+    ``window``: data buffers this side posts for the peer (all granted in
+    its HELLO). ``limit``: the most data credits the peer may grant us (0
+    until its HELLO). ``available`` and ``owed`` as for :class:`CreditWindow`.
+    """
 
     def __init__(self, window: cython.int) -> None:
         if window < 2:
@@ -227,16 +219,12 @@ class SharedDataCredits(DataCredits):
     lends (the receiver cannot tell: credits in flight look the same). It
     keeps what it borrowed until the pool is pressed: then it gives back a
     buffer each time one of its messages is read, down to ``base``.
-    """
 
-    pool = cython.declare(object, visibility="readonly")
-    base = cython.declare(cython.int, visibility="readonly")
-    tokens = cython.declare(cython.int, visibility="public")
-    """Buffers this member owns: granted to the peer, or holding a message."""
-    held = cython.declare(cython.int, visibility="public")
-    """Credits granted (or owed) to the peer whose messages have not arrived."""
-    share = cython.declare(cython.int, visibility="public")
-    """The tokens it aims for now (``base`` to ``window``)."""
+    ``tokens``: buffers this member owns (granted to the peer, or holding a
+    message). ``held``: credits granted (or owed) to the peer whose messages
+    have not arrived. ``share``: the tokens it aims for now (``base`` to
+    ``window``).
+    """
 
     def __init__(self, window: cython.int, *, pool: ReceivePool, base: cython.int) -> None:
         super().__init__(window)
@@ -262,7 +250,7 @@ class SharedDataCredits(DataCredits):
 
     @cython.ccall
     def reposted(self) -> None:
-        pool = cast("ReceivePool", self.pool)
+        pool = self.pool
         if self.tokens > self.share or (pool.pressed and self.tokens > self.base):
             self.tokens -= 1
             pool.give(1)
