@@ -129,3 +129,6 @@ def install(root: str) -> None:
 
 if __name__ == "aiordma._compiled":  # not when setup.py loads this file by path
     install(os.path.dirname(os.path.abspath(__file__)))
+elif __name__ == "__main__":  # scripts/bootstrap: the sources a build depends on
+    stems = [name.replace(".", "/") for name in MODULES]
+    print(" ".join(s + ext for s in stems for ext in (".py", ".pxd") if os.path.exists(s + ext)))
