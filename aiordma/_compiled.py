@@ -33,7 +33,10 @@ from typing import Final
 PURE_ENV: Final = "AIORDMA_PURE"
 """Set to 1 to force the pure-Python path (for comparison or debugging)."""
 
-MODULES: Final[tuple[str, ...]] = ("aiordma.channel.credits",)
+MODULES: Final[tuple[str, ...]] = (
+    "aiordma.channel.wire",
+    "aiordma.channel.credits",
+)
 """The modules on the per-message path, compiled when the build could.
 
 Only modules whose hot code is typed for Cython belong here: compiling

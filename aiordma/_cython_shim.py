@@ -32,6 +32,8 @@ compiled = False
 int = int  # C int, compiled
 bint = bool
 longlong = int
+ulonglong = int
+uint = int
 Py_ssize_t = int
 
 

@@ -1,3 +1,4 @@
+# cython: annotation_typing=True
 """The header every message-channel packet starts with, and its codec.
 
 A packet is one RDMA send into one of the peer's pre-posted receive buffers.
@@ -15,10 +16,18 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from aiordma.exceptions import ProtocolError
 from aiordma.verbs.memory import RemoteBuffer
+
+if TYPE_CHECKING:
+    from aiordma import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # no Cython: the declarations below mean nothing
+        from aiordma import _cython_shim as cython
 
 MAGIC: Final = 0xA5
 VERSION: Final = 4
@@ -61,47 +70,89 @@ class Kind(enum.IntEnum):
     its head is a :class:`Hello`."""
 
 
+# The kinds as C integers, for typed code (compiled, comparing with these is
+# one machine instruction; with the enum, a call).
+_EAGER = cython.declare(cython.int, 1)
+_RENDEZVOUS = cython.declare(cython.int, 2)
+_HELLO_KIND = cython.declare(cython.int, 7)
+
 LAST_CREDIT: Final = 1
 """Flag: this data packet spent the sender's last data credit (a receiver
 lending from a shared pool takes it as a sign to lend more)."""
 _FLAGS: Final = LAST_CREDIT
 
 
-class Header(NamedTuple):
-    """One packet's header (a named tuple: one is made per packet sent and
-    received, and a tuple is the cheapest immutable record to make)."""
+@cython.cclass
+class Header:
+    """One packet's header: made for every packet sent and received, so it
+    is an extension type with C fields when compiled (``wire.pxd``).
 
-    kind: Kind
-    credits: int
-    """Buffers the sender re-posted for consumed data messages since it last said so."""
-    msg_id: int = 0
-    length: int = 0
-    """Body length (EAGER, RENDEZVOUS)."""
-    remote: RemoteBuffer | None = None
-    """Where a RENDEZVOUS body can be read (its length is ``length``)."""
-    head_length: int = 0
-    """Bytes of head that follow the header (EAGER, RENDEZVOUS)."""
-    control_credits: int = 0
-    """Buffers the sender re-posted after control packets (DONE, CREDIT, CONTROL_CREDIT)."""
-    flags: int = 0
-    """:data:`LAST_CREDIT`, or nothing."""
+    ``kind``; ``credits``: buffers the sender re-posted for consumed data
+    messages since it last said so; ``msg_id``; ``length``: the body's
+    length (EAGER, RENDEZVOUS); ``remote``: where a RENDEZVOUS body can be
+    read (its length is ``length``); ``head_length``: bytes of head that
+    follow the header (EAGER, RENDEZVOUS); ``control_credits``: buffers the
+    sender re-posted after control packets (DONE, CREDIT, CONTROL_CREDIT);
+    ``flags``: :data:`LAST_CREDIT`, or nothing. Immutable, compared by value.
+    """
+
+    def __init__(
+        self, kind: Kind, credits: cython.int, msg_id: cython.ulonglong = 0,
+        length: cython.ulonglong = 0, remote: RemoteBuffer | None = None,
+        head_length: cython.int = 0, control_credits: cython.int = 0, flags: cython.int = 0,
+    ) -> None:  # fmt: skip
+        self.kind = kind
+        self.code = kind
+        self.credits = credits
+        self.msg_id = msg_id
+        self.length = length
+        self.remote = remote
+        self.head_length = head_length
+        self.control_credits = control_credits
+        self.flags = flags
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.kind, self.credits, self.msg_id, self.length, self.remote,
+                self.head_length, self.control_credits, self.flags)  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Header):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (f"Header(kind={self.kind!r}, credits={self.credits}, msg_id={self.msg_id}, "
+                f"length={self.length}, remote={self.remote!r}, head_length={self.head_length}, "
+                f"control_credits={self.control_credits}, flags={self.flags})")  # fmt: skip
 
     def pack_into(self, buf: memoryview | bytearray) -> None:
+        """Write the header at the start of ``buf``."""
         if not (0 <= self.credits < 1 << 16 and 0 <= self.control_credits < 1 << 16):
             raise ValueError("credits must fit in 16 bits")
-        addr = self.remote.addr if self.remote is not None else 0
-        rkey = self.remote.rkey if self.remote is not None else 0
-        _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.kind, self.flags, self.credits,
+        remote = self.remote
+        addr = remote.addr if remote is not None else 0
+        rkey = remote.rkey if remote is not None else 0
+        _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.code, self.flags, self.credits,
                           self.control_credits, self.msg_id, self.length, addr, rkey,
                           self.head_length)  # fmt: skip
 
     def pack(self) -> bytes:
+        """The header as bytes."""
         buf = bytearray(HEADER_SIZE)
         self.pack_into(buf)
         return bytes(buf)
 
-    @classmethod
-    def unpack(cls, data: bytes | bytearray | memoryview, max_length: int) -> Header:
+    @staticmethod
+    @cython.locals(
+        magic=cython.int, version=cython.int, kind=cython.int, flags=cython.int,
+        credits=cython.int, control=cython.int, msg_id=cython.ulonglong,
+        length=cython.ulonglong, addr=cython.ulonglong, rkey=cython.uint, head=cython.int,
+        carried=cython.Py_ssize_t, limit=cython.ulonglong,
+    )  # fmt: skip
+    def unpack(data: bytes | bytearray | memoryview, max_length: int) -> Header:
         """Parse and check a received header; ``max_length`` bounds message sizes."""
         if len(data) < HEADER_SIZE:
             raise ProtocolError(f"packet of {len(data)} bytes is shorter than a header")
@@ -115,27 +166,28 @@ class Header(NamedTuple):
             raise ProtocolError(f"unknown packet kind {kind}")
         if flags & ~_FLAGS:
             raise ProtocolError(f"unknown packet flags {flags:#x}")
-        if length > max_length and k != Kind.HELLO:
+        limit = max_length
+        if length > limit and kind != _HELLO_KIND:
             raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_length}")
         carried = len(data) - HEADER_SIZE
         remote = None
-        if k == Kind.RENDEZVOUS:
+        if kind == _RENDEZVOUS:
             if length == 0 or addr == 0:
                 raise ProtocolError("rendezvous without a readable buffer")
             remote = RemoteBuffer(addr, length, rkey)
             if head != carried:
                 raise ProtocolError(f"rendezvous packet says {head} head bytes, carries {carried}")
-        elif k == Kind.EAGER:
+        elif kind == _EAGER:
             if head + length != carried:
                 raise ProtocolError(
                     f"eager packet says {head} + {length} bytes but carries {carried}"
                 )
-        elif k == Kind.HELLO:
+        elif kind == _HELLO_KIND:
             if head != carried:
                 raise ProtocolError(f"HELLO packet says {head} head bytes, carries {carried}")
         elif head or carried or length:
             raise ProtocolError(f"{k.name} packet with a payload")
-        return cls(k, credits, msg_id, length, remote, head, control, flags)
+        return Header(k, credits, msg_id, length, remote, head, control, flags)
 
 
 _KINDS: Final = {int(k): k for k in Kind}
