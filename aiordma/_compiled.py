@@ -36,6 +36,7 @@ PURE_ENV: Final = "AIORDMA_PURE"
 MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.wire",
     "aiordma.channel.credits",
+    "aiordma.channel.state",
 )
 """The modules on the per-message path, compiled when the build could.
 

@@ -60,6 +60,11 @@ def final(cls: F) -> F:
     return cls
 
 
+def exceptval(_value: Any = None, *, check: bool = True) -> Callable[[F], F]:
+    """The value a C function returns when it raised, compiled."""
+    return lambda func: func
+
+
 def locals(**_types: Any) -> Callable[[F], F]:
     """Typed locals, compiled."""
     return lambda func: func

@@ -1,3 +1,4 @@
+# cython: annotation_typing=True
 """What one side of a message channel knows, without any I/O (pure logic).
 
 :class:`ChannelState` holds the protocol state of a
@@ -22,12 +23,30 @@ from __future__ import annotations
 import collections
 import enum
 import itertools
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiordma.channel.credits import CreditWindow, DataCredits
 from aiordma.channel.wire import LAST_CREDIT, Header, Hello, Kind
 from aiordma.exceptions import ProtocolError, ProtocolMismatchError
 from aiordma.verbs.memory import RemoteBuffer
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from aiordma import _cython_shim as cython
+
+    # For the type checker only (compiled, these methods return objects).
+    Packet: TypeAlias = tuple[int, Header]
+    """A packet :meth:`ChannelState.send` granted: its send slot and stamped header."""
+    Arrived: TypeAlias = tuple[int, bool, bool]
+    """What :meth:`ChannelState.arrived` returns."""
+    Taken: TypeAlias = tuple["Arrival", bool]
+    """What :meth:`ChannelState.take` returns."""
+else:
+    try:
+        import cython
+    except ImportError:  # no Cython: the declarations below mean nothing
+        from aiordma import _cython_shim as cython
 
 
 def hello_windows(header: Header) -> tuple[int, int]:
@@ -36,44 +55,66 @@ def hello_windows(header: Header) -> tuple[int, int]:
 
 
 class Cost(enum.Enum):
-    """What sending a packet spends."""
+    """What sending a packet spends (typed code uses ``_cost`` of the kind)."""
 
     DATA = "a data credit"
     CONTROL = "a control credit, not the last"
     CONTROL_UPDATE = "any control credit"
 
 
-_COST = {
-    Kind.EAGER: Cost.DATA,
-    Kind.RENDEZVOUS: Cost.DATA,
-    Kind.HELLO: Cost.CONTROL,
-    Kind.DONE: Cost.CONTROL,
-    Kind.REVOKE: Cost.CONTROL,
-    Kind.CREDIT: Cost.CONTROL,
-    Kind.CONTROL_CREDIT: Cost.CONTROL_UPDATE,
-}
-"""What each kind of packet spends: the last control credit is kept for updates."""
-
-
-@dataclass(slots=True)
+@cython.cclass
 class Arrival:
-    """A message that arrived and waits to be taken."""
+    """A message that arrived and waits to be taken.
 
-    slot: int
-    """The receive buffer it sits in."""
-    header: Header
-    size: int
-    """Bytes of the packet (header, head and, when eager, body)."""
-    saved: bytes | None = None
-    """Head and body of an eager message, copied out when the connection failed."""
-    revoked: bool = False
-    """The sender withdrew this rendezvous message (REVOKE)."""
-    reading: bool = False
-    """This side is reading the rendezvous body now."""
-    acked: bool = False
-    """This side answered the sender's REVOKE (a DONE that says it will not read)."""
+    ``slot``: the receive buffer it sits in. ``size``: bytes of the packet
+    (header, head and, when eager, body). ``saved``: head and body of an
+    eager message, copied out when the connection failed. ``revoked``: the
+    sender withdrew this rendezvous message (REVOKE). ``reading``: this side
+    is reading the rendezvous body now. ``acked``: this side answered the
+    sender's REVOKE (a DONE that says it will not read).
+    """
+
+    def __init__(
+        self, slot: cython.int, header: Header, size: cython.Py_ssize_t,
+        saved: bytes | None = None,
+    ) -> None:  # fmt: skip
+        self.slot = slot
+        self.header = header
+        self.size = size
+        self.saved = saved
+        self.revoked = False
+        self.reading = False
+        self.acked = False
+
+    def __repr__(self) -> str:
+        return (f"Arrival(slot={self.slot}, header={self.header!r}, size={self.size}, "
+                f"revoked={self.revoked}, reading={self.reading}, acked={self.acked})")  # fmt: skip
 
 
+# Kinds as C integers (wire.Kind), for typed code.
+_EAGER = cython.declare(cython.int, 1)
+_RENDEZVOUS = cython.declare(cython.int, 2)
+_DONE = cython.declare(cython.int, 3)
+_CONTROL_CREDIT_KIND = cython.declare(cython.int, 5)
+_REVOKE = cython.declare(cython.int, 6)
+_HELLO_KIND = cython.declare(cython.int, 7)
+
+# What each kind of packet spends (see Cost), as C integers for typed code.
+_DATA = cython.declare(cython.int, 0)
+_CONTROL = cython.declare(cython.int, 1)
+_CONTROL_UPDATE = cython.declare(cython.int, 2)
+
+
+@cython.cfunc
+def _cost(code: cython.int) -> cython.int:
+    if code == 1 or code == 2:  # EAGER, RENDEZVOUS
+        return _DATA
+    if code == 5:  # CONTROL_CREDIT
+        return _CONTROL_UPDATE
+    return _CONTROL
+
+
+@cython.cclass
 class ChannelState:
     """Credits, send slots, arrivals and exposures of one channel side.
 
@@ -121,7 +162,8 @@ class ChannelState:
 
     # -- the per-message events --------------------------------------------
 
-    def arrived(self, slot: int, header: Header, size: int) -> tuple[int, bool, bool]:
+    @cython.ccall
+    def arrived(self, slot: cython.int, header: Header, size: cython.Py_ssize_t) -> Arrived:
         """A packet of ``size`` bytes landed in receive buffer ``slot``.
 
         Applies its credits and control meaning and queues a message.
@@ -133,74 +175,79 @@ class ChannelState:
         fails). Raises :class:`ProtocolError` (or ValueError, for
         impossible credits) when the peer broke the protocol.
         """
-        ended = self._apply(header)
-        kind = header.kind
-        if kind == Kind.EAGER or kind == Kind.RENDEZVOUS:
+        ended: cython.ulonglong = self._apply(header)
+        code: cython.int = header.code
+        if code == _EAGER or code == _RENDEZVOUS:
             ready = self.ready
             ready.append(Arrival(slot, header, size))
-            return ended, kind == Kind.EAGER and len(ready) == 1, False
-        self.control.reposted(for_data=kind != Kind.CONTROL_CREDIT)
+            return ended, code == _EAGER and len(ready) == 1, False
+        self.control.reposted(code != _CONTROL_CREDIT_KIND)
         return ended, False, True
 
-    def take(self) -> tuple[Arrival, bool]:
+    @cython.ccall
+    def take(self) -> Taken:
         """The first queued message is taken. Returns it, and whether the
         sender must be told DONE (a rendezvous message whose REVOKE, if
         any, was not answered yet). Its buffer is counted reposted: the
         channel reposts it now, or fails (after :meth:`fail`, nothing is
         counted)."""
-        arrival = self.ready.popleft()
+        arrival: Arrival = self.ready.popleft()
         if not self.failed and arrival.slot >= 0:
             self.data.reposted()
-        done_due = arrival.header.kind == Kind.RENDEZVOUS and not arrival.acked
+        done_due: cython.bint = arrival.header.code == _RENDEZVOUS and not arrival.acked
         return arrival, done_due
 
+    @cython.ccall
     def send(
-        self, kind: Kind, msg_id: int = 0, length: int = 0,
-        remote: RemoteBuffer | None = None, head_length: int = 0,
-    ) -> tuple[int, Header] | None:  # fmt: skip
+        self, kind: Kind, msg_id: cython.ulonglong = 0, length: cython.ulonglong = 0,
+        remote: RemoteBuffer | None = None, head_length: cython.int = 0,
+    ) -> Packet | None:  # fmt: skip
         """A packet of ``kind`` is to go. If a send slot and the credit it
         costs are there, takes them and returns ``(slot, header)``, the
         header carrying the credits we owe (now counted as paid); else
         None, changing nothing. Nothing goes before our HELLO, which
         carries our first grants. What this took is not given back: the
         channel posts the packet from ``slot``, or fails."""
-        cost = _COST[kind]
-        data, control = self.data, self.control
-        if not self.free_slots or not (self.said_hello or kind == Kind.HELLO):
+        code: cython.int = kind
+        cost: cython.int = _cost(code)
+        data: DataCredits = self.data
+        control: CreditWindow = self.control
+        if not self.free_slots or not (self.said_hello or code == _HELLO_KIND):
             return None
-        if cost is Cost.DATA:
+        last: cython.int = 0
+        if cost == _DATA:
             if not data.can_send():
                 return None
-            last = LAST_CREDIT if data.available == 1 else 0
-        elif cost is Cost.CONTROL:
+            if data.available == 1:
+                last = LAST_CREDIT
+        elif cost == _CONTROL:
             if not control.can_send_data():
                 return None
-            last = 0
         elif control.available < 1:
             return None
-        else:
-            last = 0
         header = Header(kind, data.owed, msg_id, length, remote, head_length, control.owed, last)
-        if kind == Kind.HELLO:
+        if code == _HELLO_KIND:
             self.said_hello = True
         data.piggyback()
-        if cost is Cost.DATA:
+        if cost == _DATA:
             data.take()
             control.piggyback()
-        elif cost is Cost.CONTROL:
+        elif cost == _CONTROL:
             control.take_for_data()
         else:
             control.take_for_update()
         return self.free_slots.pop(), header
 
-    def hello(self, max_message: int, head_length: int) -> tuple[int, Header] | None:
+    def hello(self, max_message: int, head_length: int) -> Packet | None:
         """:meth:`send` for our HELLO: ``max_message``, and our windows (the
         grants ride on it as on any packet); its body of ``head_length``
         bytes follows the header."""
-        windows = self.control.window << 32 | self.data.window
+        windows: cython.ulonglong = self.control.window  # 64 bits before the shift
+        windows = windows << 32 | self.data.window
         return self.send(Kind.HELLO, windows, max_message, None, head_length)
 
-    def update(self) -> tuple[int, Header] | None:
+    @cython.ccall
+    def update(self) -> Packet | None:
         """:meth:`send` for the credit-only packet due now, if one is due and can go."""
         if not self.said_hello:
             return None
@@ -212,7 +259,8 @@ class ChannelState:
             return self.send(Kind.CONTROL_CREDIT)
         return None
 
-    def sent(self, slot: int) -> None:
+    @cython.ccall
+    def sent(self, slot: cython.int) -> None:
         """The packet in send ``slot`` went (or failed): the slot is free."""
         self.free_slots.append(slot)
 
@@ -222,22 +270,25 @@ class ChannelState:
 
     # -- what the events are made of -----------------------------------------
 
-    def _apply(self, header: Header) -> int:
+    @cython.cfunc
+    @cython.exceptval(0, check=True)
+    def _apply(self, header: Header) -> cython.ulonglong:
         """Apply a packet's credits and control meaning; returns the id of
         the message whose exposure a DONE ended (0 if none)."""
-        kind = header.kind
-        if kind == Kind.HELLO:
+        code: cython.int = header.code
+        data: DataCredits = self.data
+        if code == _HELLO_KIND:
             if self.peer_max_message is not None:
                 raise ProtocolError("a second HELLO")
             data_window, control_window = hello_windows(header)
-            self.data.announced(data_window)
+            data.announced(data_window)
             self.control.announced(control_window)
             self.peer_max_message = header.length
-        self.data.granted(header.credits)
+        data.granted(header.credits)
         self.control.granted(header.control_credits)
-        if kind == Kind.EAGER or kind == Kind.RENDEZVOUS:
-            self.data.arrived(header.flags & LAST_CREDIT != 0)
-        elif kind == Kind.DONE:
+        if code == _EAGER or code == _RENDEZVOUS:
+            data.arrived(header.flags & LAST_CREDIT != 0)
+        elif code == _DONE:
             if header.msg_id in self.exposed:
                 self._unexposed(header.msg_id)
                 return header.msg_id
@@ -246,16 +297,16 @@ class ChannelState:
                 raise ProtocolError(f"DONE for message {header.msg_id}, which is not exposed")
             self.exposed_bytes -= size  # read, or the peer answered our REVOKE
             return header.msg_id
-        elif kind == Kind.REVOKE:
+        elif code == _REVOKE:
+            arrival: Arrival
             for arrival in self.ready:
-                if arrival.header.kind == Kind.RENDEZVOUS and arrival.header.msg_id == (
-                    header.msg_id
-                ):
+                if arrival.header.code == _RENDEZVOUS and arrival.header.msg_id == header.msg_id:
                     arrival.revoked = True
                     if not arrival.reading:  # answered now; else once the read ends
                         self._ack(arrival)
         return 0
 
+    @cython.cfunc
     def _ack(self, arrival: Arrival) -> None:
         arrival.acked = True
         self.acks_due.append(arrival.header.msg_id)
