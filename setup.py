@@ -63,9 +63,24 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:  # any failure: fall back to pure Python
             self._skip(exc)
             return
-        source = SOURCES.get(ext.name)
-        if source is not None:
-            with open(self.get_ext_fullpath(ext.name) + COMPILED.STAMP_SUFFIX, "w") as f:
+        self._stamp(ext.name, self.get_ext_fullpath(ext.name))
+
+    def copy_extensions_to_source(self) -> None:
+        """In-place builds (``pip install -e``) copy each extension beside its
+        source; its stamp goes with it."""
+        super().copy_extensions_to_source()
+        for ext in self.extensions:
+            source = SOURCES.get(ext.name)
+            if source is not None:
+                name = os.path.basename(self.get_ext_filename(ext.name))
+                self._stamp(ext.name, os.path.join(os.path.dirname(source), name))
+
+    @staticmethod
+    def _stamp(name: str, extension: str) -> None:
+        """Write, beside ``extension``, the digest of the source it was built from."""
+        source = SOURCES.get(name)
+        if source is not None and os.path.exists(extension):
+            with open(extension + COMPILED.STAMP_SUFFIX, "w") as f:
                 f.write(COMPILED.source_digest(source) + "\n")
 
     @staticmethod
