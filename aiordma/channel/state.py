@@ -177,7 +177,7 @@ class ChannelState:
         """
         ended: cython.ulonglong = self._apply(header)
         code: cython.int = header.code
-        if code == _EAGER or code == _RENDEZVOUS:
+        if code in (_EAGER, _RENDEZVOUS):
             ready = self.ready
             ready.append(Arrival(slot, header, size))
             return ended, code == _EAGER and len(ready) == 1, False
@@ -286,7 +286,7 @@ class ChannelState:
             self.peer_max_message = header.length
         data.granted(header.credits)
         self.control.granted(header.control_credits)
-        if code == _EAGER or code == _RENDEZVOUS:
+        if code in (_EAGER, _RENDEZVOUS):
             data.arrived(header.flags & LAST_CREDIT != 0)
         elif code == _DONE:
             if header.msg_id in self.exposed:
