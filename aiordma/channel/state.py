@@ -91,7 +91,8 @@ class Arrival:
                 f"revoked={self.revoked}, reading={self.reading}, acked={self.acked})")  # fmt: skip
 
 
-# Kinds as C integers (wire.Kind), for typed code.
+# Kinds as C integers (wire.Kind), for typed code (tests/channel/test_state.py
+# checks them against the enum).
 _EAGER = cython.declare(cython.int, 1)
 _RENDEZVOUS = cython.declare(cython.int, 2)
 _DONE = cython.declare(cython.int, 3)
@@ -107,9 +108,10 @@ _CONTROL_UPDATE = cython.declare(cython.int, 2)
 
 @cython.cfunc
 def _cost(code: cython.int) -> cython.int:
-    if code == 1 or code == 2:  # EAGER, RENDEZVOUS
+    """What a packet of kind ``code`` spends (the last control credit is kept for updates)."""
+    if code in (_EAGER, _RENDEZVOUS):
         return _DATA
-    if code == 5:  # CONTROL_CREDIT
+    if code == _CONTROL_CREDIT_KIND:
         return _CONTROL_UPDATE
     return _CONTROL
 

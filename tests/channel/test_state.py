@@ -364,3 +364,15 @@ def test_two_sides_driven_by_the_events_exchange_everything_in_order(seed: int) 
     for side in (a, b):
         assert side.posted == side.state.buffers  # every buffer went back
         assert len(side.state.free_slots) == side.state.send_slots
+
+
+def test_the_c_kind_constants_match_the_enum() -> None:
+    from aiordma.channel import state
+
+    # Compiled, they are C integers Python cannot see; the source is checked here.
+    if not hasattr(state, "_EAGER"):
+        pytest.skip("compiled: the constants are C globals")
+    constants = (state._EAGER, state._RENDEZVOUS, state._DONE, state._CONTROL_CREDIT_KIND,
+                 state._REVOKE, state._HELLO_KIND)  # fmt: skip
+    kinds = (Kind.EAGER, Kind.RENDEZVOUS, Kind.DONE, Kind.CONTROL_CREDIT, Kind.REVOKE, Kind.HELLO)
+    assert constants == kinds
