@@ -3,15 +3,17 @@
 The modules in :data:`MODULES` are typed Python that ``setup.py`` also
 compiles with Cython (pure Python mode: the ``.py`` file is the only
 source) into extension modules of the same name, which Python's import
-system prefers to the source beside them. :func:`install` (called first
-thing ``aiordma/__init__.py`` imports) puts a finder ahead of the others that
-sends each of these names to its source instead when
+system prefers to the source beside them. :func:`install` (run when
+``aiordma/__init__.py`` imports this module, before anything else) puts a
+finder ahead of the others that sends each of these names to its source
+instead when
 
 * ``AIORDMA_PURE=1`` is set (comparison, debugging, CI's pure-path run), or
 * the extension was built from another version of the source (a
   development tree edited since ``./dev setup``): the build writes the
-  source's SHA-256 beside each extension (``<extension>.source``), and a
-  module whose stamp does not match runs from its source.
+  SHA-256 of the source (the ``.py`` and its ``.pxd``) beside each
+  extension (``<extension>.source``), and a module whose stamp does not
+  match runs from its source.
 
 Nothing else in the package asks which way a module runs: the two are the
 same code. This module imports nothing of the package (``setup.py`` loads
@@ -55,9 +57,14 @@ def forced_pure() -> bool:
 
 
 def source_digest(path: str) -> str:
-    """The SHA-256 (hex) of the file at ``path``, as the build stamps it."""
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    """The SHA-256 (hex) of the module whose source is ``path`` (a ``.py``
+    file, and the ``.pxd`` beside it if there is one), as the build stamps it."""
+    digest = hashlib.sha256()
+    for part in (path, os.path.splitext(path)[0] + ".pxd"):
+        if part == path or os.path.exists(part):
+            with open(part, "rb") as f:
+                digest.update(f.read())
+    return digest.hexdigest()
 
 
 def _extension(stem: str) -> str | None:

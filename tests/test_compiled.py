@@ -132,3 +132,12 @@ print(stale, pkg.mod.VALUE, pkg.mod.__file__.endswith("mod.py"))
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True).stdout.split("\n")  # fmt: skip
     assert out[:2] == ["extension tried", "['pkg.mod'] 1 True"]
+
+
+def test_a_changed_pxd_makes_the_build_stale(tmp_path: Path) -> None:
+    (tmp_path / "mod.py").write_text("VALUE = 1\n")
+    alone = _compiled.source_digest(str(tmp_path / "mod.py"))
+    (tmp_path / "mod.pxd").write_text("cdef int x\n")
+    with_pxd = _compiled.source_digest(str(tmp_path / "mod.py"))
+    (tmp_path / "mod.pxd").write_text("cdef long x\n")
+    assert len({alone, with_pxd, _compiled.source_digest(str(tmp_path / "mod.py"))}) == 3
