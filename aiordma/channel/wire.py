@@ -93,7 +93,8 @@ class Header:
     read (its length is ``length``); ``head_length``: bytes of head that
     follow the header (EAGER, RENDEZVOUS); ``control_credits``: buffers the
     sender re-posted after control packets (DONE, CREDIT, CONTROL_CREDIT);
-    ``flags``: :data:`LAST_CREDIT`, or nothing. Immutable, compared by value.
+    ``flags``: :data:`LAST_CREDIT`, or nothing. Compared by value (compiled,
+    its fields are read-only; treat them so on the pure path too).
     """
 
     def __init__(
