@@ -127,11 +127,9 @@ def plan(
 
 def install(root: str) -> None:
     """Make the import system load the listed modules of the package whose
-    directory is ``root`` as :func:`plan` says (idempotent; before any of
-    them is imported)."""
+    directory is ``root`` as :func:`plan` says (once, when this module is
+    imported: before any of them is)."""
     global compiled, stale
-    if any(isinstance(finder, _SourceFinder) for finder in sys.meta_path):
-        return
     sources, built, old = plan(root)
     compiled, stale = tuple(built), tuple(old)
     if sources:
