@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -53,7 +52,7 @@ from aiordma.exceptions import (
 from aiordma.metrics import Stats
 from aiordma.verbs import Closable
 from aiordma.verbs.completion import check_loop
-from aiordma.verbs.memory import RemoteBuffer, Segment
+from aiordma.verbs.memory import RemoteBuffer
 
 log = logging.getLogger(__name__)
 
@@ -185,28 +184,24 @@ class MessageChannel(Closable):
         if shared is not None:
             data = shared.join(qp, self._on_packet, self._fail, window, control_window)
             self._recv_mr = shared.mr
-            self._recv_slots: list[Segment] = []
-            self._on_packets: list[Callable[[BaseException | None, int], None]] = []
         else:
             self._recv_mr = conn.alloc(buffers * buffer_size)
-            # Per-slot segments and completion callbacks, made once: each packet
-            # is posted with them and reported straight from the completion drain.
-            self._recv_slots = [self._recv_mr[i * buffer_size : (i + 1) * buffer_size]
-                                for i in range(buffers)]  # fmt: skip
-            self._on_packets = [functools.partial(self._on_packet, i) for i in range(buffers)]
         self._state = ChannelState(
             window, control_window, max_exposed, send_slots=send_slots, data=data
         )
         self._send_mr = conn.alloc(send_slots * buffer_size)
-        self._on_sent = [functools.partial(self._sent, i) for i in range(send_slots)]
+        # Packets go out of, and land in, fixed slots of the two regions.
+        own_buffers = 0 if shared is not None else buffers
+        self._lane = qp.open_lane(
+            self._send_mr, send_slots, None if shared is not None else self._recv_mr,
+            own_buffers, buffer_size, self._sent, self._arrived, self._fail,
+        )  # fmt: skip
         self._waiters: list[asyncio.Future[None]] = []
         self._send_lock = asyncio.Lock()
         self._recv_lock = asyncio.Lock()
         self._room_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
-        self._signal_every = max(1, send_slots // 2)
-        self._silent_run = 0
         self._deliver: Deliver | None = None
         self._stats = Stats("channel", self._gauges)
         self._exposures = Exposures(
@@ -276,7 +271,7 @@ class MessageChannel(Closable):
     async def _start(self) -> None:
         if self._shared is None:  # a shared queue's buffers are posted already
             for index in range(self._state.buffers):
-                self._qp.post_recv_callback(self._recv_slots[index], self._on_packets[index])
+                self._lane.recv(index)
         self.link.on_established(self._say_hello)
 
     def _say_hello(self) -> None:
@@ -285,7 +280,7 @@ class MessageChannel(Closable):
         else may go before it (see :meth:`ChannelState.send`)."""
         if self._error is not None and not isinstance(self._error, ProtocolMismatchError):
             return
-        if not self._qp.send_room():  # cannot be, on a fresh queue pair; but never lose it
+        if not self._lane.send_room():  # cannot be, on a fresh queue pair; but never lose it
             spawn(self._post_hello_later())
             return
         packet = self._state.hello(self.max_message, len(self._hello))
@@ -370,10 +365,14 @@ class MessageChannel(Closable):
     # -- receiving ---------------------------------------------------------
 
     def _on_packet(self, index: int, error: BaseException | None, size: int) -> None:
-        """A packet landed in receive slot ``index`` (called from the completion drain)."""
+        """A packet landed in shared receive buffer ``index``, or failed to."""
         if error is not None:
             self._fail(error)
             return
+        self._arrived(index, size)
+
+    def _arrived(self, index: int, size: int) -> None:
+        """A packet landed in receive slot ``index`` (called from the completion drain)."""
         if self._error is not None:
             if self._shared is not None:
                 self._shared.repost(index)
@@ -456,7 +455,7 @@ class MessageChannel(Closable):
         if self._error is not None:
             return False
         try:
-            self._qp.post_recv_callback(self._recv_slots[index], self._on_packets[index])
+            self._lane.recv(index)
         except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
             return False
@@ -670,7 +669,7 @@ class MessageChannel(Closable):
                 "(the receiving side sets it)"
             )
         if len(head) + size <= self.eager_limit:
-            if not self._send_lock.locked() and self._error is None and self._qp.send_room():
+            if not self._send_lock.locked() and self._error is None and self._lane.send_room():
                 # Nobody is ahead of us: if there is credit, post without a task switch.
                 packet = self._state.send(Kind.EAGER, 0, size, None, len(head))
                 if packet is not None:
@@ -708,7 +707,7 @@ class MessageChannel(Closable):
         stalled = False
         while True:
             self._check()
-            if not self._qp.send_room():
+            if not self._lane.send_room():
                 await self._qp.wait_send_room()
                 continue
             packet = self._state.send(kind, msg_id, length, remote, len(head))
@@ -735,21 +734,15 @@ class MessageChannel(Closable):
                     with buffer_view(body) as source:
                         view[end : end + header.length] = source
                     end += header.length
-            signal = self._silent_run + 1 >= self._signal_every
-            self._qp.post_send_callback(
-                Segment(self._send_mr, start, end), self._on_sent[slot], signaled=signal
-            )
+            self._lane.send(slot, end)
         except BaseException as exc:
             self._state.sent(slot)
             self._fail(exc)
             raise
-        self._silent_run = 0 if signal else self._silent_run + 1
 
-    def _sent(self, slot: int, error: BaseException | None, _length: int) -> None:
+    def _sent(self, slot: int) -> None:
         """The packet in send slot ``slot`` went (called from the completion drain)."""
         self._state.sent(slot)
-        if error is not None:
-            self._fail(error)
         self._pump()
 
     def _send_control_soon(self, kind: Kind, msg_id: int) -> None:
@@ -765,7 +758,7 @@ class MessageChannel(Closable):
     def _pump(self) -> None:
         """Return owed credits if an update is due, and wake waiters."""
         if self._error is None and self._room_task is None:
-            if not self._qp.send_room():  # an update may be due: try again once there is room
+            if not self._lane.send_room():  # an update may be due: try again once there is room
                 self._room_task = asyncio.get_running_loop().create_task(self._pump_later())
             else:
                 packet = self._state.update()

@@ -38,6 +38,7 @@ from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
 from aiordma.metrics import Stats
 from aiordma.verbs import _driver
 from aiordma.verbs._driver.pure import RECV_WR_CACHE
+from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
 from aiordma.verbs._slots import SlotPool
 from aiordma.verbs.completion import Opcode, WorkCompletion, completion_error, to_work_completion
 from aiordma.verbs.memory import MemoryRegion, Segment
@@ -208,6 +209,8 @@ class WorkEngine:
         self.drained: asyncio.Future[None] | None = None
         """Set by a closer waiting for :attr:`works` to empty; resolved when it does."""
         self.last_send: _Work | None = None
+        self.lanes: list[PacketLane] = []
+        """Packet lanes on this queue pair (:meth:`open_lane`)."""
         self._loop = cq.loop
         self._alloc = alloc
         self._scratch: MemoryRegion | None = None
@@ -247,6 +250,8 @@ class WorkEngine:
             err.__cause__ = exc
             self.sq.fail(err)
             self.rq.fail(err)
+            for lane in self.lanes:
+                lane.stop()
 
     # -- send side ---------------------------------------------------------
 
@@ -506,18 +511,50 @@ class WorkEngine:
                 work.future.set_result(result)
         else:
             opname = "recv" if work.recv else _ibv.WR_NAMES.get(work.opcode, str(work.opcode))
-            exc: BaseException = completion_error(wc, opname)
-            flushed = exc.flushed  # type: ignore[attr-defined]
-            if not flushed:
-                self.stats.add("errors:" + exc.status_name)  # type: ignore[attr-defined]
-                self._fail(exc)
-            else:  # the QP is in the error state: a consequence, not a new failure
-                self.stats.add("flushed")
-                exc = self.close_error() if self.closing else self.failed_error(exc)
+            exc, flushed = self._failed_completion(wc, opname)
             work.fail(exc, quiet=flushed)  # a dropped flushed future is no news
         if work.scratch is not None:
             self._scratch_free.append(work.scratch)
-        if not self.works and self.drained is not None and not self.drained.done():
+        if not self.works:
+            self.lane_idle()
+
+    def _failed_completion(self, wc: WC, opname: str) -> tuple[BaseException, bool]:
+        """The error a failed completion reports, and whether it was a flush
+        (the QP was in the error state: a consequence, not a new failure)."""
+        exc: BaseException = completion_error(wc, opname)
+        flushed: bool = exc.flushed  # type: ignore[attr-defined]
+        if not flushed:
+            self.stats.add("errors:" + exc.status_name)  # type: ignore[attr-defined]
+            self._fail(exc)
+        else:
+            self.stats.add("flushed")
+            exc = self.close_error() if self.closing else self.failed_error(exc)
+        return exc, flushed
+
+    # -- packet lanes --------------------------------------------------------
+
+    def open_lane(
+        self, send_mr: MemoryRegion, sends: int, recv_mr: MemoryRegion | None, recvs: int,
+        slot_size: int, sent: Sent, arrived: Arrived, failed: Failed,
+    ) -> PacketLane:  # fmt: skip
+        """A :class:`PacketLane` over these slots (see there), stopped,
+        flushed and detached with this queue pair."""
+        self.check_usable()
+        lane = PacketLane(self, send_mr, sends, recv_mr, recvs, slot_size, sent, arrived, failed)
+        self.lanes.append(lane)
+        return lane
+
+    def packet_error(self, wc: WC, recv: bool) -> BaseException:
+        """What a packet lane's failed completion tells its owner."""
+        return self._failed_completion(wc, "recv" if recv else "send")[0]
+
+    def pending(self) -> int:
+        """Posted work whose completion is still due (lanes' included)."""
+        return len(self.works) + sum(lane.outstanding for lane in self.lanes)
+
+    def lane_idle(self) -> None:
+        """Something completed: a closer waiting for the flush may go on."""
+        if self.drained is not None and not self.drained.done() and not self.pending():
             self.drained.set_result(None)
 
     def _finish(self, wr_id: int, work: _Work) -> None:
@@ -558,7 +595,9 @@ class WorkEngine:
         self.rq.fail(err)
         for work in list(self.works.values()):
             work.fail(err, later=True, quiet=True)
-        if not self.works or self.qp is None:
+        for lane in self.lanes:
+            lane.stop()
+        if not self.pending() or self.qp is None:
             return True
         try:
             with verbs_errors("moving a queue pair to the error state"):
@@ -589,6 +628,9 @@ class WorkEngine:
             work.fail(err, later=True, quiet=True)
         self._silent.clear()
         self.last_send = None
+        lanes, self.lanes = self.lanes, []
+        for lane in lanes:
+            lane.detach(err)
         self.driver.detach()
         try:
             qp.close()

@@ -282,6 +282,19 @@ class CompletionQueue:
         """Drop a registration whose work request was never posted."""
         self._handlers.pop(wr_id, None)
 
+    def claim_ids(self, count: int) -> int:
+        """The first of ``count`` consecutive ``wr_id``s no one else will get:
+        a packet lane's, which it puts in :attr:`handlers` itself each time
+        it posts one (the drain takes each entry out as it completes)."""
+        first = next(self._ids)
+        self._ids = itertools.count(first + count)
+        return first
+
+    @property
+    def handlers(self) -> dict[int, CompletionHandler]:
+        """Who gets each posted work request's completion, by ``wr_id``."""
+        return self._handlers
+
     @property
     def compiled(self) -> bool:
         """Whether the compiled core drains this CQ (else pure Python does)."""

@@ -35,6 +35,7 @@ from aiordma.verbs._engine import (
     closed_error,
     total_length,
 )
+from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
 from aiordma.verbs.completion import WorkCompletion
 from aiordma.verbs.endpoint import Endpoint, gid_to_bytes, gid_to_str
 from aiordma.verbs.memory import (
@@ -366,7 +367,7 @@ class QueuePair(Closable):
     @property
     def pending(self) -> int:
         """Posted work requests whose completions have not arrived yet."""
-        return len(self._engine.works)
+        return self._engine.pending()
 
     @property
     def sends_in_flight(self) -> int:
@@ -536,6 +537,33 @@ class QueuePair(Closable):
             engine.check_usable()
             raise ResourceBusyError("receive queue is full")
         engine.post_packet_recv(local, done)
+
+    def open_lane(
+        self, send_mr: MemoryRegion, sends: int, recv_mr: MemoryRegion | None, recvs: int,
+        slot_size: int, sent: Sent, arrived: Arrived, failed: Failed,
+    ) -> PacketLane:  # fmt: skip
+        """Fixed send and receive slots for one owner's packets, posted and
+        completed with no per-packet object (see :class:`PacketLane`): what
+        :class:`~aiordma.MessageChannel` sends and receives through.
+
+        ``sends`` slots of ``slot_size`` bytes from the start of ``send_mr``
+        and ``recvs`` from the start of ``recv_mr`` (which takes that many
+        receive-queue slots for the lane's life). ``sent(slot)``,
+        ``arrived(slot, byte_len)`` and ``failed(error)`` are called from the
+        completion drain and must not raise. The lane stops with the queue
+        pair; its regions stay busy (:attr:`MemoryRegion.inflight`) until
+        the queue pair is destroyed.
+        """
+        if recvs:
+            self._check_own_receives()
+        for mr in (send_mr, recv_mr):
+            if mr is not None and mr.closed:
+                raise ResourceClosedError("cannot use a closed memory region for packets")
+        if recv_mr is not None and not recv_mr.access & Access.LOCAL_WRITE:
+            raise ValueError("packets land only in memory registered with Access.LOCAL_WRITE")
+        return self._engine.open_lane(
+            send_mr, sends, recv_mr, recvs, slot_size, sent, arrived, failed
+        )
 
     def send_room(self) -> bool:
         """Whether a send posted now finds room in the send queue (nobody
@@ -805,7 +833,7 @@ class QueuePair(Closable):
         engine = self._engine
         if engine.qp is None:
             return
-        if engine.works and not self._loop.is_closed():
+        if engine.pending() and not self._loop.is_closed():
             if engine.drained is None or engine.drained.done():
                 engine.drained = self._loop.create_future()
             try:

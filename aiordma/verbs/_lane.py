@@ -1,0 +1,238 @@
+# cython: annotation_typing=True
+"""A message channel's packets on one queue pair: fixed slots, no per-packet objects.
+
+A :class:`PacketLane` sends from numbered slots of one registered region
+and receives into numbered slots of another. It owns one ``wr_id`` per
+slot for its lifetime, so a post is a few integers handed to the queue
+pair's driver, and a completion is one call from the drain to
+:meth:`PacketLane.complete`, which tells the owner ``sent(slot)``,
+``arrived(slot, byte_len)`` or ``failed(error)``. No future, no work
+record, no segment per packet: the work engine (``_engine.py``) creates
+the lane, shares the send queue with it, and stops, flushes and detaches
+it with the queue pair.
+
+Sends are signalled every ``sends // 2``-th; the send queue completes in
+order, so a signalled completion also reports the unsignalled sends
+before it. The lane holds its regions busy (``MemoryRegion.inflight``)
+and its receive slots' share of the receive queue while it lives.
+
+Call order: ``(send | recv | complete)* -> stop -> complete* -> detach``
+(``stop`` when the queue pair closes or fails; ``detach`` before it is
+destroyed).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from aiordma.exceptions import DeviceError, ResourceBusyError
+from aiordma.verbs.memory import MemoryRegion
+
+if TYPE_CHECKING:
+    from aiordma import _cython_shim as cython
+    from aiordma.verbs._engine import WorkEngine
+else:
+    try:
+        import cython
+    except ImportError:  # no Cython: the declarations below mean nothing
+        from aiordma import _cython_shim as cython
+
+_WR_SEND = cython.declare(cython.int, 2)  # _ibv.WR_SEND
+_SIGNALED = cython.declare(cython.int, 2)  # _ibv.SEND_SIGNALED
+
+Sent = Callable[[int], None]
+Arrived = Callable[[int, int], None]
+Failed = Callable[[BaseException], None]
+
+
+@cython.cclass
+class PacketLane:
+    """The packets of one owner (a message channel) on one queue pair.
+
+    ``sends`` slots of ``slot_size`` bytes from the start of ``send_mr``;
+    ``recvs`` of them from the start of ``recv_mr`` (none: the owner's
+    packets arrive elsewhere, e.g. from a shared receive queue). Made by
+    :meth:`WorkEngine.open_lane`.
+    """
+
+    def __init__(
+        self, engine: WorkEngine, send_mr: MemoryRegion, sends: cython.int,
+        recv_mr: MemoryRegion | None, recvs: cython.int, slot_size: cython.Py_ssize_t,
+        sent: Sent, arrived: Arrived, failed: Failed,
+    ) -> None:  # fmt: skip
+        if sends < 1 or recvs < 0 or (recvs and recv_mr is None):
+            raise ValueError("a packet lane needs send slots, and a region for its receive slots")
+        if sends * slot_size > send_mr.length or (
+            recv_mr is not None and recvs * slot_size > recv_mr.length
+        ):
+            raise ValueError("a packet lane's slots must lie inside its regions")
+        self._engine = engine
+        driver = engine.driver
+        self._post_send = driver.post_send
+        self._post_recv = driver.post_recv
+        self._kick = engine.cq.kick
+        self._sq = engine.sq
+        self._handlers = engine.cq.handlers
+        self._size = slot_size
+        self._sends = sends
+        self._recvs = recvs
+        self._send_base = send_mr.addr
+        self._send_lkey = send_mr.lkey
+        self._recv_base = recv_mr.addr if recv_mr is not None else 0
+        self._recv_lkey = recv_mr.lkey if recv_mr is not None else 0
+        self._sent = sent
+        self._arrived = arrived
+        self._failed = failed
+        self._seq = [0] * sends
+        """Each send slot's position among this lane's sends, when last posted."""
+        self._next_seq = 0
+        self._silent: collections.deque[int] = collections.deque()
+        """Send slots posted unsignalled, in order, not yet reported."""
+        self._silent_run = 0
+        self._signal_every = max(1, sends // 2)
+        self._posted = bytearray(sends + recvs)
+        """1 for each slot (receives first) whose work request is posted."""
+        self.outstanding = 0
+        """Posted receives and signalled sends whose completion has not come."""
+        self._stopped = False
+        if recvs and not engine.rq.try_acquire(recvs):
+            raise ResourceBusyError(f"receive queue has no room for {recvs} buffers")
+        self._first = engine.cq.claim_ids(sends + recvs)
+        self._mrs: tuple[MemoryRegion, ...] = (send_mr,) if recv_mr is None else (send_mr, recv_mr)
+        for mr in self._mrs:
+            mr._acquire()
+
+    # -- posting -------------------------------------------------------------
+
+    @cython.ccall
+    def send(self, slot: cython.int, length: cython.Py_ssize_t) -> None:
+        """Post the first ``length`` bytes of send slot ``slot`` (not in use).
+
+        Raises the queue pair's error once it is closing or failed,
+        :class:`ResourceBusyError` when the send queue is full (check
+        :meth:`send_room`), :class:`DeviceError` when the provider refuses.
+        """
+        if slot < 0 or slot >= self._sends or length < 0 or length > self._size:
+            raise ValueError(f"send slot {slot} of {length} bytes is outside the lane")
+        if not self._sq.try_acquire(1):  # raises the queue pair's error once it has one
+            raise ResourceBusyError("send queue is full")
+        index: cython.Py_ssize_t = self._recvs + slot
+        wr_id: cython.ulonglong = self._first + index
+        run: cython.int = self._silent_run + 1
+        silent: cython.bint = run < self._signal_every
+        flags: cython.int = 0 if silent else _SIGNALED
+        addr: cython.ulonglong = self._send_base + slot * self._size
+        self._handlers[wr_id] = self
+        rc: cython.int = self._post_send(wr_id, _WR_SEND, flags, addr, length, self._send_lkey)
+        if rc:
+            del self._handlers[wr_id]
+            self._sq.release(1)
+            self._silent_run = 0
+            raise DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
+        self._silent_run = run if silent else 0
+        self._next_seq += 1
+        self._seq[slot] = self._next_seq
+        self._posted[index] = 1
+        if silent:
+            self._silent.append(slot)
+        else:
+            self.outstanding += 1
+        self._kick()
+
+    @cython.ccall
+    def recv(self, slot: cython.int) -> None:
+        """Post receive slot ``slot`` (not in use). Raises the queue pair's
+        error once it is closing or failed, :class:`DeviceError` when the
+        provider refuses."""
+        if slot < 0 or slot >= self._recvs:
+            raise ValueError(f"receive slot {slot} is outside the lane")
+        if self._stopped:
+            self._engine.check_usable()
+            raise self._engine.close_error()
+        wr_id: cython.ulonglong = self._first + slot
+        addr: cython.ulonglong = self._recv_base + slot * self._size
+        self._handlers[wr_id] = self
+        rc: cython.int = self._post_recv(wr_id, addr, self._size, self._recv_lkey)
+        if rc:
+            del self._handlers[wr_id]
+            raise DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
+        self._posted[slot] = 1
+        self.outstanding += 1
+
+    def send_room(self) -> bool:
+        """Whether a send posted now finds room in the send queue."""
+        return bool(self._sq.can_acquire(1))
+
+    # -- completions ---------------------------------------------------------
+
+    def complete(self, wc: Any) -> None:
+        """One of this lane's work requests completed (called by the CQ's drain)."""
+        index: cython.Py_ssize_t = wc.wr_id - self._first
+        status: cython.int = wc.status
+        if index < 0 or index >= self._sends + self._recvs or not self._posted[index]:
+            return  # not posted (any more): the lane was detached meanwhile
+        self._posted[index] = 0
+        if index < self._recvs:
+            self.outstanding -= 1
+            if status == 0:
+                self._arrived(index, wc.byte_len)
+            else:
+                self._failed(self._engine.packet_error(wc, True))
+        else:
+            self._send_completed(index - self._recvs, status, wc)
+        if self._stopped and self.outstanding == 0:
+            self._engine.lane_idle()
+
+    @cython.cfunc
+    def _send_completed(self, slot: cython.int, status: cython.int, wc: Any) -> None:
+        seq: cython.longlong = self._seq[slot]
+        silent = self._silent
+        settled: list[int] = []
+        while silent and self._seq[silent[0]] < seq:
+            earlier: cython.int = silent.popleft()
+            self._posted[self._recvs + earlier] = 0
+            settled.append(earlier)
+        if silent and silent[0] == slot:
+            silent.popleft()  # its own completion: it failed (or was flushed)
+        else:
+            self.outstanding -= 1
+        self._sq.release(len(settled) + 1)
+        for earlier in settled:
+            self._sent(earlier)
+        if status == 0:
+            self._sent(slot)
+        else:
+            self._failed(self._engine.packet_error(wc, False))
+
+    # -- closing -------------------------------------------------------------
+
+    def stop(self) -> None:
+        """The queue pair is closing or failed: post nothing more (what is
+        posted still completes, or is flushed)."""
+        self._stopped = True
+
+    def detach(self, error: BaseException) -> None:
+        """The queue pair is being destroyed: forget what is posted (its
+        owner gets ``failed(error)`` on the loop's next turn if anything
+        was) and release the regions (idempotent)."""
+        self._stopped = True
+        mrs, self._mrs = self._mrs, ()
+        if not mrs:
+            return
+        pending = False
+        for index in range(self._sends + self._recvs):
+            if self._posted[index]:
+                self._posted[index] = 0
+                self._handlers.pop(self._first + index, None)
+                pending = True
+        self._silent.clear()
+        self.outstanding = 0
+        if self._recvs:
+            self._engine.rq.release(self._recvs)
+        for mr in mrs:
+            mr._release()
+        if pending:
+            self._engine.cq.loop.call_soon(self._failed, error)
