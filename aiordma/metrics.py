@@ -118,6 +118,13 @@ class Stats:
         if _on:
             self.counters[name] += n
 
+    def count(self, name: str, amount_name: str, amount: int) -> None:
+        """One ``name`` event of ``amount`` (``amount_name``): a message and its bytes."""
+        if _on:
+            counters = self.counters
+            counters[name] += 1
+            counters[amount_name] += amount
+
     def observe(self, name: str, seconds: float) -> None:
         if _on:
             histogram = self.histograms.get(name)

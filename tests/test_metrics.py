@@ -77,8 +77,7 @@ def test_histogram_buckets_and_quantiles() -> None:
 
 def test_stats_count_merge_and_switch_off(recording: None) -> None:
     a, b = Stats("a", lambda: {"exposed_bytes": 5}), Stats("b", lambda: {"exposed_bytes": 2})
-    a.add("messages_sent")
-    a.add("bytes_sent", 100)
+    a.count("messages_sent", "bytes_sent", 100)
     b.add("bytes_sent", 11)
     b.observe("call", 2e-3)
     total = metrics.merged("t", [a, b])
@@ -90,8 +89,10 @@ def test_stats_count_merge_and_switch_off(recording: None) -> None:
     assert closed.gauges() == {}
     metrics.enable(False)
     a.add("messages_sent")
+    a.count("messages_sent", "bytes_sent", 5)
     a.observe("call", 1.0)
     assert a.counters["messages_sent"] == 1
+    assert a.counters["bytes_sent"] == 100
     assert "call" not in a.histograms
 
 

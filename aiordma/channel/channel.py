@@ -190,6 +190,10 @@ class MessageChannel(Closable):
             window, control_window, max_exposed, send_slots=send_slots, data=data
         )
         self._send_mr = conn.alloc(send_slots * buffer_size)
+        # Views of both regions for the channel's life (the receive one until
+        # it fails): one view per packet would cost more than the copy.
+        self._send_view = self._send_mr.view()
+        self._recv_view = self._recv_mr.view()
         # Packets go out of, and land in, fixed slots of the two regions.
         own_buffers = 0 if shared is not None else buffers
         self._lane = qp.open_lane(
@@ -224,18 +228,14 @@ class MessageChannel(Closable):
         return {"exposed_bytes": self._state.exposed_bytes, "exposures": len(self._exposures)}
 
     def _count_received(self, header: Header) -> None:
-        stats = self._stats
-        stats.add("messages_received")
-        stats.add("bytes_received", header.length)
-        if header.kind == Kind.RENDEZVOUS:
-            stats.add("large_received")
+        self._stats.count("messages_received", "bytes_received", header.length)
+        if header.code == Kind.RENDEZVOUS:
+            self._stats.add("large_received")
 
     def _count_sent(self, size: int, large: bool) -> None:
-        stats = self._stats
-        stats.add("messages_sent")
-        stats.add("bytes_sent", size)
+        self._stats.count("messages_sent", "bytes_sent", size)
         if large:
-            stats.add("large_sent")
+            self._stats.add("large_sent")
 
     def __repr__(self) -> str:
         state = (
@@ -336,12 +336,14 @@ class MessageChannel(Closable):
             return
         self._error, self._error_tb = exc, exc.__traceback__
         self._state.fail()
+        whole = self._recv_view
         if not self._recv_mr.closed:  # keep what already arrived readable, as TCP does
-            with self._recv_mr.view() as whole:
-                for arrival in self._state.ready:
-                    if arrival.header.kind == Kind.EAGER:
-                        start = arrival.slot * self._size
-                        arrival.saved = bytes(whole[start + HEADER_SIZE : start + arrival.size])
+            for arrival in self._state.ready:
+                if arrival.header.kind == Kind.EAGER:
+                    start = arrival.slot * self._size
+                    arrival.saved = bytes(whole[start + HEADER_SIZE : start + arrival.size])
+        with contextlib.suppress(BufferError):  # nothing reads packets from now on
+            whole.release()
         if self._shared is not None:  # a shared buffer goes back to the pool now
             for arrival in self._state.ready:
                 if arrival.slot >= 0:
@@ -380,10 +382,10 @@ class MessageChannel(Closable):
         state = self._state
         try:
             start = index * self._size
-            with self._recv_mr.view() as whole, whole[start : start + size] as packet:
-                header = Header.unpack(packet, self.max_message)
-                if header.kind == Kind.HELLO:
-                    self._heard(Hello.unpack(packet[HEADER_SIZE:]))
+            packet = self._recv_view[start : start + size]
+            header = Header.unpack(packet, self.max_message)
+            if header.kind == Kind.HELLO:
+                self._heard(Hello.unpack(packet[HEADER_SIZE:]))
             ended, offer, repost = state.arrived(index, header, size)
         except (ProtocolError, ValueError) as err:
             self._protocol_error(err)
@@ -416,7 +418,8 @@ class MessageChannel(Closable):
         start = index * self._size + HEADER_SIZE
         end = start + header.head_length
         try:
-            with self._recv_mr.view() as whole, whole[end : end + header.length] as body:
+            whole = self._recv_view
+            with whole[end : end + header.length] as body:  # valid during the call only
                 taken = self._deliver(bytes(whole[start:end]), body)
             if taken:
                 self._count_received(header)
@@ -493,8 +496,7 @@ class MessageChannel(Closable):
         if arrival.saved is not None:
             return arrival.saved[: arrival.header.head_length]
         start = arrival.slot * self._size + HEADER_SIZE
-        with self._recv_mr.view() as whole:
-            return bytes(whole[start : start + arrival.header.head_length])
+        return bytes(self._recv_view[start : start + arrival.header.head_length])
 
     async def wait_message(self) -> None:
         """Wait until a message has arrived, without taking it.
@@ -580,11 +582,15 @@ class MessageChannel(Closable):
             buffer_view(into)[: header.length] = body
             return header.length
         start = arrival.slot * self._size + HEADER_SIZE + header.head_length
-        with self._recv_mr.view() as whole, whole[start : start + header.length] as data:
-            if into is None:
-                return bytes(data)
-            buffer_view(into)[: header.length] = data
-            return header.length
+        data = self._recv_view[start : start + header.length]
+        if into is None:
+            return bytes(data)
+        if type(into) is bytearray:
+            into[: header.length] = data
+        else:
+            with buffer_view(into) as target:
+                target[: header.length] = data
+        return header.length
 
     async def recv_message(self) -> bytes | bytearray:
         """The next message, in the order they were sent.
@@ -727,13 +733,16 @@ class MessageChannel(Closable):
         try:
             start = slot * self._size
             end = HEADER_SIZE + len(head)
-            with self._send_mr.view() as whole, whole[start : start + self._size] as view:
-                header.pack_into(view)
-                view[HEADER_SIZE:end] = head
-                if body is not None and header.kind == Kind.EAGER:
+            view = self._send_view[start : start + self._size]
+            header.pack_into(view)
+            view[HEADER_SIZE:end] = head
+            if body is not None and header.kind == Kind.EAGER:
+                if type(body) is bytes or type(body) is bytearray:
+                    view[end : end + header.length] = body
+                else:
                     with buffer_view(body) as source:
                         view[end : end + header.length] = source
-                    end += header.length
+                end += header.length
             self._lane.send(slot, end)
         except BaseException as exc:
             self._state.sent(slot)
@@ -757,15 +766,16 @@ class MessageChannel(Closable):
 
     def _pump(self) -> None:
         """Return owed credits if an update is due, and wake waiters."""
-        if self._error is None and self._room_task is None:
-            if not self._lane.send_room():  # an update may be due: try again once there is room
+        if self._error is None and self._room_task is None and self._state.update_due():
+            if not self._lane.send_room():  # try again once there is room
                 self._room_task = asyncio.get_running_loop().create_task(self._pump_later())
             else:
                 packet = self._state.update()
                 if packet is not None:
                     with contextlib.suppress(RdmaError, ResourceClosedError):  # it failed
                         self._post(packet, b"", None)
-        self._wake()
+        if self._waiters:
+            self._wake()
 
     async def _pump_later(self) -> None:
         try:

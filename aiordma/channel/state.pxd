@@ -34,6 +34,7 @@ cdef class ChannelState:
     cpdef object take(self)
     cpdef object send(self, object kind, unsigned long long msg_id=*,
                       unsigned long long length=*, object remote=*, int head_length=*)
+    cpdef bint update_due(self) except *
     cpdef object update(self)
     cpdef sent(self, int slot)
     cdef unsigned long long _apply(self, Header header) except? 0

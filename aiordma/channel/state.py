@@ -249,6 +249,14 @@ class ChannelState:
         return self.send(Kind.HELLO, windows, max_message, None, head_length)
 
     @cython.ccall
+    def update_due(self) -> cython.bint:
+        """Whether a credit-only packet is due (:meth:`update` may still find
+        no slot or credit for it)."""
+        return self.said_hello and (
+            self.data.should_send_update() or self.control.should_send_update()
+        )
+
+    @cython.ccall
     def update(self) -> Packet | None:
         """:meth:`send` for the credit-only packet due now, if one is due and can go."""
         if not self.said_hello:

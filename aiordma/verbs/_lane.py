@@ -32,8 +32,39 @@ from aiordma.exceptions import DeviceError, ResourceBusyError
 from aiordma.verbs.memory import MemoryRegion
 
 if TYPE_CHECKING:
+    import asyncio
+    from typing import Protocol
+
     from aiordma import _cython_shim as cython
-    from aiordma.verbs._engine import WorkEngine
+    from aiordma.verbs._driver.base import QPDriver
+    from aiordma.verbs._slots import SlotPool
+
+    class Completions(Protocol):
+        @property
+        def loop(self) -> asyncio.AbstractEventLoop: ...
+
+        @property
+        def handlers(self) -> dict[int, Any]: ...
+
+        def kick(self) -> None: ...
+
+        def claim_ids(self, count: int) -> int: ...
+
+    class Host(Protocol):
+        """What a lane needs of the work engine that made it."""
+
+        driver: QPDriver
+        cq: Completions
+        sq: SlotPool
+        rq: SlotPool
+
+        def check_usable(self) -> None: ...
+
+        def close_error(self) -> BaseException: ...
+
+        def packet_error(self, wc: Any, recv: bool) -> BaseException: ...
+
+        def lane_idle(self) -> None: ...
 else:
     try:
         import cython
@@ -59,7 +90,7 @@ class PacketLane:
     """
 
     def __init__(
-        self, engine: WorkEngine, send_mr: MemoryRegion, sends: cython.int,
+        self, engine: Host, send_mr: MemoryRegion, sends: cython.int,
         recv_mr: MemoryRegion | None, recvs: cython.int, slot_size: cython.Py_ssize_t,
         sent: Sent, arrived: Arrived, failed: Failed,
     ) -> None:  # fmt: skip

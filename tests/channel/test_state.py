@@ -217,12 +217,25 @@ def test_a_credit_update_falls_due_after_half_a_window() -> None:
     for slot in range(3):
         _queue(state, slot, Header(Kind.EAGER, 0, 0, 5))
         state.take()
+    assert not state.update_due()
     assert state.update() is None
     _queue(state, 3, Header(Kind.EAGER, 0, 0, 5))
     state.take()
+    assert state.update_due()
     _, update = _sent(state.update())
     assert (update.kind, update.credits) == (Kind.CREDIT, 4)
+    assert not state.update_due()
     assert state.update() is None
+
+
+def test_no_update_is_due_before_our_hello() -> None:
+    state = _fresh()
+    state.data.owed = state.data.window  # as if every data buffer came back
+    assert state.data.should_send_update()
+    assert not state.update_due()  # the HELLO carries the first grants
+    _, hello = _sent(state.hello(1 << 20, 4))
+    assert hello.credits == state.data.window
+    assert not state.update_due()
 
 
 def test_control_credits_go_back_once_half_the_control_window_is_owed() -> None:
