@@ -53,10 +53,17 @@ if TYPE_CHECKING:
     class Host(Protocol):
         """What a lane needs of the work engine that made it."""
 
-        driver: QPDriver
-        cq: Completions
-        sq: SlotPool
-        rq: SlotPool
+        @property
+        def driver(self) -> QPDriver: ...
+
+        @property
+        def cq(self) -> Completions: ...
+
+        @property
+        def sq(self) -> SlotPool: ...
+
+        @property
+        def rq(self) -> SlotPool: ...
 
         def check_usable(self) -> None: ...
 

@@ -283,7 +283,7 @@ class CompletionQueue:
         self._handlers.pop(wr_id, None)
 
     def claim_ids(self, count: int) -> int:
-        """The first of ``count`` consecutive ``wr_id``s no one else will get:
+        """The first of ``count`` consecutive work request ids no one else gets:
         a packet lane's, which it puts in :attr:`handlers` itself each time
         it posts one (the drain takes each entry out as it completes)."""
         first = next(self._ids)

@@ -543,7 +543,7 @@ class QueuePair(Closable):
         slot_size: int, sent: Sent, arrived: Arrived, failed: Failed,
     ) -> PacketLane:  # fmt: skip
         """Fixed send and receive slots for one owner's packets, posted and
-        completed with no per-packet object (see :class:`PacketLane`): what
+        completed with no per-packet object (see ``aiordma/verbs/_lane.py``): what
         :class:`~aiordma.MessageChannel` sends and receives through.
 
         ``sends`` slots of ``slot_size`` bytes from the start of ``send_mr``
