@@ -9,11 +9,12 @@ finder ahead of the others that sends each of these names to its source
 instead when
 
 * ``AIORDMA_PURE=1`` is set (comparison, debugging, CI's pure-path run), or
-* the extension was built from another version of the source (a
-  development tree edited since ``./dev setup``): the build writes the
+* any of their extensions was built from another version of the source
+  (a development tree edited since ``./dev setup``): the build writes the
   SHA-256 of the source (the ``.py`` and its ``.pxd``) beside each
-  extension (``<extension>.source``), and a module whose stamp does not
-  match runs from its source.
+  extension (``<extension>.source``). One stale module sends them all to
+  their source, since compiled modules use each other's C declarations
+  (``cimport``), which a module run from source does not have.
 
 Nothing else in the package asks which way a module runs: the two are the
 same code. This module imports nothing of the package (``setup.py`` loads
@@ -101,7 +102,7 @@ def plan(
 ) -> tuple[dict[str, str], list[str], list[str]]:
     """For the package whose directory is ``root``: the listed modules to
     load from source (name to file), those that run compiled, and those
-    whose extension is stale."""
+    whose extension is stale (if any is, none runs compiled)."""
     parent = os.path.dirname(root)
     sources: dict[str, str] = {}
     built: list[str] = []
@@ -123,6 +124,11 @@ def plan(
             sources[name] = source
         else:
             built.append(name)
+    if old:  # the compiled ones may cimport a stale one: none of them runs
+        for name in built:
+            stem = os.path.join(parent, *name.split("."))
+            sources[name] = stem + ".py"
+        built = []
     return sources, built, old
 
 

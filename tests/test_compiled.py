@@ -53,6 +53,24 @@ def test_a_stale_extension_is_passed_over_for_its_source(
     assert (built, stale) == ([], ["pkg.mod"])
 
 
+def test_one_stale_extension_sends_every_listed_module_to_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compiled modules cimport each other: one built from other source
+    must not leave the others compiled against it."""
+    monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    root = _package(tmp_path, "0" * 64)  # pkg.mod: stale
+    fresh = Path(root) / "other.py"
+    fresh.write_text("VALUE = 2\n")
+    (Path(root) / f"other{SUFFIX}").write_bytes(b"")
+    stamp = Path(root) / f"other{SUFFIX}{_compiled.STAMP_SUFFIX}"
+    stamp.write_text(_compiled.source_digest(str(fresh)) + "\n")
+    assert _compiled.plan(root, ["pkg.other"]) == ({}, ["pkg.other"], [])
+    sources, built, stale = _compiled.plan(root, ["pkg.other", "pkg.mod"])
+    assert sources == {"pkg.other": str(fresh), "pkg.mod": os.path.join(root, "mod.py")}
+    assert (built, stale) == ([], ["pkg.mod"])
+
+
 def test_forcing_pure_loads_the_source_of_a_fresh_extension(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
