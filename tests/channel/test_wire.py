@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from aiordma import RemoteBuffer
-from aiordma.channel.wire import HEADER_SIZE, MAX_PROTOCOL, MIN_BUFFER, VERSION, Header, Hello, Kind
+from aiordma.channel.wire import (
+    HEADER_SIZE,
+    LAST_CREDIT,
+    MAX_PROTOCOL,
+    MIN_BUFFER,
+    VERSION,
+    Header,
+    Hello,
+    Kind,
+)
 from aiordma.exceptions import ProtocolError
 
 LIMIT = 64 << 20
@@ -16,6 +27,26 @@ def test_eager_header_round_trips_with_its_payload() -> None:
     packet = header.pack() + b"hello"
     assert len(header.pack()) == HEADER_SIZE
     assert Header.unpack(packet, LIMIT) == header
+
+
+def test_the_layout_is_the_documented_struct_whichever_path_packs_it() -> None:
+    """Compiled, the header is stored and loaded field by field in C; its
+    bytes must be those of ``<BBBBHHQQQIHxx``, every field at its widest."""
+    layout = struct.Struct("<BBBBHHQQQIHxx")
+    remote = RemoteBuffer(0xFEDC_BA98_7654_3210, (1 << 64) - 1, 0xFFFF_FFFE)
+    header = Header(Kind.RENDEZVOUS, 0xFFFF, (1 << 64) - 1, (1 << 64) - 1, remote, 0xFFFE,
+                    0xFFFD, LAST_CREDIT)  # fmt: skip
+    packed = bytearray(b"\xaa" * HEADER_SIZE)  # padding is written too
+    header.pack_into(packed)
+    most = (1 << 64) - 1
+    expected = layout.pack(0xA5, VERSION, Kind.RENDEZVOUS, LAST_CREDIT, 0xFFFF, 0xFFFD,
+                           most, most, remote.addr, remote.rkey, 0xFFFE)  # fmt: skip
+    assert bytes(packed) == expected
+    carried = expected + bytes(0xFFFE)
+    assert Header.unpack(carried, (1 << 64) - 1) == header
+    assert Header.unpack(memoryview(bytearray(carried)), (1 << 64) - 1) == header
+    with pytest.raises(ValueError, match="40 bytes"):
+        header.pack_into(bytearray(HEADER_SIZE - 1))
 
 
 def test_rendezvous_header_carries_the_readable_buffer_and_the_head() -> None:
