@@ -37,18 +37,6 @@ uint = int
 Py_ssize_t = int
 
 
-class _Declared:
-    """A C type that only declarations name (``const[uchar][::1]``, a typed
-    memoryview): it indexes to itself."""
-
-    def __getitem__(self, _item: Any) -> _Declared:
-        return self
-
-
-uchar = _Declared()
-const = _Declared()
-
-
 def cclass(cls: F) -> F:
     """An extension type, compiled; a class, interpreted."""
     return cls
@@ -74,11 +62,6 @@ def final(cls: F) -> F:
 
 def exceptval(_value: Any = None, *, check: bool = True) -> Callable[[F], F]:
     """The value a C function returns when it raised, compiled."""
-    return lambda func: func
-
-
-def annotation_typing(_on: bool) -> Callable[[F], F]:
-    """Whether annotations declare C types in the function, compiled."""
     return lambda func: func
 
 

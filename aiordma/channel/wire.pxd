@@ -11,4 +11,3 @@ cdef class Header:
     cdef readonly int head_length
     cdef readonly int control_credits
     cdef readonly int flags
-    cdef _store(self, object buf, unsigned long long addr, unsigned int rkey)

@@ -1,4 +1,4 @@
-# cython: annotation_typing=True, boundscheck=False, wraparound=False
+# cython: annotation_typing=True
 """The header every message-channel packet starts with, and its codec.
 
 A packet is one RDMA send into one of the peer's pre-posted receive buffers.
@@ -138,35 +138,9 @@ class Header:
         remote = self.remote
         addr = remote.addr if remote is not None else 0
         rkey = remote.rkey if remote is not None else 0
-        if cython.compiled:  # the same layout as _HEADER, stored in C
-            self._store(buf, addr, rkey)
-            return
         _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.code, self.flags, self.credits,
                           self.control_credits, self.msg_id, self.length, addr, rkey,
                           self.head_length)  # fmt: skip
-
-    @cython.cfunc
-    @cython.locals(out=cython.uchar[::1], i=cython.int)
-    def _store(
-        self, buf: memoryview | bytearray, addr: cython.ulonglong, rkey: cython.uint
-    ) -> None:
-        """:meth:`pack_into` in C (compiled only): each field little-endian."""
-        out = buf
-        out[0] = MAGIC
-        out[1] = VERSION
-        out[2] = self.code
-        out[3] = self.flags
-        for i in range(2):
-            out[4 + i] = (self.credits >> 8 * i) & 0xFF
-            out[6 + i] = (self.control_credits >> 8 * i) & 0xFF
-            out[36 + i] = (self.head_length >> 8 * i) & 0xFF
-            out[38 + i] = 0
-        for i in range(4):
-            out[32 + i] = (rkey >> 8 * i) & 0xFF
-        for i in range(8):
-            out[8 + i] = (self.msg_id >> 8 * i) & 0xFF
-            out[16 + i] = (self.length >> 8 * i) & 0xFF
-            out[24 + i] = (addr >> 8 * i) & 0xFF
 
     def pack(self) -> bytes:
         """The header as bytes."""
@@ -179,29 +153,15 @@ class Header:
         magic=cython.int, version=cython.int, kind=cython.int, flags=cython.int,
         credits=cython.int, control=cython.int, msg_id=cython.ulonglong,
         length=cython.ulonglong, addr=cython.ulonglong, rkey=cython.uint, head=cython.int,
-        carried=cython.Py_ssize_t, limit=cython.ulonglong, i=cython.int,
+        carried=cython.Py_ssize_t, limit=cython.ulonglong,
     )  # fmt: skip
     def unpack(data: bytes | bytearray | memoryview, max_length: int) -> Header:
         """Parse and check a received header; ``max_length`` bounds message sizes."""
         if len(data) < HEADER_SIZE:
             raise ProtocolError(f"packet of {len(data)} bytes is shorter than a header")
-        if cython.compiled:  # the same layout as _HEADER, loaded in C (little-endian)
-            raw: cython.const[cython.uchar][::1] = data  # type: ignore[valid-type]
-            magic, version, kind, flags = raw[0], raw[1], raw[2], raw[3]
-            credits = raw[4] | raw[5] << 8
-            control = raw[6] | raw[7] << 8
-            head = raw[36] | raw[37] << 8
-            rkey = msg_id = length = addr = 0
-            for i in range(3, -1, -1):
-                rkey = rkey << 8 | raw[32 + i]
-            for i in range(7, -1, -1):
-                msg_id = msg_id << 8 | raw[8 + i]
-                length = length << 8 | raw[16 + i]
-                addr = addr << 8 | raw[24 + i]
-        else:
-            magic, version, kind, flags, credits, control, msg_id, length, addr, rkey, head = (
-                _HEADER.unpack_from(data)
-            )
+        magic, version, kind, flags, credits, control, msg_id, length, addr, rkey, head = (
+            _HEADER.unpack_from(data)
+        )
         if magic != MAGIC or version != VERSION:
             raise ProtocolError(f"not an aiordma message packet (magic {magic:#x}, v{version})")
         k = _KINDS.get(kind)
