@@ -13,6 +13,7 @@ loop. Nothing blocks and no thread is involved.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import enum
 import errno
@@ -173,6 +174,29 @@ class CompletionHandler(Protocol):
     def complete(self, wc: WC) -> None: ...
 
 
+_ABANDONED: list[tuple[CQ, CompChannel]] = []
+"""The pyverbs CQ and channel of each completion queue collected without
+being closed: kept until the process exits, then closed in order. The
+garbage collector tears a cycle of unreachable objects down in no set
+order, and a completion channel destroyed before its CQ crashes the
+process; a leak, which the ``ResourceWarning`` of the unclosed object
+already reports, is the lesser harm."""
+
+
+def _abandon(cq: CQ, channel: CompChannel) -> None:
+    if not _ABANDONED:
+        atexit.register(_close_abandoned)
+    _ABANDONED.append((cq, channel))
+
+
+def _close_abandoned() -> None:
+    while _ABANDONED:
+        cq, channel = _ABANDONED.pop()
+        for obj in (cq, channel):  # the CQ first; a queue pair left on it makes both fail
+            with contextlib.suppress(Exception):
+                obj.close()
+
+
 class CompletionQueue:
     """A CQ and its completion channel, driven by one event loop.
 
@@ -215,6 +239,7 @@ class CompletionQueue:
                 self._cq.close()  # type: ignore[union-attr]
             channel.close()
             raise
+        self._abandon = weakref.finalize(self, _abandon, self._cq, channel)
         self._reserved = 0
         self._handlers: dict[int, CompletionHandler] = {}
         self._ids = itertools.count(1)
@@ -403,6 +428,7 @@ class CompletionQueue:
         cq, channel = self._cq, self._channel
         if cq is None or channel is None:
             return
+        self._abandon.detach()
         self._cq = self._channel = None
         if not self._loop.is_closed():
             with contextlib.suppress(RuntimeError, ValueError, OSError):

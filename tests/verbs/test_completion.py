@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 
@@ -26,3 +28,30 @@ async def test_completion_queues_no_queue_pair_uses_are_released(
     after = rdma_counts(lab.device)["cq"]
     assert busiest >= before + 3, "the test needs queue pairs enough to fill several CQs"
     assert after == before + 1  # the loop's first CQ is kept for the next queue pair
+
+
+ABANDON = """
+import asyncio, gc, sys, warnings
+import aiordma
+
+async def main() -> None:
+    device = aiordma.Device(sys.argv[1])
+    a, b = await aiordma.connect_loopback_pair(device)
+    await b.post_recv_batch([device.alloc(64) for _ in range(4)])  # left posted, never closed
+
+warnings.simplefilter("ignore", ResourceWarning)
+asyncio.run(main())
+gc.collect()  # the device, its CQ and QPs are one unreachable cycle now
+asyncio.run(asyncio.sleep(0))
+print("survived")
+"""
+
+
+def test_resources_dropped_unclosed_are_collected_without_a_crash(lab: Lab) -> None:
+    """The collector tears an unreachable cycle down in no set order; a
+    completion channel destroyed before its CQ would crash the process."""
+    done = subprocess.run(
+        [sys.executable, "-c", ABANDON, lab.device], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "survived"
