@@ -1,5 +1,5 @@
 # cython: annotation_typing=True
-"""A message channel's packets on one queue pair: fixed slots, no per-packet objects.
+"""A message channel's packets on one queue pair: fixed slots, no work records.
 
 A :class:`PacketLane` sends from numbered slots of one registered region
 and receives into numbered slots of another. It owns one ``wr_id`` per

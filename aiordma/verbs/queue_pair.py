@@ -543,8 +543,9 @@ class QueuePair(Closable):
         slot_size: int, sent: Sent, arrived: Arrived, failed: Failed,
     ) -> PacketLane:  # fmt: skip
         """Fixed send and receive slots for one owner's packets, posted and
-        completed with no per-packet object (see ``aiordma/verbs/_lane.py``): what
-        :class:`~aiordma.MessageChannel` sends and receives through.
+        completed with no work record or future per packet (see
+        ``aiordma/verbs/_lane.py``): what :class:`~aiordma.MessageChannel`
+        sends and receives through.
 
         ``sends`` slots of ``slot_size`` bytes from the start of ``send_mr``
         and ``recvs`` from the start of ``recv_mr`` (which takes that many
