@@ -104,8 +104,7 @@ def plan(
     load from source (name to file), those that run compiled, and those
     whose extension is stale (if any is, none runs compiled)."""
     parent = os.path.dirname(root)
-    sources: dict[str, str] = {}
-    built: list[str] = []
+    found: dict[str, str] = {}
     old: list[str] = []
     for name in modules:
         stem = os.path.join(parent, *name.split("."))
@@ -113,6 +112,7 @@ def plan(
         source = stem + ".py"
         if extension is None or not os.path.exists(source):
             continue  # the normal import finds the one there is
+        found[name] = source
         try:
             with open(extension + STAMP_SUFFIX) as f:
                 fresh = f.read().strip() == source_digest(source)
@@ -120,16 +120,10 @@ def plan(
             fresh = False
         if not fresh:
             old.append(name)
-        if forced_pure() or not fresh:
-            sources[name] = source
-        else:
-            built.append(name)
-    if old:  # the compiled ones may cimport a stale one: none of them runs
-        for name in built:
-            stem = os.path.join(parent, *name.split("."))
-            sources[name] = stem + ".py"
-        built = []
-    return sources, built, old
+    # One stale module sends them all to source: the others may cimport it.
+    if forced_pure() or old:
+        return found, [], old
+    return {}, list(found), old
 
 
 def install(root: str) -> None:

@@ -57,6 +57,12 @@ def _lane(
     return lane, owner, send_mr, recv_mr
 
 
+async def _close(*qps: QueuePair) -> None:
+    for qp in qps:
+        qp.close()
+        await asyncio.wait_for(qp.wait_closed(), 10)
+
+
 @pytest.mark.asyncio
 async def test_packets_go_from_send_slots_into_receive_slots(
     device: aiordma.Device, pair: Pair
@@ -125,9 +131,7 @@ async def test_a_lane_shares_the_send_queue(device: aiordma.Device) -> None:
     await sender.until(lambda: len(sender.sent) == 2, "both sends reported")
     assert lane_a.send_room()
     await receiver.until(lambda: len(receiver.arrived) == 2, "both arrived")
-    for qp in (a, b):
-        qp.close()
-        await asyncio.wait_for(qp.wait_closed(), 10)
+    await _close(a, b)
 
 
 @pytest.mark.asyncio
@@ -136,8 +140,7 @@ async def test_closing_flushes_a_lane_and_frees_its_regions(device: aiordma.Devi
     lane, owner, out, inbox = _lane(device, b, sends=2, recvs=3)
     for slot in range(3):
         lane.recv(slot)
-    b.close()
-    await asyncio.wait_for(b.wait_closed(), 10)  # returns once the three flushes came
+    await _close(b)  # wait_closed returns once the three flushes came
     assert owner.failed
     assert all(isinstance(e, aiordma.ResourceClosedError) for e in owner.failed)
     assert owner.arrived == []
@@ -146,20 +149,17 @@ async def test_closing_flushes_a_lane_and_frees_its_regions(device: aiordma.Devi
         lane.recv(0)
     with pytest.raises(aiordma.ResourceClosedError):
         lane.send(0, 1)
-    a.close()
-    await asyncio.wait_for(a.wait_closed(), 10)
+    await _close(a)
 
 
 @pytest.mark.asyncio
 async def test_a_failed_peer_fails_the_lane_with_the_first_error(device: aiordma.Device) -> None:
     a, b = await aiordma.connect_loopback_pair(device)
     lane, owner, _, _ = _lane(device, a, sends=2, recvs=0)
-    b.close()
-    await asyncio.wait_for(b.wait_closed(), 10)
+    await _close(b)
     lane.send(0, 1)  # nobody receives it: the transport gives up
     await owner.until(lambda: bool(owner.failed), "the send failed")
     assert isinstance(owner.failed[0], aiordma.RdmaError)
     with pytest.raises(aiordma.QueuePairError):
         lane.send(1, 1)
-    a.close()
-    await asyncio.wait_for(a.wait_closed(), 10)
+    await _close(a)
