@@ -138,8 +138,10 @@ async def test_queue_pair_counts_verbs_latency_and_errors(
             await qp.wait_closed()
 
 
-SMALL = [0, 10, 1000]
-LARGE = [100_000, 300_000]
+SMALL = [0, 10, 1000, 100_000]
+"""Sent by copy (eager, or a medium message in pieces): not counted large."""
+LARGE = [300_000, 400_000]
+"""Above the default medium_limit: sent by rendezvous."""
 
 
 @pytest.mark.asyncio
@@ -162,15 +164,15 @@ async def test_channel_counters_match_the_traffic_on_both_sides(lab: Lab, record
             assert await asyncio.wait_for(channel.recv_message(), 30) == b"x" * 50
             await asyncio.wait_for(served.wait(), 30)
             mine = channel.conn.stats()["counters"]
-            assert mine["messages_sent"] == 5
+            assert mine["messages_sent"] == 6
             assert mine["bytes_sent"] == sum(SMALL + LARGE)
             assert mine["large_sent"] == 2
             assert mine["messages_received"] == 1
             assert mine["bytes_received"] == 50
             assert "large_received" not in mine
-            assert channel.stats()["counters"]["messages_sent"] == 5
+            assert channel.stats()["counters"]["messages_sent"] == 6
             theirs = server.stats()
-            assert theirs["counters"]["messages_received"] == 5
+            assert theirs["counters"]["messages_received"] == 6
             assert theirs["counters"]["bytes_received"] == sum(SMALL + LARGE)
             assert theirs["counters"]["large_received"] == 2
             assert theirs["counters"]["messages_sent"] == 1
@@ -179,7 +181,7 @@ async def test_channel_counters_match_the_traffic_on_both_sides(lab: Lab, record
         assert not server.connections
         # Closed connections' counts stay in the server's.
         after = server.stats()
-        assert after["counters"]["messages_received"] == 5
+        assert after["counters"]["messages_received"] == 6
         assert after["counters"]["connections_accepted"] == 1
         assert after["gauges"] == {"connections": 0}
         # A clean close flushes the channel's posted receives: not errors.
@@ -190,7 +192,7 @@ async def test_channel_counters_match_the_traffic_on_both_sides(lab: Lab, record
 
 @pytest.mark.asyncio
 async def test_exposed_bytes_gauge_follows_a_large_send(lab: Lab, recording: None) -> None:
-    size = 200_000
+    size = 300_000  # above the default medium_limit: exposed, not copied
     announced, release = asyncio.Event(), asyncio.Event()
 
     async def late(channel: aiordma.MessageChannel) -> None:

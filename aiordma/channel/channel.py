@@ -31,7 +31,13 @@ from types import TracebackType
 from typing import Any
 
 from aiordma.channel._tasks import spawn
-from aiordma.channel.buffers import Body, Into, buffer_length, buffer_view, check_into
+from aiordma.channel.buffers import (
+    Body,
+    Into,
+    buffer_length,
+    buffer_view,
+    check_into,
+)
 from aiordma.channel.credits import CONTROL_BASE, DataCredits
 from aiordma.channel.link import Link
 from aiordma.channel.pool import SharedReceiveQueue
@@ -52,7 +58,7 @@ from aiordma.exceptions import (
 from aiordma.metrics import Stats
 from aiordma.verbs import Closable
 from aiordma.verbs.completion import check_loop
-from aiordma.verbs.memory import RemoteBuffer
+from aiordma.verbs.memory import MemoryRegion, RemoteBuffer, Segment
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,10 @@ SHARED_SEND_SLOTS = 8
 since such a channel is one of many (a channel of its own has one per
 receive buffer)."""
 DEFAULT_MAX_MESSAGE = 64 << 20
+DEFAULT_MEDIUM_LIMIT = 256 << 10
+"""Bodies up to this size (above the eager limit) are copied through the
+registered slots in pieces, by default; larger ones go by rendezvous
+(docs/decisions/0006)."""
 DEFAULT_MAX_EXPOSED = 256 << 20
 """Bytes of large messages a channel holds exposed at once, by default
 (raised to ``max_message`` when that is larger)."""
@@ -94,7 +104,12 @@ class MessageChannel(Closable):
     there, so the body can still land, unsplit and uncopied, in the
     receiver's own buffer.
 
-    Large messages are exposed through their own registration, for at most
+    Messages too large for one packet but at most ``medium_limit`` bytes
+    (256 KiB by default; 0: none) are copied through the registered slots
+    in several packets, against the same credits, so nothing is registered
+    or exposed for them. Larger ones, and bodies in registered memory
+    (:class:`MemoryRegion`, :class:`Segment`), are read by the peer where
+    they are: exposed through a memory window or their own registration, for at most
     ``exposure_timeout`` seconds (None: until read), and at most
     ``max_exposed`` bytes at once (further large sends wait). By default
     that is 60 s, and 256 MiB or ``max_message`` if larger.
@@ -129,8 +144,11 @@ class MessageChannel(Closable):
         exposure_timeout: float | None = DEFAULT_EXPOSURE_TIMEOUT,
         send_slots: int | None = None,
         protocol: str = "",
+        medium_limit: int = DEFAULT_MEDIUM_LIMIT,
     ) -> None:
         max_exposed = check_limits(max_message, max_exposed, exposure_timeout)
+        if medium_limit < 0:
+            raise ValueError(f"medium_limit must not be negative, not {medium_limit}")
         qp = conn.qp
         shared = qp.shared_receive
         if shared is not None:
@@ -171,6 +189,8 @@ class MessageChannel(Closable):
         """What this channel carries (``""``: plain messages, any peer)."""
         self.exposure_timeout = exposure_timeout
         """Seconds a large message stays readable for the peer (None: no limit)."""
+        self.medium_limit = medium_limit
+        """Bodies up to this size travel by copy in several packets, not by rendezvous."""
         self._qp = qp
         self._loop = qp.loop
         self.eager_limit = buffer_size - HEADER_SIZE
@@ -339,9 +359,16 @@ class MessageChannel(Closable):
         whole = self._recv_view
         if not self._recv_mr.closed:  # keep what already arrived readable, as TCP does
             for arrival in self._state.ready:
-                if arrival.header.kind == Kind.EAGER:
+                kind = arrival.header.kind
+                if kind == Kind.EAGER:
                     start = arrival.slot * self._size
                     arrival.saved = bytes(whole[start + HEADER_SIZE : start + arrival.size])
+                elif (  # whole, and not being taken now
+                    kind == Kind.MEDIUM
+                    and arrival.missing == 0
+                    and (arrival.slot >= 0 or arrival.taken is not None)
+                ):
+                    arrival.saved = self._medium_bytes(arrival)
         with contextlib.suppress(BufferError):  # nothing reads packets from now on
             whole.release()
         if self._shared is not None:  # a shared buffer goes back to the pool now
@@ -349,6 +376,8 @@ class MessageChannel(Closable):
                 if arrival.slot >= 0:
                     self._shared.repost(arrival.slot)
                     arrival.slot = -1
+                while arrival.pieces:
+                    self._shared.repost(arrival.pieces.popleft()[0])
         self._exposures.fail(exc)
         self._wake()
 
@@ -487,7 +516,8 @@ class MessageChannel(Closable):
         """The first queued message was taken: its buffer goes back, its sender
         may be owed a DONE."""
         arrival, done_due = self._state.take()
-        self._repost(arrival.slot)
+        if arrival.slot >= 0:  # not a medium message's, given back already
+            self._repost(arrival.slot)
         if done_due:
             spawn(self._send_control(Kind.DONE, arrival.header.msg_id))
         self._pump()
@@ -495,6 +525,8 @@ class MessageChannel(Closable):
     def _head(self, arrival: Arrival) -> bytes:
         if arrival.saved is not None:
             return arrival.saved[: arrival.header.head_length]
+        if arrival.taken is not None:
+            return arrival.taken[: arrival.header.head_length]
         start = arrival.slot * self._size + HEADER_SIZE
         return bytes(self._recv_view[start : start + arrival.header.head_length])
 
@@ -543,6 +575,8 @@ class MessageChannel(Closable):
             body: bytes | bytearray | int
             if arrival.saved is not None or header.kind == Kind.EAGER:
                 body = self._small_body(arrival, into)
+            elif header.kind == Kind.MEDIUM:
+                body = await self._take_pieces(arrival, into)
             elif into is None:
                 landed = bytearray(header.length)
                 await self._reader.read_body(arrival, landed)
@@ -591,6 +625,71 @@ class MessageChannel(Closable):
             with buffer_view(into) as target:
                 target[: header.length] = data
         return header.length
+
+    async def _take_pieces(self, arrival: Arrival, into: Into | None) -> bytearray | int:
+        """Copy a MEDIUM message's body out piece by piece, each buffer given
+        back (and its credit owed) as soon as it is copied, so a message
+        larger than the window flows. Cancelled, what was copied is kept on
+        the arrival, and the next receive resumes from it."""
+        header = arrival.header
+        head_length = header.head_length
+        landed = bytearray(header.length) if into is None else None
+        target = buffer_view(landed if landed is not None else into)  # type: ignore[arg-type]
+        whole = self._recv_view
+        with target:
+            taken = arrival.taken
+            if taken is not None:  # a cancelled receive copied this much
+                head = taken[:head_length]
+                offset = len(taken) - head_length
+                target[:offset] = memoryview(taken)[head_length:]
+                arrival.taken = None
+            else:
+                start = arrival.slot * self._size + HEADER_SIZE
+                end = start + arrival.size - HEADER_SIZE
+                offset = end - start - head_length
+                target[:offset] = whole[start + head_length : end]
+                head = bytes(whole[start : start + head_length])
+                self._give_back(arrival.slot)
+                arrival.slot = -1
+            pieces = arrival.pieces
+            assert pieces is not None
+            try:
+                while offset < header.length:
+                    self._check()  # failed: the buffers are no longer readable
+                    if not pieces:
+                        await self._changed()
+                        continue
+                    slot, length = pieces.popleft()
+                    start = slot * self._size + HEADER_SIZE
+                    target[offset : offset + length] = whole[start : start + length]
+                    offset += length
+                    self._give_back(slot)
+            except BaseException:
+                if self._error is None:  # cancelled: the next receive resumes
+                    arrival.taken = head + bytes(target[:offset])
+                raise
+        self._pump()
+        return landed if landed is not None else header.length
+
+    def _give_back(self, slot: int) -> None:
+        """A buffer of the MEDIUM message being taken was copied out."""
+        if self._state.piece_taken():
+            self._repost(slot)
+        self._pump()
+
+    def _medium_bytes(self, arrival: Arrival) -> bytes:
+        """A whole MEDIUM message's head and body, copied out of its buffers."""
+        whole = self._recv_view
+        if arrival.taken is not None:
+            parts = [arrival.taken]
+        else:
+            start = arrival.slot * self._size
+            parts = [bytes(whole[start + HEADER_SIZE : start + arrival.size])]
+        assert arrival.pieces is not None
+        for slot, length in arrival.pieces:
+            start = slot * self._size + HEADER_SIZE
+            parts.append(bytes(whole[start : start + length]))
+        return b"".join(parts)
 
     async def recv_message(self) -> bytes | bytearray:
         """The next message, in the order they were sent.
@@ -686,6 +785,14 @@ class MessageChannel(Closable):
                 await self._post_when_possible(Kind.EAGER, 0, size, None, head, data)
             self._count_sent(size, False)
             return
+        if (
+            size <= self.medium_limit
+            and len(head) < self.eager_limit
+            and not isinstance(data, MemoryRegion | Segment)  # registered: no copy
+        ):
+            await self._send_pieces(head, data, size)
+            self._count_sent(size, False)
+            return
         msg_id, exposure = await self._exposures.expose(data, size)
         try:
             async with self._send_lock:
@@ -704,6 +811,47 @@ class MessageChannel(Closable):
                 self._exposures.revoke(msg_id, asyncio.CancelledError())
             raise
         self._count_sent(size, True)
+
+    async def _send_pieces(self, head: bytes, data: Body, size: int) -> None:
+        """Send a MEDIUM message: its head and first bytes, then PIECEs, each
+        copied into a send slot as credit allows. Once the first packet went,
+        the message goes whole: cancelled, the rest is copied and sent by a
+        task (which holds the send lock until it is done)."""
+        await self._send_lock.acquire()
+        handed = False
+        try:
+            with buffer_view(data) as view:
+                offset = 0
+                try:
+                    room = self.eager_limit - len(head)
+                    await self._post_when_possible(Kind.MEDIUM, 0, size, None, head, view[:room])
+                    offset = room
+                    while offset < size:
+                        piece = view[offset : offset + self.eager_limit]
+                        await self._post_when_possible(Kind.PIECE, 0, len(piece), None, b"", piece)
+                        offset += len(piece)
+                except asyncio.CancelledError:
+                    if offset:  # begun: the peer must get all of it
+                        rest = bytes(view[offset:size])
+                        spawn(self._finish_pieces(rest))
+                        handed = True
+                    raise
+        finally:
+            if not handed:
+                self._send_lock.release()
+
+    async def _finish_pieces(self, rest: bytes) -> None:
+        """The end of a MEDIUM message whose send was cancelled; releases the send lock."""
+        try:
+            view, offset = memoryview(rest), 0
+            while offset < len(rest):
+                piece = view[offset : offset + self.eager_limit]
+                await self._post_when_possible(Kind.PIECE, 0, len(piece), None, b"", piece)
+                offset += len(piece)
+        except (RdmaError, ResourceClosedError, ConnectionError) as exc:
+            log.debug("could not finish a cancelled message: %r", exc)
+        finally:
+            self._send_lock.release()
 
     async def _post_when_possible(
         self, kind: Kind, msg_id: int, length: int, remote: RemoteBuffer | None,
@@ -736,13 +884,19 @@ class MessageChannel(Closable):
             view = self._send_view[start : start + self._size]
             header.pack_into(view)
             view[HEADER_SIZE:end] = head
-            if body is not None and header.kind == Kind.EAGER:
-                if type(body) is bytes or type(body) is bytearray:
-                    view[end : end + header.length] = body
+            if body is not None:  # EAGER's whole body, or MEDIUM's or PIECE's part of it
+                if (
+                    type(body) is bytes
+                    or type(body) is bytearray
+                    or (type(body) is memoryview and body.format == "B" and body.ndim == 1)
+                ):
+                    length = len(body)
+                    view[end : end + length] = body
                 else:
                     with buffer_view(body) as source:
-                        view[end : end + header.length] = source
-                end += header.length
+                        length = len(source)
+                        view[end : end + length] = source
+                end += length
             self._lane.send(slot, end)
         except BaseException as exc:
             self._state.sent(slot)

@@ -12,6 +12,9 @@ cdef class Arrival:
     cdef public bint revoked
     cdef public bint reading
     cdef public bint acked
+    cdef public object pieces
+    cdef public long long missing
+    cdef public object taken
 
 cdef class ChannelState:
     cdef public DataCredits data
@@ -22,6 +25,7 @@ cdef class ChannelState:
     cdef public bint said_hello
     cdef public bint failed
     cdef public object ready
+    cdef public Arrival filling
     cdef public long long max_exposed
     cdef public dict exposed
     cdef public long long exposed_bytes
@@ -32,6 +36,7 @@ cdef class ChannelState:
     cdef object _ids
     cpdef object arrived(self, int slot, Header header, Py_ssize_t size)
     cpdef object take(self)
+    cpdef bint piece_taken(self) except *
     cpdef object send(self, object kind, unsigned long long msg_id=*,
                       unsigned long long length=*, object remote=*, int head_length=*)
     cpdef bint update_due(self) except *

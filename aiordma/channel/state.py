@@ -71,7 +71,11 @@ class Arrival:
     eager message, copied out when the connection failed. ``revoked``: the
     sender withdrew this rendezvous message (REVOKE). ``reading``: this side
     is reading the rendezvous body now. ``acked``: this side answered the
-    sender's REVOKE (a DONE that says it will not read).
+    sender's REVOKE (a DONE that says it will not read). A MEDIUM message
+    also has ``pieces``, the ``(slot, length)`` of each PIECE that arrived
+    and was not taken yet, and ``missing``, the body bytes still to arrive;
+    ``taken`` holds its head and the body bytes a receive took before it
+    was cancelled (``slot`` is then -1: the first buffer went back).
     """
 
     def __init__(
@@ -85,6 +89,9 @@ class Arrival:
         self.revoked = False
         self.reading = False
         self.acked = False
+        self.pieces: collections.deque[tuple[int, int]] | None = None
+        self.missing = 0
+        self.taken: bytes | None = None
 
     def __repr__(self) -> str:
         return (f"Arrival(slot={self.slot}, header={self.header!r}, size={self.size}, "
@@ -99,6 +106,10 @@ _DONE = cython.declare(cython.int, 3)
 _CONTROL_CREDIT_KIND = cython.declare(cython.int, 5)
 _REVOKE = cython.declare(cython.int, 6)
 _HELLO_KIND = cython.declare(cython.int, 7)
+_MEDIUM = cython.declare(cython.int, 8)
+_PIECE = cython.declare(cython.int, 9)
+
+_HEADER_SIZE = cython.declare(cython.int, 40)  # wire.HEADER_SIZE (checked by the tests)
 
 # What each kind of packet spends (see Cost), as C integers for typed code.
 _DATA = cython.declare(cython.int, 0)
@@ -109,7 +120,7 @@ _CONTROL_UPDATE = cython.declare(cython.int, 2)
 @cython.cfunc
 def _cost(code: cython.int) -> cython.int:
     """What a packet of kind ``code`` spends (the last control credit is kept for updates)."""
-    if code in (_EAGER, _RENDEZVOUS):
+    if code in (_EAGER, _RENDEZVOUS, _MEDIUM, _PIECE):
         return _DATA
     if code == _CONTROL_CREDIT_KIND:
         return _CONTROL_UPDATE
@@ -148,6 +159,8 @@ class ChannelState:
         """Whether our HELLO went: it carries our first grants, so no credit
         update may go before it."""
         self.ready: collections.deque[Arrival] = collections.deque()
+        self.filling: Arrival | None = None
+        """The MEDIUM message whose pieces are still arriving."""
         self.max_exposed = max_exposed
         self.exposed: dict[int, int] = {}
         """Sizes of the large messages this side holds exposed, by message id."""
@@ -177,11 +190,34 @@ class ChannelState:
         fails). Raises :class:`ProtocolError` (or ValueError, for
         impossible credits) when the peer broke the protocol.
         """
-        ended: cython.ulonglong = self._apply(header)
         code: cython.int = header.code
-        if code in (_EAGER, _RENDEZVOUS):
+        filling: Arrival | None = self.filling
+        if filling is not None and code in (_EAGER, _RENDEZVOUS, _MEDIUM):
+            raise ProtocolError(
+                f"a message began before the {filling.missing} bytes still missing of "
+                "the medium message before it"
+            )
+        ended: cython.ulonglong = self._apply(header)
+        if code == _PIECE:
+            if filling is None:
+                raise ProtocolError("a PIECE with no medium message to continue")
+            if header.length > filling.missing:
+                raise ProtocolError(
+                    f"a PIECE of {header.length} bytes where {filling.missing} are missing"
+                )
+            filling.pieces.append((slot, header.length))  # type: ignore[union-attr]
+            filling.missing -= header.length
+            if filling.missing == 0:
+                self.filling = None
+            return ended, False, False
+        if code in (_EAGER, _RENDEZVOUS, _MEDIUM):
             ready = self.ready
-            ready.append(Arrival(slot, header, size))
+            arrival = Arrival(slot, header, size)
+            ready.append(arrival)
+            if code == _MEDIUM:
+                arrival.pieces = collections.deque()
+                arrival.missing = header.length - (size - _HEADER_SIZE - header.head_length)
+                self.filling = arrival
             return ended, code == _EAGER and len(ready) == 1, False
         self.control.reposted(code != _CONTROL_CREDIT_KIND)
         return ended, False, True
@@ -240,6 +276,17 @@ class ChannelState:
             control.take_for_update()
         return self.free_slots.pop(), header
 
+    @cython.ccall
+    def piece_taken(self) -> cython.bint:
+        """A buffer of the MEDIUM message being taken (its first packet, or a
+        PIECE) was copied out: it is counted reposted, before the message is
+        whole. Returns whether the channel must repost it now (False once
+        failed)."""
+        if self.failed:
+            return False
+        self.data.reposted()
+        return True
+
     def hello(self, max_message: int, head_length: int) -> Packet | None:
         """:meth:`send` for our HELLO: ``max_message``, and our windows (the
         grants ride on it as on any packet); its body of ``head_length``
@@ -296,7 +343,7 @@ class ChannelState:
             self.peer_max_message = header.length
         data.granted(header.credits)
         self.control.granted(header.control_credits)
-        if code in (_EAGER, _RENDEZVOUS):
+        if code in (_EAGER, _RENDEZVOUS, _MEDIUM, _PIECE):
             data.arrived(header.flags & LAST_CREDIT != 0)
         elif code == _DONE:
             if header.msg_id in self.exposed:

@@ -30,11 +30,12 @@ else:
         from aiordma import _cython_shim as cython
 
 MAGIC: Final = 0xA5
-VERSION: Final = 4
+VERSION: Final = 5
 """2 added REVOKE and HELLO; 3 made HELLO carry each side's windows and first
 grants, and data packets say when they spend the last credit; 4 made HELLO
-carry a :class:`Hello` (the sender's receive buffer size and protocol). A
-peer speaking another version is refused at its first packet."""
+carry a :class:`Hello` (the sender's receive buffer size and protocol); 5
+added MEDIUM and PIECE. A peer speaking another version is refused at its
+first packet."""
 
 _HEADER: Final = struct.Struct("<BBBBHHQQQIHxx")
 HEADER_SIZE: Final = _HEADER.size
@@ -68,6 +69,14 @@ class Kind(enum.IntEnum):
     control window (high 32 bits) and data window (low 32 bits), its
     credits are the sender's first grants (nothing is granted before), and
     its head is a :class:`Hello`."""
+    MEDIUM = 8
+    """The first packet of a message too large for one packet but sent by
+    copy (no exposure): ``length`` is the whole body's, and the packet
+    carries the head and the body's first bytes; PIECE packets bring the
+    rest, next on the data path (nothing else of the sender's data goes
+    between them)."""
+    PIECE = 9
+    """The next ``length`` bytes of the MEDIUM message being received."""
 
 
 # The kinds as C integers, for typed code (compiled, comparing with these is
@@ -75,6 +84,8 @@ class Kind(enum.IntEnum):
 _EAGER = cython.declare(cython.int, 1)
 _RENDEZVOUS = cython.declare(cython.int, 2)
 _HELLO_KIND = cython.declare(cython.int, 7)
+_MEDIUM = cython.declare(cython.int, 8)
+_PIECE = cython.declare(cython.int, 9)
 
 LAST_CREDIT: Final = 1
 """Flag: this data packet spent the sender's last data credit (a receiver
@@ -185,6 +196,14 @@ class Header:
                 raise ProtocolError(
                     f"eager packet says {head} + {length} bytes but carries {carried}"
                 )
+        elif kind == _MEDIUM:
+            if length == 0 or head >= carried or head + length <= carried:
+                raise ProtocolError(
+                    f"medium packet says {head} + {length} bytes but carries {carried}"
+                )
+        elif kind == _PIECE:
+            if head or length == 0 or length != carried:
+                raise ProtocolError(f"piece says {head} + {length} bytes but carries {carried}")
         elif kind == _HELLO_KIND:
             if head != carried:
                 raise ProtocolError(f"HELLO packet says {head} head bytes, carries {carried}")

@@ -188,10 +188,98 @@ async def test_receiving_into_registered_memory(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
-async def test_medium_messages_for_plain_memory_go_through_one_staging_buffer(
+async def test_medium_messages_are_copied_in_pieces_and_register_nothing(
     lab: Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with channel_to(lab, echo) as channel:
+    """Bodies above the eager limit and up to ``medium_limit`` travel as
+    packets through the registered slots, even when they are many windows
+    long; the next size up goes by rendezvous."""
+    options = {"window": 4, "buffer_size": 1024, "medium_limit": 40_000}
+    async with channel_to(lab, echo, **options) as channel:
+        registered: list[object] = []
+        register = channel.conn.register
+
+        def recording_register(obj: object, *args: aiordma.Access) -> aiordma.MemoryRegion:
+            registered.append(obj)
+            return register(obj, *args)
+
+        monkeypatch.setattr(channel.conn, "register", recording_register)
+        sizes = [channel.eager_limit + 1, 20_000, 40_000]
+        for i, size in enumerate(sizes):
+            data = _payload(i, size)
+            await channel.send_message(data, head=b"h%d" % i)
+            head, body = await asyncio.wait_for(channel.recv_message_with_head(), 30)
+            assert head == b""  # the echo sends the body back alone
+            assert (type(body), body) == (bytearray, data)
+            target = bytearray(size + 5)
+            await channel.send_message(memoryview(data))
+            assert await asyncio.wait_for(channel.recv_message_into(target), 30) == size
+            assert target[:size] == data
+        assert registered == []
+        assert channel.stats()["counters"].get("large_sent", 0) == 0
+        await channel.send_message(_payload(9, 40_001))
+        assert await asyncio.wait_for(channel.recv_message(), 30) == _payload(9, 40_001)
+        assert [type(obj) for obj in registered] == [bytes]  # that one was exposed
+
+
+@pytest.mark.asyncio
+async def test_a_receive_cancelled_inside_a_medium_message_leaves_it_whole(lab: Lab) -> None:
+    async with channel_to(lab, echo, window=4, buffer_size=1024) as channel:
+        data = _payload(1, 30_000)  # some 30 packets against 4 credits
+        await channel.send_message(data, head=b"head")
+        await asyncio.wait_for(channel.wait_message(), 30)
+        target = bytearray(30_000)
+        receiving = asyncio.ensure_future(channel.recv_message_into(target))
+        await asyncio.sleep(0)  # it copies what is there, then waits for the rest
+        receiving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await receiving
+        partial = channel._state.ready[0].taken
+        assert partial is not None
+        assert 0 < len(partial) < 30_000  # cancelled part-way: the rest is still to come
+        head, body = await asyncio.wait_for(channel.recv_message_with_head(), 30)
+        assert head == b""
+        assert body == data
+        await channel.send_message(b"next")
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"next"
+
+
+@pytest.mark.asyncio
+async def test_a_send_cancelled_inside_a_medium_message_still_delivers_it_whole(
+    lab: Lab,
+) -> None:
+    go = asyncio.Event()
+    got: list[tuple[bytes, bytes | bytearray | int]] = []
+
+    async def late(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        await go.wait()
+        for _ in range(2):
+            got.append(await channel.recv_message_with_head())
+        await channel.send_message(b"done")
+
+    async with channel_to(lab, late, window=4, buffer_size=1024) as channel:
+        await asyncio.wait_for(channel._peer_limit(), 30)  # the peer's HELLO came
+        data = bytearray(_payload(2, 30_000))
+        sending = asyncio.ensure_future(channel.send_message(data, head=b"first"))
+        await asyncio.sleep(0)  # it sends what the credits allow, then waits
+        assert not sending.done()
+        sending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+        data[:] = bytes(len(data))  # the rest was copied: the caller may reuse it
+        after = asyncio.ensure_future(channel.send_message(b"after"))
+        go.set()
+        await asyncio.wait_for(after, 30)
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"done"
+    assert got == [(b"first", _payload(2, 30_000)), (b"", b"after")]
+
+
+@pytest.mark.asyncio
+async def test_rendezvous_messages_for_plain_memory_go_through_one_staging_buffer(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with channel_to(lab, echo, medium_limit=0) as channel:
         registered: list[object] = []
         register = channel.conn.register
 
@@ -582,7 +670,9 @@ async def test_unread_large_messages_are_bounded_then_revoked_on_both_sides(lab:
                 outcome.append(exc)
         await channel.send_message(b"after")
 
-    prepare = channel_factory(max_exposed=bound, max_message=bound, exposure_timeout=1.0)
+    prepare = channel_factory(  # medium_limit=0: these go by rendezvous, not by copy
+        max_exposed=bound, max_message=bound, exposure_timeout=1.0, medium_limit=0
+    )
     async with await aiordma.start_server(
         never_reads_until_told, lab.addr, 0, prepare=prepare
     ) as server:
@@ -613,7 +703,7 @@ async def test_cancelling_a_large_send_revokes_it(lab: Lab) -> None:
         await _take_withdrawn_then_next(conn.prepared, announced, got)
         finished.set()
 
-    async with channel_to(lab, slow) as channel:
+    async with channel_to(lab, slow, medium_limit=0) as channel:  # by rendezvous
         send = asyncio.ensure_future(channel.send_message(bytes(100_000)))
         await asyncio.wait_for(announced.wait(), 60)
         assert channel.exposed_bytes == 100_000

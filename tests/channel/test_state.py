@@ -386,6 +386,145 @@ def test_the_c_kind_constants_match_the_enum() -> None:
     if not hasattr(state, "_EAGER"):
         pytest.skip("compiled: the constants are C globals")
     constants = (state._EAGER, state._RENDEZVOUS, state._DONE, state._CONTROL_CREDIT_KIND,
-                 state._REVOKE, state._HELLO_KIND)  # fmt: skip
-    kinds = (Kind.EAGER, Kind.RENDEZVOUS, Kind.DONE, Kind.CONTROL_CREDIT, Kind.REVOKE, Kind.HELLO)
+                 state._REVOKE, state._HELLO_KIND, state._MEDIUM, state._PIECE)  # fmt: skip
+    kinds = (Kind.EAGER, Kind.RENDEZVOUS, Kind.DONE, Kind.CONTROL_CREDIT, Kind.REVOKE, Kind.HELLO,
+             Kind.MEDIUM, Kind.PIECE)  # fmt: skip
     assert constants == kinds
+    assert state._HEADER_SIZE == HEADER_SIZE
+
+
+def _medium(state: ChannelState, slot: int, length: int, first: int, head: int = 0) -> None:
+    """The first packet of a medium message of ``length`` body bytes lands,
+    carrying ``head`` head bytes and ``first`` body bytes."""
+    header = Header(Kind.MEDIUM, 0, 0, length, head_length=head)
+    assert not _queue(state, slot, header, HEADER_SIZE + head + first)  # never offered
+
+
+def test_a_medium_message_collects_its_pieces_until_whole() -> None:
+    state = _state()
+    _medium(state, 3, 100, 40, head=5)
+    arrival = state.ready[0]
+    assert arrival.pieces is not None
+    assert (arrival.slot, arrival.missing, list(arrival.pieces)) == (3, 60, [])
+    assert state.filling is arrival
+    assert not _queue(state, 5, Header(Kind.PIECE, 0, 0, 50), HEADER_SIZE + 50)
+    assert not _queue(state, 1, Header(Kind.PIECE, 0, 0, 10), HEADER_SIZE + 10)
+    assert (arrival.missing, list(arrival.pieces)) == (0, [(5, 50), (1, 10)])
+    assert state.filling is None
+    # The receiver gives each buffer back as it copies it out, before the message is whole.
+    assert state.piece_taken()
+    assert state.piece_taken()
+    assert state.data.owed == 2
+    arrival.slot = -1  # the first buffer went back already
+    taken, done_due = state.take()
+    assert taken is arrival
+    assert not done_due
+    assert state.data.owed == 2  # take() counted nothing twice
+    assert not state.ready
+    assert _queue(state, 2, Header(Kind.EAGER, 0, 0, 5))  # the next message is offered as usual
+
+
+def test_pieces_out_of_place_are_protocol_errors() -> None:
+    state = _state()
+    with pytest.raises(ProtocolError, match="no medium message"):
+        _queue(state, 0, Header(Kind.PIECE, 0, 0, 10), HEADER_SIZE + 10)
+    state = _state()
+    _medium(state, 0, 100, 40)
+    with pytest.raises(ProtocolError, match="of 61 bytes where 60 are missing"):
+        _queue(state, 1, Header(Kind.PIECE, 0, 0, 61), HEADER_SIZE + 61)
+    for header in (Header(Kind.EAGER, 0, 0, 5), _rendezvous(3), Header(Kind.MEDIUM, 0, 0, 99)):
+        with pytest.raises(ProtocolError, match="60 bytes still missing"):
+            state.arrived(1, header, HEADER_SIZE + 5)
+    assert _control(state, Header(Kind.CREDIT, 0)) == 0  # control packets may go between
+
+
+def test_after_a_failure_pieces_are_not_counted_back() -> None:
+    state = _state()
+    _medium(state, 0, 100, 40)
+    state.fail()
+    assert not state.piece_taken()
+    assert state.data.owed == 0
+
+
+def test_medium_packets_spend_data_credits_and_the_last_says_so() -> None:
+    state = _state()
+    kinds = [Kind.MEDIUM] + [Kind.PIECE] * 7
+    headers = [_sent(state.send(kind, 0, 10, None, 0))[1] for kind in kinds]
+    assert [h.flags for h in headers] == [0] * 7 + [LAST_CREDIT]
+    assert state.send(Kind.PIECE, 0, 10) is None  # out of data credit
+    assert state.data.available == 0
+    assert state.control.available == 4
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_medium_messages_larger_than_the_window_flow_piece_by_piece(seed: int) -> None:
+    """Messages of up to three windows of pieces: the receiver gives each
+    buffer back as it copies it, credits flow back, nothing stalls and no
+    packet meets an empty receive queue."""
+    rng = random.Random(seed)
+    a, b = _Side(4, 4), _Side(4, 4)
+    wires: dict[int, list[Header]] = {id(a): [], id(b): []}
+    for side, peer in ((a, b), (b, a)):
+        side.post(side.state.hello(1 << 20, 4), wires[id(peer)])
+    messages = [rng.randrange(2, 13) for _ in range(20)]  # pieces per message
+    to_send = [(i, n) for i, n in enumerate(messages)]
+    sent_pieces = 0  # of the message a is sending
+    received: list[int] = []
+    copied = 0  # pieces of b's first queued message copied out
+    for _ in range(100_000):
+        moves: list[tuple[str, _Side]] = []
+        if to_send:
+            moves.append(("send", a))
+        for side in (a, b):
+            if wires[id(side)]:
+                moves.append(("land", side))
+            if side.unsettled:
+                moves.append(("settle", side))
+        if b.state.ready:
+            moves.append(("copy", b))
+        if not moves:
+            break
+        move, side = rng.choice(moves)
+        if move == "send":
+            index, pieces = to_send[0]
+            kind = Kind.MEDIUM if sent_pieces == 0 else Kind.PIECE
+            length = pieces * 10 if kind == Kind.MEDIUM else 10
+            if a.post(a.state.send(kind, index, length, None, 0), wires[id(b)]):
+                sent_pieces += 1
+                if sent_pieces == pieces:
+                    to_send.pop(0)
+                    sent_pieces = 0
+        elif move == "copy":
+            arrival = b.state.ready[0]
+            assert arrival.pieces is not None
+            if copied == 0:
+                assert b.state.piece_taken()
+                b.posted += 1
+                copied = 1
+            elif arrival.pieces:
+                arrival.pieces.popleft()
+                assert b.state.piece_taken()
+                b.posted += 1
+                copied += 1
+            if copied == messages[arrival.header.msg_id]:
+                arrival.slot = -1
+                b.state.take()
+                received.append(arrival.header.msg_id)
+                copied = 0
+        else:
+            if move == "land":
+                header = wires[id(side)].pop(0)
+                assert side.posted > 0, "a packet met an empty receive queue"
+                side.posted -= 1
+                carried = 10 if header.kind in (Kind.MEDIUM, Kind.PIECE) else 0
+                size = HEADER_SIZE + (carried or header.length)
+                if header.kind == Kind.HELLO:
+                    size = HEADER_SIZE + header.head_length
+                _, _, repost = side.state.arrived(0, header, size)
+                side.posted += repost
+            else:
+                side.state.sent(side.unsettled.pop(rng.randrange(len(side.unsettled))))
+        for side, peer in ((a, b), (b, a)):
+            side.pump(wires[id(peer)])
+    assert received == list(range(len(messages)))
+    assert b.posted == b.state.buffers

@@ -62,6 +62,13 @@ def test_eager_head_and_body_lengths_add_up() -> None:
     assert Header.unpack(header.pack() + b"hibod", LIMIT) == header
 
 
+def test_a_medium_message_starts_with_its_head_and_continues_in_pieces() -> None:
+    first = Header(Kind.MEDIUM, 0, 1, length=10, head_length=2)
+    assert Header.unpack(first.pack() + b"hi" + b"body", LIMIT) == first  # 4 of 10 bytes
+    piece = Header(Kind.PIECE, 0, 1, length=6)
+    assert Header.unpack(piece.pack() + b"rest!!", LIMIT) == piece
+
+
 @pytest.mark.parametrize(
     ("packet", "message"),
     [
@@ -73,6 +80,12 @@ def test_eager_head_and_body_lengths_add_up() -> None:
         (Header(Kind.CREDIT, 0).pack() + b"x", "CREDIT packet with a payload"),
         (Header(Kind.EAGER, 0, 1, LIMIT + 1).pack(), "exceeds the limit"),
         (Header(Kind.RENDEZVOUS, 0, 1, 100).pack(), "without a readable buffer"),
+        (Header(Kind.MEDIUM, 0, 1, 4, head_length=2).pack() + b"hibody", "medium packet says"),
+        (Header(Kind.MEDIUM, 0, 1, 9, head_length=2).pack() + b"hi", "medium packet says"),
+        (Header(Kind.MEDIUM, 0, 1, 0).pack() + b"x", "medium packet says 0 \\+ 0"),
+        (Header(Kind.PIECE, 0, 1, 4).pack() + b"abc", "piece says 0 \\+ 4 bytes"),
+        (Header(Kind.PIECE, 0, 1, 0).pack(), "piece says 0 \\+ 0"),
+        (Header(Kind.PIECE, 0, 1, 2, head_length=1).pack() + b"abc", "piece says 1 \\+ 2"),
     ],
 )
 def test_malformed_packets_raise_protocol_error(packet: bytes, message: str) -> None:
@@ -141,8 +154,10 @@ def test_the_c_kind_constants_match_the_enum() -> None:
     # cannot see; the source (which the build compiles) is checked here.
     if not hasattr(wire, "_EAGER"):
         pytest.skip("compiled: the constants are C globals")
-    assert (wire._EAGER, wire._RENDEZVOUS, wire._HELLO_KIND) == (
+    assert (wire._EAGER, wire._RENDEZVOUS, wire._HELLO_KIND, wire._MEDIUM, wire._PIECE) == (
         Kind.EAGER,
         Kind.RENDEZVOUS,
         Kind.HELLO,
+        Kind.MEDIUM,
+        Kind.PIECE,
     )
