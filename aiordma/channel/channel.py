@@ -31,13 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from aiordma.channel._tasks import spawn
-from aiordma.channel.buffers import (
-    Body,
-    Into,
-    buffer_length,
-    buffer_view,
-    check_into,
-)
+from aiordma.channel.buffers import Body, Into, buffer_length, buffer_view, check_into
 from aiordma.channel.credits import CONTROL_BASE, DataCredits
 from aiordma.channel.link import Link
 from aiordma.channel.pool import SharedReceiveQueue
@@ -109,8 +103,8 @@ class MessageChannel(Closable):
     in several packets, against the same credits, so nothing is registered
     or exposed for them. Larger ones, and bodies in registered memory
     (:class:`MemoryRegion`, :class:`Segment`), are read by the peer where
-    they are: exposed through a memory window or their own registration, for at most
-    ``exposure_timeout`` seconds (None: until read), and at most
+    they are: exposed through a memory window or a registration of their
+    own, for at most ``exposure_timeout`` seconds (None: until read), and at most
     ``max_exposed`` bytes at once (further large sends wait). By default
     that is 60 s, and 256 MiB or ``max_message`` if larger.
 
@@ -738,9 +732,12 @@ class MessageChannel(Closable):
         """Send ``data`` as one message, with an optional small ``head``.
 
         Small messages are copied into a registered send buffer: this returns
-        once that is posted, and ``data`` may be reused at once. Larger ones
-        are read by the peer from ``data`` itself, and this returns once the
-        peer has them; ``data`` must not change meanwhile. Waits for credit
+        once that is posted, and ``data`` may be reused at once. So are
+        plain bodies up to ``medium_limit``, in several packets; cancelled
+        after the first went, the rest is copied and still delivered.
+        Larger ones, and registered memory, are read by the peer from
+        ``data`` itself, and this returns once the peer has them; ``data``
+        must not change meanwhile. Waits for credit
         when the peer is slow to receive, and for room under ``max_exposed``.
         Cancelling a large send, or the peer not reading it within
         ``exposure_timeout`` (:class:`ExposureTimeoutError`), revokes it:
