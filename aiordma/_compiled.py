@@ -40,6 +40,7 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.wire",
     "aiordma.channel.credits",
     "aiordma.channel.state",
+    "aiordma.verbs._slots",
     "aiordma.verbs._lane",
 )
 """The modules on the per-message path, compiled when the build could.

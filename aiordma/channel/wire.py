@@ -114,7 +114,7 @@ class Header:
         head_length: cython.int = 0, control_credits: cython.int = 0, flags: cython.int = 0,
     ) -> None:  # fmt: skip
         self.kind = kind
-        self.code = kind
+        self.code: int = kind
         self.credits = credits
         self.msg_id = msg_id
         self.length = length
@@ -149,6 +149,8 @@ class Header:
         remote = self.remote
         addr = remote.addr if remote is not None else 0
         rkey = remote.rkey if remote is not None else 0
+        if cython.compiled and store_into(buf, self, addr, rkey):
+            return  # stored in C (wire.pxd)
         _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.code, self.flags, self.credits,
                           self.control_credits, self.msg_id, self.length, addr, rkey,
                           self.head_length)  # fmt: skip
@@ -160,56 +162,73 @@ class Header:
         return bytes(buf)
 
     @staticmethod
-    @cython.locals(
-        magic=cython.int, version=cython.int, kind=cython.int, flags=cython.int,
-        credits=cython.int, control=cython.int, msg_id=cython.ulonglong,
-        length=cython.ulonglong, addr=cython.ulonglong, rkey=cython.uint, head=cython.int,
-        carried=cython.Py_ssize_t, limit=cython.ulonglong,
-    )  # fmt: skip
     def unpack(data: bytes | bytearray | memoryview, max_length: int) -> Header:
         """Parse and check a received header; ``max_length`` bounds message sizes."""
-        if len(data) < HEADER_SIZE:
-            raise ProtocolError(f"packet of {len(data)} bytes is shorter than a header")
+        size: cython.Py_ssize_t = len(data)
+        if size < HEADER_SIZE:
+            raise ProtocolError(f"packet of {size} bytes is shorter than a header")
+        if cython.compiled:
+            header = load_from(data, size, max_length)  # loaded in C (wire.pxd)
+            if header is not None:
+                return header
         magic, version, kind, flags, credits, control, msg_id, length, addr, rkey, head = (
             _HEADER.unpack_from(data)
         )
-        if magic != MAGIC or version != VERSION:
-            raise ProtocolError(f"not an aiordma message packet (magic {magic:#x}, v{version})")
-        k = _KINDS.get(kind)
-        if k is None:
-            raise ProtocolError(f"unknown packet kind {kind}")
-        if flags & ~_FLAGS:
-            raise ProtocolError(f"unknown packet flags {flags:#x}")
-        limit = max_length
-        if length > limit and kind != _HELLO_KIND:
-            raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_length}")
-        carried = len(data) - HEADER_SIZE
-        remote = None
-        if kind == _RENDEZVOUS:
-            if length == 0 or addr == 0:
-                raise ProtocolError("rendezvous without a readable buffer")
-            remote = RemoteBuffer(addr, length, rkey)
-            if head != carried:
-                raise ProtocolError(f"rendezvous packet says {head} head bytes, carries {carried}")
-        elif kind == _EAGER:
-            if head + length != carried:
-                raise ProtocolError(
-                    f"eager packet says {head} + {length} bytes but carries {carried}"
-                )
-        elif kind == _MEDIUM:
-            if length == 0 or head >= carried or head + length <= carried:
-                raise ProtocolError(
-                    f"medium packet says {head} + {length} bytes but carries {carried}"
-                )
-        elif kind == _PIECE:
-            if head or length == 0 or length != carried:
-                raise ProtocolError(f"piece says {head} + {length} bytes but carries {carried}")
-        elif kind == _HELLO_KIND:
-            if head != carried:
-                raise ProtocolError(f"HELLO packet says {head} head bytes, carries {carried}")
-        elif head or carried or length:
-            raise ProtocolError(f"{k.name} packet with a payload")
-        return Header(k, credits, msg_id, length, remote, head, control, flags)
+        return checked(magic, version, kind, flags, credits, control, msg_id, length, addr,
+                       rkey, head, size - HEADER_SIZE, max_length)  # fmt: skip
+
+
+@cython.ccall
+def checked(
+    magic: cython.int, version: cython.int, kind: cython.int, flags: cython.int,
+    credits: cython.int, control: cython.int, msg_id: cython.ulonglong,
+    length: cython.ulonglong, addr: cython.ulonglong, rkey: cython.uint, head: cython.int,
+    carried: cython.Py_ssize_t, limit: cython.ulonglong,
+) -> Header:  # fmt: skip
+    """The header with these fields, read from a packet carrying ``carried``
+    bytes after it; :class:`ProtocolError` if the peer could not have sent
+    it, or its message exceeds ``limit`` bytes."""
+    if magic != MAGIC or version != VERSION:
+        raise ProtocolError(f"not an aiordma message packet (magic {magic:#x}, v{version})")
+    k = _KINDS.get(kind)
+    if k is None:
+        raise ProtocolError(f"unknown packet kind {kind}")
+    if flags & ~_FLAGS:
+        raise ProtocolError(f"unknown packet flags {flags:#x}")
+    if length > limit and kind != _HELLO_KIND:
+        raise ProtocolError(f"message of {length} bytes exceeds the limit of {limit}")
+    remote = None
+    if kind == _RENDEZVOUS:
+        if length == 0 or addr == 0:
+            raise ProtocolError("rendezvous without a readable buffer")
+        remote = RemoteBuffer(addr, length, rkey)
+        if head != carried:
+            raise ProtocolError(f"rendezvous packet says {head} head bytes, carries {carried}")
+    elif kind == _EAGER:
+        if head + length != carried:
+            raise ProtocolError(f"eager packet says {head} + {length} bytes but carries {carried}")
+    elif kind == _MEDIUM:
+        if length == 0 or head >= carried or head + length <= carried:
+            raise ProtocolError(f"medium packet says {head} + {length} bytes but carries {carried}")
+    elif kind == _PIECE:
+        if head or length == 0 or length != carried:
+            raise ProtocolError(f"piece says {head} + {length} bytes but carries {carried}")
+    elif kind == _HELLO_KIND:
+        if head != carried:
+            raise ProtocolError(f"HELLO packet says {head} head bytes, carries {carried}")
+    elif head or carried or length:
+        raise ProtocolError(f"{k.name} packet with a payload")
+    header: Header = Header.__new__(Header)  # compiled: no argument parsing
+    header.kind = k
+    header.code = kind
+    header.credits = credits
+    header.msg_id = msg_id
+    header.length = length
+    header.remote = remote
+    header.head_length = head
+    header.control_credits = control
+    header.flags = flags
+    return header
 
 
 _KINDS: Final = {int(k): k for k in Kind}
@@ -243,3 +262,12 @@ class Hello(NamedTuple):
         except UnicodeDecodeError:
             raise ProtocolError("HELLO names its protocol in invalid UTF-8") from None
         return cls(size, protocol)
+
+
+if not cython.compiled:  # wire.pxd's C helpers, named here for the interpreter and the type checker
+
+    def store_into(buf: object, header: Header, addr: int, rkey: int) -> bool:
+        raise NotImplementedError  # only called compiled
+
+    def load_from(data: object, size: int, limit: int) -> Header | None:
+        raise NotImplementedError  # only called compiled

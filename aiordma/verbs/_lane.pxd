@@ -1,12 +1,14 @@
 # C-level declarations of aiordma/verbs/_lane.py (compiled in Cython's pure
 # Python mode).
 
+from aiordma.verbs._slots cimport SlotPool
+
 cdef class PacketLane:
     cdef object _engine
     cdef object _post_send
     cdef object _post_recv
     cdef object _kick
-    cdef object _sq
+    cdef SlotPool _sq
     cdef dict _handlers
     cdef Py_ssize_t _size
     cdef int _sends
@@ -30,4 +32,5 @@ cdef class PacketLane:
     cdef tuple _mrs
     cpdef send(self, int slot, Py_ssize_t length)
     cpdef recv(self, int slot)
+    cpdef bint send_room(self) except *
     cdef _send_completed(self, int slot, int status, object wc)

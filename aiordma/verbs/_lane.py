@@ -200,9 +200,10 @@ class PacketLane:
         self._posted[slot] = 1
         self.outstanding += 1
 
-    def send_room(self) -> bool:
+    @cython.ccall
+    def send_room(self) -> cython.bint:
         """Whether a send posted now finds room in the send queue."""
-        return bool(self._sq.can_acquire(1))
+        return self._sq.can_acquire(1)
 
     # -- completions ---------------------------------------------------------
 

@@ -1,8 +1,13 @@
+# cython: annotation_typing=True
 """FIFO accounting of queue slots (send queue, receive queue, credits).
 
 Posting more work requests than a queue holds fails with ENOMEM; instead
 posters wait here, first come first served, until completions give slots
 back. Cancelling a waiter never loses or leaks a slot.
+
+Every packet a message channel sends takes and gives back a send-queue
+slot, so the pool is an extension type when compiled (``_slots.pxd``; see
+:mod:`aiordma._compiled`).
 """
 
 from __future__ import annotations
@@ -11,8 +16,18 @@ import asyncio
 import contextlib
 from collections import deque
 from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiordma import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # no Cython: the declarations below mean nothing
+        from aiordma import _cython_shim as cython
 
 
+@cython.cclass
 class SlotPool:
     """``size`` slots; :meth:`acquire` waits (FIFO) until enough are free."""
 
@@ -25,7 +40,8 @@ class SlotPool:
         self._failure: BaseException | None = None
         self._failure_tb: TracebackType | None = None
 
-    def try_acquire(self, n: int) -> bool:
+    @cython.ccall
+    def try_acquire(self, n: cython.int) -> cython.bint:
         """Take ``n`` slots if they are free now and nobody is queued ahead."""
         if self._failure is not None:
             raise self._failure.with_traceback(self._failure_tb)  # not grown by each raise
@@ -34,7 +50,8 @@ class SlotPool:
             return True
         return False
 
-    def can_acquire(self, n: int) -> bool:
+    @cython.ccall
+    def can_acquire(self, n: cython.int) -> cython.bint:
         """Whether :meth:`try_acquire` would take ``n`` slots now (a failed
         pool says yes: the taking then raises its failure)."""
         return self._failure is not None or (not self._waiters and self.free >= n)
@@ -59,10 +76,12 @@ class SlotPool:
                 self._wake()  # a big request leaving may unblock smaller ones behind it
             raise
 
-    def release(self, n: int = 1) -> None:
+    @cython.ccall
+    def release(self, n: cython.int = 1) -> None:
         self.free += n
         self._wake()
 
+    @cython.cfunc
     def _wake(self) -> None:
         while self._waiters and self.free >= self._waiters[0][0]:
             n, fut = self._waiters.popleft()
