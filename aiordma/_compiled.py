@@ -40,6 +40,7 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.wire",
     "aiordma.channel.credits",
     "aiordma.channel.state",
+    "aiordma.channel.packets",
     "aiordma.verbs._slots",
     "aiordma.verbs._lane",
 )

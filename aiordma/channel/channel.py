@@ -34,10 +34,11 @@ from aiordma.channel._tasks import spawn
 from aiordma.channel.buffers import Body, Into, buffer_length, buffer_view, check_into
 from aiordma.channel.credits import CONTROL_BASE, DataCredits
 from aiordma.channel.link import Link
+from aiordma.channel.packets import Packets
 from aiordma.channel.pool import SharedReceiveQueue
 from aiordma.channel.rendezvous import Exposures, Reader
 from aiordma.channel.state import Arrival, ChannelState
-from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Header, Hello, Kind
+from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Hello, Kind
 from aiordma.cm.connection import Connection
 from aiordma.exceptions import (
     BufferTooSmallError,
@@ -187,9 +188,6 @@ class MessageChannel(Closable):
         """Bodies up to this size travel by copy in several packets, not by rendezvous."""
         self._qp = qp
         self._loop = qp.loop
-        self.eager_limit = buffer_size - HEADER_SIZE
-        """Messages (head included) up to this size travel in a single packet
-        (lowered to fit the peer's receive buffers once its HELLO came)."""
         self._size = buffer_size
         self._hello = hello
         """Our HELLO's head: our buffer size and protocol."""
@@ -204,24 +202,25 @@ class MessageChannel(Closable):
             window, control_window, max_exposed, send_slots=send_slots, data=data
         )
         self._send_mr = conn.alloc(send_slots * buffer_size)
+        self._stats = Stats("channel", self._gauges)
         # Views of both regions for the channel's life (the receive one until
         # it fails): one view per packet would cost more than the copy.
-        self._send_view = self._send_mr.view()
         self._recv_view = self._recv_mr.view()
+        self._packets = Packets(
+            self, self._state, self._send_mr.view(), self._recv_view, buffer_size,
+            max_message, self._stats, shared, self._loop,
+        )  # fmt: skip
         # Packets go out of, and land in, fixed slots of the two regions.
         own_buffers = 0 if shared is not None else buffers
         self._lane = qp.open_lane(
             self._send_mr, send_slots, None if shared is not None else self._recv_mr,
-            own_buffers, buffer_size, self._sent, self._arrived, self._fail,
+            own_buffers, buffer_size, self._packets.sent, self._packets.arrived, self._fail,
         )  # fmt: skip
-        self._waiters: list[asyncio.Future[None]] = []
+        self._packets.attach(self._lane)
         self._send_lock = asyncio.Lock()
         self._recv_lock = asyncio.Lock()
-        self._room_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
-        self._deliver: Deliver | None = None
-        self._stats = Stats("channel", self._gauges)
         self._exposures = Exposures(
             conn, self._state, exposure_timeout, self._stats, check=self._check,
             changed=self._changed, wake=self._wake, send_control=self._send_control_soon,
@@ -240,11 +239,6 @@ class MessageChannel(Closable):
 
     def _gauges(self) -> dict[str, int]:
         return {"exposed_bytes": self._state.exposed_bytes, "exposures": len(self._exposures)}
-
-    def _count_received(self, header: Header) -> None:
-        self._stats.count("messages_received", "bytes_received", header.length)
-        if header.code == Kind.RENDEZVOUS:
-            self._stats.add("large_received")
 
     def _count_sent(self, size: int, large: bool) -> None:
         self._stats.count("messages_sent", "bytes_sent", size)
@@ -266,6 +260,12 @@ class MessageChannel(Closable):
         if not isinstance(self.link, Connection):
             raise TypeError(f"this channel runs on {self.link!r}, not on a Connection")
         return self.link
+
+    @property
+    def eager_limit(self) -> int:
+        """Messages (head included) up to this size travel in a single packet
+        (lowered to fit the peer's receive buffers once its HELLO came)."""
+        return self._packets.eager_limit
 
     @property
     def max_exposed(self) -> int:
@@ -300,7 +300,7 @@ class MessageChannel(Closable):
         packet = self._state.hello(self.max_message, len(self._hello))
         assert packet is not None  # the first packet: a slot and a credit are there
         with contextlib.suppress(RdmaError, ResourceClosedError):  # the channel failed
-            self._post(packet, self._hello, None)
+            self._packets.post(*packet, self._hello, None)
         self._hello_went()
 
     def _hello_went(self) -> None:
@@ -313,7 +313,7 @@ class MessageChannel(Closable):
             await self._qp.wait_send_room()
             packet = self._state.hello(self.max_message, len(self._hello))
             assert packet is not None
-            self._post(packet, self._hello, None)
+            self._packets.post(*packet, self._hello, None)
         except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
         self._hello_went()
@@ -329,15 +329,10 @@ class MessageChannel(Closable):
 
     async def _changed(self) -> None:
         """Wait until credits, send slots, arrivals or the channel's state change."""
-        fut = self._loop.create_future()  # callers checked the loop
-        self._waiters.append(fut)
-        await fut
+        await self._packets.changed()  # callers checked the loop
 
     def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        self._packets.wake()
 
     def _check(self) -> None:
         if self._error is not None:
@@ -363,8 +358,7 @@ class MessageChannel(Closable):
                     and (arrival.slot >= 0 or arrival.taken is not None)
                 ):
                     arrival.saved = self._medium_bytes(arrival)
-        with contextlib.suppress(BufferError):  # nothing reads packets from now on
-            whole.release()
+        self._packets.fail()  # nothing reads packets from now on
         if self._shared is not None:  # a shared buffer goes back to the pool now
             for arrival in self._state.ready:
                 if arrival.slot >= 0:
@@ -394,66 +388,16 @@ class MessageChannel(Closable):
         if error is not None:
             self._fail(error)
             return
-        self._arrived(index, size)
-
-    def _arrived(self, index: int, size: int) -> None:
-        """A packet landed in receive slot ``index`` (called from the completion drain)."""
-        if self._error is not None:
-            if self._shared is not None:
-                self._shared.repost(index)
-            return
-        state = self._state
-        try:
-            start = index * self._size
-            packet = self._recv_view[start : start + size]
-            header = Header.unpack(packet, self.max_message)
-            if header.kind == Kind.HELLO:
-                self._heard(Hello.unpack(packet[HEADER_SIZE:]))
-            ended, offer, repost = state.arrived(index, header, size)
-        except (ProtocolError, ValueError) as err:
-            self._protocol_error(err)
-            return
-        if ended:
-            self._exposures.ended(ended)
-        if state.acks_due:
-            self._answer_revokes()
-        if repost:
-            self._repost(index)
-        elif offer and self._deliver is not None and self._delivered(index, header):
-            self._consumed()
-            return
-        self._pump()
+        self._packets.arrived(index, size)
 
     def _heard(self, hello: Hello) -> None:
         """The peer's HELLO: check its protocol; fit our packets to its buffers."""
         self._state.heard(hello, self.protocol, self._peer_name())
-        self.eager_limit = min(self._size, hello.buffer_size) - HEADER_SIZE
+        self._packets.eager_limit = min(self._size, hello.buffer_size) - HEADER_SIZE
 
     def _peer_name(self) -> str:
         peer = getattr(self.link, "peer_address", None)  # optional for a Link
         return f"{peer[0]}:{peer[1]}" if peer else "the peer"
-
-    def _delivered(self, index: int, header: Header) -> bool:
-        """Offer an eager message to the delivery hook, straight from its
-        buffer; whether it is to be taken off the queue (taken by the hook,
-        or dropped: the hook failed)."""
-        assert self._deliver is not None
-        start = index * self._size + HEADER_SIZE
-        end = start + header.head_length
-        try:
-            whole = self._recv_view
-            with whole[end : end + header.length] as body:  # valid during the call only
-                taken = self._deliver(bytes(whole[start:end]), body)
-            if taken:
-                self._count_received(header)
-            return taken
-        except ProtocolError as err:
-            self._protocol_error(err)
-        except Exception as exc:  # the hook's bug must not stall the channel
-            asyncio.get_running_loop().call_exception_handler(
-                {"message": "message delivery hook failed", "exception": exc}
-            )
-        return True
 
     def deliver_to(self, deliver: Deliver | None) -> None:
         """Hand small messages to ``deliver`` as they arrive (None: stop).
@@ -464,28 +408,7 @@ class MessageChannel(Closable):
         task wake-up per message, which is what request/reply protocols
         such as :mod:`aiordma.rpc` pay for latency.
         """
-        self._deliver = deliver
-
-    def _repost(self, index: int) -> bool:
-        """Post receive buffer ``index`` again; whether its credit may be granted."""
-        shared = self._shared
-        if shared is not None:
-            if index < 0:  # given back to the pool when the channel failed
-                return False
-            try:
-                shared.repost(index)
-            except (RdmaError, ResourceClosedError) as exc:
-                self._fail(exc)
-                return False
-            return self._error is None
-        if self._error is not None:
-            return False
-        try:
-            self._lane.recv(index)
-        except (RdmaError, ResourceClosedError) as exc:
-            self._fail(exc)
-            return False
-        return True
+        self._packets.deliver = deliver
 
     async def _next_arrival(self) -> Arrival:
         ready = self._state.ready
@@ -506,23 +429,13 @@ class MessageChannel(Closable):
             spawn(self._send_control(Kind.DONE, msg_id))
         self._state.acks_due.clear()
 
-    def _consumed(self) -> None:
-        """The first queued message was taken: its buffer goes back, its sender
-        may be owed a DONE."""
-        arrival, done_due = self._state.take()
-        if arrival.slot >= 0:  # not a medium message's, given back already
-            self._repost(arrival.slot)
-        if done_due:
-            spawn(self._send_control(Kind.DONE, arrival.header.msg_id))
-        self._pump()
+    def _ended(self, msg_id: int) -> None:
+        """The peer's DONE ended the exposure of ``msg_id``."""
+        self._exposures.ended(msg_id)
 
-    def _head(self, arrival: Arrival) -> bytes:
-        if arrival.saved is not None:
-            return arrival.saved[: arrival.header.head_length]
-        if arrival.taken is not None:
-            return arrival.taken[: arrival.header.head_length]
-        start = arrival.slot * self._size + HEADER_SIZE
-        return bytes(self._recv_view[start : start + arrival.header.head_length])
+    def _send_done(self, msg_id: int) -> None:
+        """Tell the sender of ``msg_id`` it was read (or will not be)."""
+        spawn(self._send_control(Kind.DONE, msg_id))
 
     async def wait_message(self) -> None:
         """Wait until a message has arrived, without taking it.
@@ -548,27 +461,36 @@ class MessageChannel(Closable):
         the message's head) for a large message its sender withdrew.
         """
         check_loop(self._loop)
+        packets = self._packets
         ready = self._state.ready
         if (
             ready
             and ready[0].header.kind == Kind.EAGER
-            and self._error is None
-            and not self._recv_lock.locked()
+            and not packets.failed
+            and not packets.receivers
         ):
             # A small message is already here: take it without a task switch.
             arrival = ready[0]
             head, into = self._chosen(arrival, choose)
-            small = self._small_body(arrival, into)
-            self._consumed()
-            self._count_received(arrival.header)
+            small = packets.small_body(arrival, into)
+            packets.consumed()
+            packets.count_received(arrival.header)
             return head, small
+        packets.receivers += 1
+        try:
+            return await self._recv_in_turn(choose)
+        finally:
+            packets.receivers -= 1
+
+    async def _recv_in_turn(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
+        """:meth:`recv_message_with_head` once earlier receives are done."""
         async with self._recv_lock:
             arrival = await self._next_arrival()
             header = arrival.header
             head, into = self._chosen(arrival, choose)
             body: bytes | bytearray | int
             if arrival.saved is not None or header.kind == Kind.EAGER:
-                body = self._small_body(arrival, into)
+                body = self._packets.small_body(arrival, into)
             elif header.kind == Kind.MEDIUM:
                 body = await self._take_pieces(arrival, into)
             elif into is None:
@@ -578,17 +500,17 @@ class MessageChannel(Closable):
             else:
                 await self._reader.read_body(arrival, into)
                 body = header.length
-            self._consumed()
-            self._count_received(header)
+            self._packets.consumed()
+            self._packets.count_received(header)
             return head, body
 
     def _chosen(self, arrival: Arrival, choose: Chooser | None) -> tuple[bytes, Into | None]:
         """The message's head and where its body goes (None: a new object);
         raises for a revoked message (consuming it) or a buffer too small."""
         header = arrival.header
-        head = self._head(arrival)
+        head = self._packets.head(arrival)
         if arrival.revoked:
-            self._consumed()
+            self._packets.consumed()
             raise MessageRevokedError(
                 f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
                 "before it was read: its send was cancelled or it was not read within "
@@ -599,26 +521,6 @@ class MessageChannel(Closable):
         if into is not None and buffer_length(into) < header.length:
             raise BufferTooSmallError(header.length, buffer_length(into))
         return head, into
-
-    def _small_body(self, arrival: Arrival, into: Into | None) -> bytes | int:
-        """An eager (or saved) message's body: a copy, or its length once put in ``into``."""
-        header = arrival.header
-        if arrival.saved is not None:
-            body = arrival.saved[header.head_length :]
-            if into is None:
-                return body
-            buffer_view(into)[: header.length] = body
-            return header.length
-        start = arrival.slot * self._size + HEADER_SIZE + header.head_length
-        data = self._recv_view[start : start + header.length]
-        if into is None:
-            return bytes(data)
-        if type(into) is bytearray:
-            into[: header.length] = data
-        else:
-            with buffer_view(into) as target:
-                target[: header.length] = data
-        return header.length
 
     async def _take_pieces(self, arrival: Arrival, into: Into | None) -> bytearray | int:
         """Copy a MEDIUM message's body out piece by piece, each buffer given
@@ -662,14 +564,14 @@ class MessageChannel(Closable):
                 if self._error is None:  # cancelled: the next receive resumes
                     arrival.taken = head + bytes(target[:offset])
                 raise
-        self._pump()
+        self._packets.pump()
         return landed if landed is not None else header.length
 
     def _give_back(self, slot: int) -> None:
         """A buffer of the MEDIUM message being taken was copied out."""
         if self._state.piece_taken():
-            self._repost(slot)
-        self._pump()
+            self._packets.repost(slot)
+        self._packets.pump()
 
     def _medium_bytes(self, arrival: Arrival) -> bytes:
         """A whole MEDIUM message's head and body, copied out of its buffers."""
@@ -694,7 +596,16 @@ class MessageChannel(Closable):
         the message queued for the next receive. A head the sender added
         is dropped (see :meth:`recv_message_with_head`).
         """
-        _, body = await self.recv_message_with_head()
+        check_loop(self._loop)
+        packets = self._packets
+        body: bytes | bytearray | int | None = packets.take_eager(None)  # as recv_message_into does
+        while body is None:
+            if packets.receivers or self._state.ready or packets.failed:
+                _, body = await self.recv_message_with_head()
+                break
+            await packets.changed()
+            body = packets.take_eager(None)
+        assert body is not None
         assert not isinstance(body, int)
         return body
 
@@ -713,7 +624,17 @@ class MessageChannel(Closable):
         in (``bytes``, a closed or read-only region).
         """
         check_into(buffer)
-        _, n = await self.recv_message_with_head(lambda _head, _n: buffer)
+        check_loop(self._loop)
+        packets = self._packets
+        # A small message taken as it is (or once it comes) needs no task
+        # switch and no receive turn; anything else takes the long way.
+        n: bytes | bytearray | int | None = packets.take_eager(buffer)
+        while n is None:
+            if packets.receivers or self._state.ready or packets.failed:
+                _, n = await self.recv_message_with_head(lambda _head, _n: buffer)
+                break
+            await packets.changed()
+            n = packets.take_eager(buffer)
         assert isinstance(n, int)
         return n
 
@@ -751,7 +672,7 @@ class MessageChannel(Closable):
         deciding where the body goes).
         """
         check_loop(self._loop)
-        size = buffer_length(data)
+        size = len(data) if type(data) is bytes or type(data) is bytearray else buffer_length(data)
         if size > self.max_message:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds this channel's max_message of {self.max_message}"
@@ -770,16 +691,11 @@ class MessageChannel(Closable):
                 f"message of {size} bytes exceeds the peer's max_message of {peer_limit} "
                 "(the receiving side sets it)"
             )
-        if len(head) + size <= self.eager_limit:
-            if not self._send_lock.locked() and self._error is None and self._lane.send_room():
-                # Nobody is ahead of us: if there is credit, post without a task switch.
-                packet = self._state.send(Kind.EAGER, 0, size, None, len(head))
-                if packet is not None:
-                    self._post(packet, head, data)
-                    self._count_sent(size, False)
-                    return
-            async with self._send_lock:
-                await self._post_when_possible(Kind.EAGER, 0, size, None, head, data)
+        if len(head) + size <= self._packets.eager_limit:
+            # Nobody ahead of us and credit there: posted without a task switch.
+            if self._packets.send_eager(head, data, size):
+                return
+            await self._send_in_turn(Kind.EAGER, 0, size, None, head, data)
             self._count_sent(size, False)
             return
         if (
@@ -792,10 +708,7 @@ class MessageChannel(Closable):
             return
         msg_id, exposure = await self._exposures.expose(data, size)
         try:
-            async with self._send_lock:
-                await self._post_when_possible(
-                    Kind.RENDEZVOUS, msg_id, size, exposure.remote, head, None
-                )
+            await self._send_in_turn(Kind.RENDEZVOUS, msg_id, size, exposure.remote, head, None)
         except BaseException:
             self._exposures.withdraw(msg_id)
             exposure.done.cancel()
@@ -814,8 +727,13 @@ class MessageChannel(Closable):
         copied into a send slot as credit allows. Once the first packet went,
         the message goes whole: cancelled, the rest is copied and sent by a
         task (which holds the send lock until it is done)."""
-        await self._send_lock.acquire()
+        self._packets.senders += 1
         handed = False
+        try:
+            await self._send_lock.acquire()
+        except BaseException:
+            self._packets.senders -= 1
+            raise
         try:
             with buffer_view(data) as view:
                 offset = 0
@@ -835,7 +753,7 @@ class MessageChannel(Closable):
                     raise
         finally:
             if not handed:
-                self._send_lock.release()
+                self._end_turn()
 
     async def _finish_pieces(self, rest: bytes) -> None:
         """The end of a MEDIUM message whose send was cancelled; releases the send lock."""
@@ -848,7 +766,24 @@ class MessageChannel(Closable):
         except (RdmaError, ResourceClosedError, ConnectionError) as exc:
             log.debug("could not finish a cancelled message: %r", exc)
         finally:
-            self._send_lock.release()
+            self._end_turn()
+
+    async def _send_in_turn(
+        self, kind: Kind, msg_id: int, length: int, remote: RemoteBuffer | None,
+        head: bytes, body: Body | None,
+    ) -> None:  # fmt: skip
+        """:meth:`_post_when_possible` once earlier sends are done."""
+        self._packets.senders += 1
+        try:
+            async with self._send_lock:
+                await self._post_when_possible(kind, msg_id, length, remote, head, body)
+        finally:
+            self._packets.senders -= 1
+
+    def _end_turn(self) -> None:
+        """A send that took its turn by hand (a MEDIUM message) is done."""
+        self._send_lock.release()
+        self._packets.senders -= 1
 
     async def _post_when_possible(
         self, kind: Kind, msg_id: int, length: int, remote: RemoteBuffer | None,
@@ -863,47 +798,12 @@ class MessageChannel(Closable):
                 continue
             packet = self._state.send(kind, msg_id, length, remote, len(head))
             if packet is not None:
-                self._post(packet, head, body)
+                self._packets.post(*packet, head, body)
                 return
             if not stalled:
                 stalled = True
                 self._stats.add("credit_stalls")
             await self._changed()
-
-    def _post(self, packet: tuple[int, Header], head: bytes, body: Body | None) -> None:
-        """Post the packet :meth:`ChannelState.send` granted (its send slot and
-        stamped header), with room in the send queue checked. If that fails,
-        so does the channel: the credits it spent cannot be given back."""
-        slot, header = packet
-        try:
-            start = slot * self._size
-            end = HEADER_SIZE + len(head)
-            view = self._send_view[start : start + self._size]
-            header.pack_into(view)
-            view[HEADER_SIZE:end] = head
-            if body is not None:  # EAGER's whole body, or MEDIUM's or PIECE's part of it
-                if (
-                    type(body) is bytes
-                    or type(body) is bytearray
-                    or (type(body) is memoryview and body.format == "B" and body.ndim == 1)
-                ):
-                    length = len(body)
-                    view[end : end + length] = body
-                else:
-                    with buffer_view(body) as source:
-                        length = len(source)
-                        view[end : end + length] = source
-                end += length
-            self._lane.send(slot, end)
-        except BaseException as exc:
-            self._state.sent(slot)
-            self._fail(exc)
-            raise
-
-    def _sent(self, slot: int) -> None:
-        """The packet in send slot ``slot`` went (called from the completion drain)."""
-        self._state.sent(slot)
-        self._pump()
 
     def _send_control_soon(self, kind: Kind, msg_id: int) -> None:
         if self._error is None:
@@ -915,18 +815,10 @@ class MessageChannel(Closable):
         except (RdmaError, ResourceClosedError, ConnectionResetError) as exc:
             log.debug("could not send %s for %d: %r", kind.name, msg_id, exc)
 
-    def _pump(self) -> None:
-        """Return owed credits if an update is due, and wake waiters."""
-        if self._error is None and self._room_task is None and self._state.update_due():
-            if not self._lane.send_room():  # try again once there is room
-                self._room_task = asyncio.get_running_loop().create_task(self._pump_later())
-            else:
-                packet = self._state.update()
-                if packet is not None:
-                    with contextlib.suppress(RdmaError, ResourceClosedError):  # it failed
-                        self._post(packet, b"", None)
-        if self._waiters:
-            self._wake()
+    def _wait_room(self) -> None:
+        """A credit update is due and the send queue is full: send it once
+        there is room (the packets call this, and wait for it)."""
+        spawn(self._pump_later())
 
     async def _pump_later(self) -> None:
         try:
@@ -934,8 +826,8 @@ class MessageChannel(Closable):
         except BaseException:
             return
         finally:
-            self._room_task = None
-        self._pump()
+            self._packets.room_pending = False
+        self._packets.pump()
 
     # -- lifecycle ---------------------------------------------------------
 

@@ -1,0 +1,83 @@
+# C-level declarations of aiordma/channel/packets.py (compiled in Cython's
+# pure Python mode), and the copies between Python bytes and the channel's
+# slots that only compiled code makes.
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.memoryview cimport PyMemoryView_GET_BUFFER
+from libc.string cimport memcpy
+
+from aiordma.channel.state cimport Arrival, ChannelState
+from aiordma.channel.wire cimport Header, address_of, load_header, store_header
+
+cdef class Packets:
+    cdef readonly ChannelState state
+    cdef public object lane
+    cdef readonly Py_ssize_t size
+    cdef readonly object send_view
+    cdef readonly object recv_view
+    cdef readonly bint recv_open
+    cdef readonly unsigned long long max_message
+    cdef public Py_ssize_t eager_limit
+    cdef public object deliver
+    cdef public bint failed
+    cdef public int senders
+    cdef public int receivers
+    cdef public bint room_pending
+    cdef list waiters
+    cdef object _owner
+    cdef object _stats
+    cdef object _shared
+    cdef object _loop
+    cpdef post(self, int slot, Header header, object head, object body)
+    cpdef bint send_eager(self, object head, object body, Py_ssize_t size) except *
+    cpdef sent(self, int slot)
+    cpdef arrived(self, int slot, Py_ssize_t size)
+    cpdef pump(self)
+    cpdef wake(self)
+    cpdef object changed(self)
+    cpdef bint repost(self, int slot) except *
+    cpdef consumed(self)
+    cpdef object take_eager(self, object into)
+    cpdef bytes head(self, Arrival arrival)
+    cpdef object small_body(self, Arrival arrival, object into)
+    cpdef count_received(self, Header header)
+    cdef bint _delivered(self, int slot, Header header) except *
+
+
+cdef inline Py_ssize_t byte_size(object data) noexcept:
+    """Bytes in ``data``, which :func:`address_of` knows."""
+    if type(data) is memoryview:
+        return PyMemoryView_GET_BUFFER(data).len
+    return len(data)
+
+
+cdef inline Py_ssize_t copy_in(object view, Py_ssize_t offset, object data,
+                               Py_ssize_t room) except -2:
+    """Copy ``data`` to ``view[offset:]`` and return its length, if it is
+    memory :func:`address_of` knows and fits in ``room`` bytes; -1 if not."""
+    cdef const unsigned char *source = address_of(data, False)
+    cdef Py_ssize_t n
+    if source == NULL:
+        return -1
+    n = byte_size(data)
+    if n > room:
+        return -1
+    memcpy(address_of(view, True) + offset, source, n)
+    return n
+
+
+cdef inline object copy_out(object view, Py_ssize_t offset, Py_ssize_t n, object into):
+    """``n`` bytes of ``view`` from ``offset``: a new bytes (``into`` None),
+    or their count once copied to the start of ``into`` (a bytearray or
+    writable memoryview of at least ``n`` bytes); None for another ``into``."""
+    cdef const unsigned char *source = address_of(view, False) + offset
+    cdef unsigned char *target
+    if into is None:
+        return PyBytes_FromStringAndSize(<const char *>source, n)
+    if byte_size(into) < n:
+        return None
+    target = address_of(into, True)
+    if target == NULL:
+        return None
+    memcpy(target, source, n)
+    return n
