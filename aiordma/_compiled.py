@@ -43,6 +43,7 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.packets",
     "aiordma.verbs._slots",
     "aiordma.verbs._lane",
+    "aiordma.rpc.frames",
 )
 """The modules on the per-message path, compiled when the build could.
 

@@ -677,23 +677,24 @@ class MessageChannel(Closable):
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds this channel's max_message of {self.max_message}"
             )
-        if not isinstance(head, bytes | bytearray):
+        if type(head) is not bytes and not isinstance(head, bytes | bytearray):
             raise TypeError(f"a message head must be bytes, not {type(head).__name__}")
-        if len(head) > self.eager_limit:
-            raise ValueError(f"message head of {len(head)} bytes exceeds {self.eager_limit}")
+        packets = self._packets
+        if len(head) > packets.eager_limit:
+            raise ValueError(f"message head of {len(head)} bytes exceeds {packets.eager_limit}")
         peer_limit = self._state.peer_max_message
         if peer_limit is None:
             peer_limit = await self._peer_limit()
-            if len(head) > self.eager_limit:  # the peer's buffers are smaller than ours
-                raise ValueError(f"message head of {len(head)} bytes exceeds {self.eager_limit}")
+            if len(head) > packets.eager_limit:  # the peer's buffers are smaller than ours
+                raise ValueError(f"message head of {len(head)} bytes exceeds {packets.eager_limit}")
         if size > peer_limit:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds the peer's max_message of {peer_limit} "
                 "(the receiving side sets it)"
             )
-        if len(head) + size <= self._packets.eager_limit:
+        if len(head) + size <= packets.eager_limit:
             # Nobody ahead of us and credit there: posted without a task switch.
-            if self._packets.send_eager(head, data, size):
+            if packets.send_eager(head, data, size):
                 return
             await self._send_in_turn(Kind.EAGER, 0, size, None, head, data)
             self._count_sent(size, False)

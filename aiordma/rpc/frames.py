@@ -1,8 +1,11 @@
+# cython: annotation_typing=True
 """The RPC frame that heads every RPC message, and its codec (pure logic).
 
 Each RPC message is one channel message: this frame as its head, the
 encoded payload as its body. Replies carry the call's id, so calls on one
-connection complete in any order.
+connection complete in any order. Every call packs two frames and parses
+two, so :class:`Frame` is an extension type when compiled (``frames.pxd``;
+see :mod:`aiordma._compiled`).
 """
 
 from __future__ import annotations
@@ -10,10 +13,17 @@ from __future__ import annotations
 import enum
 import json
 import struct
-from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiordma.exceptions import ProtocolError
+
+if TYPE_CHECKING:
+    from aiordma import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # no Cython: the declarations below mean nothing
+        from aiordma import _cython_shim as cython
 
 _FRAME: Final = struct.Struct("<BBHQ")
 MAX_METHOD: Final = 255
@@ -33,36 +43,67 @@ class FrameKind(enum.IntEnum):
     """The caller gave up; the handler may be cancelled. No reply follows."""
 
 
-@dataclass(frozen=True, slots=True)
+@cython.cclass
 class Frame:
-    kind: FrameKind
-    call_id: int
-    method: str = ""
+    """An RPC message's head: its ``kind``, the ``call_id`` a reply answers,
+    and the ``method`` a REQUEST calls (``""`` for the others). Compared by
+    value; its fields are read-only compiled (treat them so on the pure
+    path too)."""
+
+    def __init__(self, kind: FrameKind, call_id: cython.ulonglong, method: str = "") -> None:
+        self.kind = kind
+        self.call_id = call_id
+        self.method = method
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Frame):
+            return NotImplemented
+        return (self.kind, self.call_id, self.method) == (other.kind, other.call_id, other.method)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.call_id, self.method))
+
+    def __repr__(self) -> str:
+        return f"Frame(kind={self.kind!r}, call_id={self.call_id}, method={self.method!r})"
 
     def pack(self) -> bytes:
+        if not self.method:
+            return _FRAME.pack(self.kind, 0, 0, self.call_id)
         name = self.method.encode()
         if len(name) > MAX_METHOD:
             raise ValueError(f"method name is {len(name)} bytes; at most {MAX_METHOD} allowed")
         return _FRAME.pack(self.kind, 0, len(name), self.call_id) + name
 
-    @classmethod
-    def unpack(cls, data: bytes) -> Frame:
-        if len(data) < _FRAME.size:
-            raise ProtocolError(f"RPC frame of {len(data)} bytes is too short")
+    @staticmethod
+    @cython.locals(kind=cython.int, name_len=cython.Py_ssize_t, size=cython.Py_ssize_t)
+    def unpack(data: bytes | bytearray | memoryview) -> Frame:
+        size = len(data)
+        if size < _FRAME_SIZE:
+            raise ProtocolError(f"RPC frame of {size} bytes is too short")
         kind, _flags, name_len, call_id = _FRAME.unpack_from(data)
-        try:
-            k = FrameKind(kind)
-        except ValueError:
-            raise ProtocolError(f"unknown RPC frame kind {kind}") from None
-        if len(data) != _FRAME.size + name_len:
+        k = _KINDS.get(kind)
+        if k is None:
+            raise ProtocolError(f"unknown RPC frame kind {kind}")
+        if size != _FRAME_SIZE + name_len:
             raise ProtocolError("RPC frame length does not match its method name")
-        if (k == FrameKind.REQUEST) != (name_len > 0):
+        if (kind == _REQUEST) != (name_len > 0):
             raise ProtocolError(f"{k.name} frame {'without' if name_len == 0 else 'with'} a method")
-        try:
-            method = bytes(data[_FRAME.size :]).decode()
-        except UnicodeDecodeError:
-            raise ProtocolError("RPC method name is not UTF-8") from None
-        return cls(k, call_id, method)
+        method = ""
+        if name_len:
+            try:
+                method = bytes(data[_FRAME_SIZE:]).decode()
+            except UnicodeDecodeError:
+                raise ProtocolError("RPC method name is not UTF-8") from None
+        frame: Frame = Frame.__new__(Frame)  # compiled: no argument parsing
+        frame.kind = k
+        frame.call_id = call_id
+        frame.method = method
+        return frame
+
+
+_KINDS: Final = {int(k): k for k in FrameKind}
+_REQUEST = cython.declare(cython.int, 1)  # FrameKind.REQUEST
+_FRAME_SIZE = cython.declare(cython.Py_ssize_t, 12)  # _FRAME.size (tests/rpc/test_frames.py)
 
 
 def error_body(type_name: str, message: str) -> bytes:
