@@ -55,5 +55,5 @@ def test_the_typed_constants_match_what_they_stand_for() -> None:
     # build compiles) is checked here.
     if not hasattr(frames, "_REQUEST"):
         pytest.skip("compiled: the constants are C globals")
-    assert frames._FRAME_SIZE == frames._FRAME.size
+    assert frames._FRAME.size == frames._FRAME_SIZE
     assert frames._REQUEST == FrameKind.REQUEST
