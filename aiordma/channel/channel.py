@@ -555,11 +555,7 @@ class MessageChannel(Closable):
                     if not pieces:
                         await self._changed()
                         continue
-                    slot, length = pieces.popleft()
-                    start = slot * self._size + HEADER_SIZE
-                    target[offset : offset + length] = whole[start : start + length]
-                    offset += length
-                    self._give_back(slot)
+                    offset = self._packets.take_pieces(arrival, target, offset)
             except BaseException:
                 if self._error is None:  # cancelled: the next receive resumes
                     arrival.taken = head + bytes(target[:offset])
@@ -743,9 +739,13 @@ class MessageChannel(Closable):
                     await self._post_when_possible(Kind.MEDIUM, 0, size, None, head, view[:room])
                     offset = room
                     while offset < size:
-                        piece = view[offset : offset + self.eager_limit]
-                        await self._post_when_possible(Kind.PIECE, 0, len(piece), None, b"", piece)
-                        offset += len(piece)
+                        offset = self._packets.send_pieces(view, offset, size)  # what can go now
+                        if offset < size:  # wait for what it needs, then send one
+                            piece = view[offset : offset + self.eager_limit]
+                            await self._post_when_possible(
+                                Kind.PIECE, 0, len(piece), None, b"", piece
+                            )
+                            offset += len(piece)
                 except asyncio.CancelledError:
                     if offset:  # begun: the peer must get all of it
                         rest = bytes(view[offset:size])

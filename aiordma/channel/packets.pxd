@@ -30,11 +30,13 @@ cdef class Packets:
     cdef object _loop
     cpdef post(self, int slot, Header header, object head, object body)
     cpdef bint send_eager(self, object head, object body, Py_ssize_t size) except *
+    cpdef Py_ssize_t send_pieces(self, object view, Py_ssize_t offset, Py_ssize_t size)
     cpdef sent(self, int slot)
     cpdef arrived(self, int slot, Py_ssize_t size)
     cpdef pump(self)
     cpdef wake(self)
     cpdef object changed(self)
+    cpdef Py_ssize_t take_pieces(self, Arrival arrival, object target, Py_ssize_t offset)
     cpdef bint repost(self, int slot) except *
     cpdef consumed(self)
     cpdef object take_eager(self, object into)
@@ -81,3 +83,15 @@ cdef inline object copy_out(object view, Py_ssize_t offset, Py_ssize_t n, object
         return None
     memcpy(target, source, n)
     return n
+
+
+cdef inline bint copy_within(object target, Py_ssize_t offset, object source, Py_ssize_t start,
+                             Py_ssize_t n) except -1:
+    """Copy ``n`` bytes of ``source`` from ``start`` to ``target`` at ``offset``,
+    if both are memory :func:`address_of` knows and the bytes fit; False if not."""
+    cdef unsigned char *to = address_of(target, True)
+    cdef const unsigned char *frm = address_of(source, False)
+    if to == NULL or frm == NULL or offset + n > byte_size(target) or start + n > byte_size(source):
+        return False
+    memcpy(to + offset, frm + start, n)
+    return True

@@ -66,6 +66,7 @@ _HELLO_KIND = cython.declare(cython.int, 7)
 _HEADER_SIZE = cython.declare(cython.Py_ssize_t, 40)  # wire.HEADER_SIZE
 
 Bytes = bytes | bytearray
+View = memoryview  # (an alias: typed with it, Cython would check its own memoryview type)
 
 
 @cython.cfunc
@@ -179,6 +180,28 @@ class Packets:
         self.post(slot, header, head, body)
         self._stats.count("messages_sent", "bytes_sent", size)
         return True
+
+    @cython.ccall
+    def send_pieces(
+        self, view: View, offset: cython.Py_ssize_t, size: cython.Py_ssize_t
+    ) -> cython.Py_ssize_t:
+        """Post the PIECEs of a MEDIUM message (its body ``view`` of ``size``
+        bytes, sent up to ``offset``) that the send queue, the send slots
+        and the credits let go now; returns how far it is sent. The caller
+        holds the send turn and waits for whatever stops it."""
+        limit: cython.Py_ssize_t = self.eager_limit
+        n: cython.Py_ssize_t
+        slot: cython.int
+        header: Header
+        while offset < size and not self.failed and self.lane.send_room():
+            n = min(limit, size - offset)
+            packet = self.state.send(Kind.PIECE, 0, n, None, 0)
+            if packet is None:
+                break
+            slot, header = packet
+            self.post(slot, header, b"", view[offset : offset + n])
+            offset += n
+        return offset
 
     @cython.ccall
     def sent(self, slot: cython.int) -> None:
@@ -318,6 +341,31 @@ class Packets:
         return length
 
     @cython.ccall
+    def take_pieces(
+        self, arrival: Arrival, target: View, offset: cython.Py_ssize_t
+    ) -> cython.Py_ssize_t:
+        """Copy every PIECE of the MEDIUM message being taken that arrived
+        into ``target`` (a flat writable view of its body, filled up to
+        ``offset``), giving each buffer back as it is copied; returns how far
+        the body is filled. The channel must not have failed."""
+        pieces = arrival.pieces
+        slot: cython.int
+        length: cython.Py_ssize_t
+        start: cython.Py_ssize_t
+        while pieces:
+            slot, length = pieces.popleft()
+            start = slot * self.size + _HEADER_SIZE
+            if not (cython.compiled and self.recv_open and copy_within(
+                target, offset, self.recv_view, start, length
+            )):  # fmt: skip
+                target[offset : offset + length] = self.recv_view[start : start + length]
+            offset += length
+            if self.state.piece_taken():
+                self.repost(slot)
+        self.pump()
+        return offset
+
+    @cython.ccall
     def repost(self, slot: cython.int) -> cython.bint:
         """Post receive buffer ``slot`` again; whether its credit may be granted."""
         shared = self._shared
@@ -423,4 +471,7 @@ if not cython.compiled:  # packets.pxd's and wire.pxd's C helpers, never called 
         raise NotImplementedError
 
     def copy_out(view: object, offset: int, n: int, into: object) -> bytes | int | None:
+        raise NotImplementedError
+
+    def copy_within(target: object, offset: int, source: object, start: int, n: int) -> bool:
         raise NotImplementedError

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
         @property
         def handlers(self) -> dict[int, Any]: ...
 
+        @property
+        def polls(self) -> bool: ...
+
         def kick(self) -> None: ...
 
         def claim_ids(self, count: int) -> int: ...
@@ -111,7 +114,8 @@ class PacketLane:
         driver = engine.driver
         self._post_send = driver.post_send
         self._post_recv = driver.post_recv
-        self._kick = engine.cq.kick
+        self._kick = engine.cq.kick if engine.cq.polls else None
+        """What to tell the CQ after a send, if it polls for completions."""
         self._sq = engine.sq
         self._handlers = engine.cq.handlers
         self._size = slot_size
@@ -178,7 +182,8 @@ class PacketLane:
             self._silent.append(slot)
         else:
             self.outstanding += 1
-        self._kick()
+        if self._kick is not None:
+            self._kick()
 
     @cython.ccall
     def recv(self, slot: cython.int) -> None:

@@ -350,6 +350,12 @@ class CompletionQueue:
         self._drain_scheduled = False
         self._drain()
 
+    @property
+    def polls(self) -> bool:
+        """Whether the CQ polls for a while after work is posted (:meth:`kick`
+        does nothing otherwise)."""
+        return self._poll > 0
+
     def kick(self) -> None:
         """Work was posted: poll for its completion for a while (see :data:`DEFAULT_POLL`)."""
         if self._poll > 0 and not self._polling and self._cq is not None:

@@ -772,6 +772,28 @@ async def test_open_channel_and_start_channel_server_hand_out_channels(lab: Lab)
 
 
 @pytest.mark.asyncio
+async def test_messages_flow_when_the_completion_queues_poll(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With AIORDMA_POLL_US each CQ polls for a while after work is posted,
+    and the packet lane kicks it after every send (without, it does not
+    call the CQ at all): messages of every path still flow."""
+    monkeypatch.setenv("AIORDMA_POLL_US", "300")  # read as each CQ is made
+
+    async def echo_all(channel: MessageChannel) -> None:
+        async for message in channel:
+            await channel.send_message(message)
+
+    async with await aiordma.start_channel_server(echo_all, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await aiordma.open_channel(lab.addr, port) as channel:
+            for size in (1, 5000, 100_000):  # eager, eager, medium
+                body = _payload(size, size)
+                await channel.send_message(body)
+                assert await asyncio.wait_for(channel.recv_message(), 60) == body
+
+
+@pytest.mark.asyncio
 async def test_a_forgotten_channel_on_one_side_is_named_on_both(lab: Lab) -> None:
     failure: list[BaseException] = []
 

@@ -1,6 +1,6 @@
 """Python calls per small message: both ends of a channel in one process, under cProfile.
 
-    aiordma lab -- aiordma bench study message_calls [--rounds 300] [--size 64] [--loop uvloop]
+    aiordma lab -- aiordma bench study message_calls [--rounds 300] [--size 64] [--rpc]
 
 A channel server echoes and a client ping-pongs ``--rounds`` messages of
 ``--size`` bytes, both on this process's loop, after a warm-up. cProfile
@@ -8,7 +8,9 @@ counts every call it sees (Python functions, and C functions called from
 Python); calls per message is that total over ``2 * rounds`` (a round trip
 is two messages, and each message's sending and receiving side both run
 here). The per-message path (compiled or pure) is the one this process
-picked; run it with ``AIORDMA_PURE=1`` for the pure one.
+picked; run it with ``AIORDMA_PURE=1`` for the pure one. With ``--rpc``
+the round trip is an RPC call to an ``echo`` method instead (its request
+and its reply are the two messages).
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ import pstats
 from typing import cast
 
 import aiordma
+from aiordma import rpc
 from aiordma.bench.studies import lab_address
 from aiordma.verbs import per_message_path
 
 
-async def measure(host: str, rounds: int, size: int) -> dict[str, object]:
+async def measure(host: str, rounds: int, size: int) -> pstats.Stats:
+    """The profile of ``rounds`` channel round trips."""
+
     async def echo(channel: aiordma.MessageChannel) -> None:
         async for message in channel:
             await channel.send_message(message)
@@ -44,7 +49,34 @@ async def measure(host: str, rounds: int, size: int) -> dict[str, object]:
             await channel.send_message(payload)
             await channel.recv_message()
         profile.disable()
-    stats = pstats.Stats(profile)
+    return pstats.Stats(profile)
+
+
+async def measure_rpc(host: str, rounds: int, size: int) -> pstats.Stats:
+    """The profile of ``rounds`` RPC calls to an echo method."""
+    service = rpc.Service()
+
+    @service.method()
+    async def echo(payload: bytes) -> bytes:
+        return payload
+
+    payload = bytes(size)
+    async with (
+        await rpc.start_server(service, host, 0) as server,
+        await rpc.connect(host, server.addresses[0][1]) as client,
+    ):
+        for _ in range(50):  # warm up: first-use paths out of the count
+            await client.call("echo", payload)
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(rounds):
+            await client.call("echo", payload)
+        profile.disable()
+    return pstats.Stats(profile)
+
+
+def summary(stats: pstats.Stats, rounds: int, size: int) -> dict[str, object]:
+    """Calls per message (two per round trip), and the most called functions."""
     messages = 2 * rounds
     top = sorted(stats.stats.items(), key=lambda item: -item[1][1])[:15]  # type: ignore[attr-defined]
     return {
@@ -68,19 +100,22 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rpc", action="store_true", help="RPC calls instead of messages")
     args = parser.parse_args()
-    work = measure(lab_address(), args.rounds, args.size)
+    work = (measure_rpc if args.rpc else measure)(lab_address(), args.rounds, args.size)
     if args.loop == "uvloop":
         import uvloop
 
-        row = uvloop.run(work)
+        stats = uvloop.run(work)
     else:
-        row = asyncio.run(work)
+        stats = asyncio.run(work)
+    row = summary(stats, args.rounds, args.size)
     if args.json:
         print(json.dumps(row))
         return
+    what = "RPC message" if args.rpc else "message"
     print(f"{row['path']}: {row['calls_per_message']:.1f} Python calls per {args.size}-byte "
-          f"message (both sides, {args.rounds} round trips)")  # fmt: skip
+          f"{what} (both sides, {args.rounds} round trips)")  # fmt: skip
     for entry in cast(list[dict[str, object]], row["most_called"]):
         print(f"  {entry['per_message']:6.2f}  {entry['function']}")
 
