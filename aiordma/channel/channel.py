@@ -36,6 +36,7 @@ from aiordma.channel.credits import CONTROL_BASE, DataCredits
 from aiordma.channel.link import Link
 from aiordma.channel.packets import Packets
 from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.registrations import DEFAULT_CAPACITY, RegistrationCache
 from aiordma.channel.rendezvous import Exposures, Reader
 from aiordma.channel.state import Arrival, ChannelState
 from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Hello, Kind
@@ -53,7 +54,7 @@ from aiordma.exceptions import (
 from aiordma.metrics import Stats
 from aiordma.verbs import Closable
 from aiordma.verbs.completion import check_loop
-from aiordma.verbs.memory import MemoryRegion, RemoteBuffer, Segment
+from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,9 @@ DEFAULT_MEDIUM_LIMIT = 256 << 10
 """Bodies up to this size (above the eager limit) are copied through the
 registered slots in pieces, by default; larger ones go by rendezvous
 (docs/decisions/0006)."""
+DEFAULT_REGISTRATION_CACHE = DEFAULT_CAPACITY
+"""Bytes of plain buffers a channel keeps registered each way
+(:mod:`aiordma.channel.registrations`)."""
 DEFAULT_MAX_EXPOSED = 256 << 20
 """Bytes of large messages a channel holds exposed at once, by default
 (raised to ``max_message`` when that is larger)."""
@@ -109,6 +113,14 @@ class MessageChannel(Closable):
     ``max_exposed`` bytes at once (further large sends wait). By default
     that is 60 s, and 256 MiB or ``max_message`` if larger.
 
+    A plain buffer that a second large message is received into or sent
+    from keeps its registration (local only; a sent one is exposed through
+    a memory window where the device has them), up to
+    ``registration_cache`` bytes each way (64 MiB by default; 0: none),
+    least recently used evicted first. Such a buffer cannot be resized or
+    closed until it is evicted, :meth:`forget_buffer` is called, or the
+    channel fails or closes.
+
     The channel posts ``window`` data and ``control_window`` control
     receive buffers of ``buffer_size`` bytes (32, 8 and 8 KiB by default),
     and keeps ``send_slots`` packets in flight (as many as it has receive
@@ -140,10 +152,18 @@ class MessageChannel(Closable):
         send_slots: int | None = None,
         protocol: str = "",
         medium_limit: int = DEFAULT_MEDIUM_LIMIT,
+        registration_cache: int = DEFAULT_REGISTRATION_CACHE,
     ) -> None:
         max_exposed = check_limits(max_message, max_exposed, exposure_timeout)
         if medium_limit < 0:
             raise ValueError(f"medium_limit must not be negative, not {medium_limit}")
+        # Kept registrations of the application's buffers: local only for
+        # reads into them; a window exposes a kept one being sent.
+        self._stats = Stats("channel", self._gauges)
+        self._kept_into = RegistrationCache(
+            conn, Access.LOCAL_WRITE, registration_cache, self._stats
+        )
+        self._kept_from = RegistrationCache(conn, Access.MW_BIND, registration_cache, self._stats)
         qp = conn.qp
         shared = qp.shared_receive
         if shared is not None:
@@ -202,7 +222,6 @@ class MessageChannel(Closable):
             window, control_window, max_exposed, send_slots=send_slots, data=data
         )
         self._send_mr = conn.alloc(send_slots * buffer_size)
-        self._stats = Stats("channel", self._gauges)
         # Views of both regions for the channel's life (the receive one until
         # it fails): one view per packet would cost more than the copy.
         self._recv_view = self._recv_mr.view()
@@ -224,21 +243,29 @@ class MessageChannel(Closable):
         self._exposures = Exposures(
             conn, self._state, exposure_timeout, self._stats, check=self._check,
             changed=self._changed, wake=self._wake, send_control=self._send_control_soon,
+            cache=self._kept_from,
         )  # fmt: skip
-        self._reader = Reader(conn, self._state, self._answer_revokes)
+        self._reader = Reader(conn, self._state, self._answer_revokes, self._kept_into)
         conn.add_stats(self._stats)
 
     def stats(self) -> dict[str, Any]:
         """This channel's metrics, as plain data (see :mod:`aiordma.metrics`):
         ``messages_sent``/``_received``, ``bytes_sent``/``_received`` (bodies),
         ``large_sent``/``_received`` (by rendezvous), ``credit_stalls`` (sends
-        that waited for credit), ``large_revoked`` and ``exposure_timeouts``;
-        gauges ``exposed_bytes`` and ``exposures``. The connection's
+        that waited for credit), ``large_revoked``, ``exposure_timeouts`` and
+        ``registrations_reused`` (large messages that found their buffer's
+        registration kept); gauges ``exposed_bytes``, ``exposures``,
+        ``kept_registrations`` and ``kept_bytes``. The connection's
         :meth:`~aiordma.Connection.stats` includes them."""
         return self._stats.snapshot()
 
     def _gauges(self) -> dict[str, int]:
-        return {"exposed_bytes": self._state.exposed_bytes, "exposures": len(self._exposures)}
+        return {
+            "exposed_bytes": self._state.exposed_bytes,
+            "exposures": len(self._exposures),
+            "kept_registrations": len(self._kept_into) + len(self._kept_from),
+            "kept_bytes": self._kept_into.kept_bytes + self._kept_from.kept_bytes,
+        }
 
     def _count_sent(self, size: int, large: bool) -> None:
         self._stats.count("messages_sent", "bytes_sent", size)
@@ -367,6 +394,8 @@ class MessageChannel(Closable):
                 while arrival.pieces:
                     self._shared.repost(arrival.pieces.popleft()[0])
         self._exposures.fail(exc)
+        self._kept_into.clear()
+        self._kept_from.clear()
         self._wake()
 
     def _protocol_error(self, exc: Exception) -> None:
@@ -829,6 +858,12 @@ class MessageChannel(Closable):
         finally:
             self._packets.room_pending = False
         self._packets.pump()
+
+    def forget_buffer(self, buffer: Any) -> bool:
+        """Stop keeping ``buffer``'s registration (see ``registration_cache``),
+        so that it can be resized or closed; whether one was kept."""
+        into = self._kept_into.forget(buffer)
+        return self._kept_from.forget(buffer) or into
 
     # -- lifecycle ---------------------------------------------------------
 

@@ -69,7 +69,7 @@ def channel_factory(
 
 _OPTIONS: Final = frozenset(
     {"window", "control_window", "buffer_size", "max_message", "max_exposed", "exposure_timeout",
-     "send_slots", "protocol", "medium_limit"}
+     "send_slots", "protocol", "medium_limit", "registration_cache"}
 )  # fmt: skip
 
 

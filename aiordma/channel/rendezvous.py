@@ -27,9 +27,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from aiordma.channel._tasks import consume_outcome, spawn
+from aiordma.channel._tasks import consume_outcome
 from aiordma.channel.buffers import Body, Into, buffer_view
 from aiordma.channel.link import Link
+from aiordma.channel.registrations import RegistrationCache, release_mr
 from aiordma.channel.state import Arrival, ChannelState
 from aiordma.channel.wire import Kind
 from aiordma.exceptions import ExposureTimeoutError, ResourceBusyError
@@ -51,14 +52,6 @@ STAGED_READ_LIMIT = 256 << 10
 register, are read into one registered staging buffer and copied out: a
 copy costs less than registering and deregistering the destination
 (``docs/decisions/0004-compiled-core.md``, "Staged reads")."""
-
-
-def release_mr(mr: MemoryRegion) -> None:
-    """Deregister ``mr`` now, or once the work still using it completes."""
-    try:
-        mr.close()
-    except ResourceBusyError:
-        spawn(mr.aclose())
 
 
 @dataclass(slots=True)
@@ -108,8 +101,10 @@ class Exposures:
         changed: Callable[[], Awaitable[None]],
         wake: Callable[[], None],
         send_control: Callable[[Kind, int], None],
+        cache: RegistrationCache,
     ) -> None:
         self._link = link
+        self._cache = cache
         self._state = state
         self._loop = link.qp.loop
         self.exposure_timeout = exposure_timeout
@@ -131,14 +126,23 @@ class Exposures:
         under ``max_exposed``; the peer can read nothing else with the rkey.
 
         Memory registered with ``Access.MW_BIND`` is exposed through a memory
-        window bound on this channel's queue pair (nothing is registered);
-        anything else through its own registration.
+        window bound on this channel's queue pair (nothing is registered), and
+        so is a buffer whose registration the channel keeps (one sent from
+        before, where the device has windows); anything else through its own
+        registration.
         """
         while not self._state.room_for(size):
             self._check()
             await self._changed()
         self._check()
         key: MemoryRegion | MemoryWindow | None = self._window_over(body)
+        if key is None and self._link.qp.device.attributes.memory_windows:
+            try:
+                kept = self._cache.segment_for(body)
+            except TypeError:  # not contiguous
+                kept = None
+            if kept is not None:
+                key = self._window_over(kept)
         if key is None:
             source = body.view() if isinstance(body, MemoryRegion | Segment) else body
             try:
@@ -205,6 +209,8 @@ class Exposures:
             exposure.timer.cancel()
             exposure.timer = None
         exposure.revoke()
+        if isinstance(exposure.key, MemoryWindow):
+            self._cache.unbound(exposure.key.segment.mr)
         self._wake()
 
     def revoke(self, msg_id: int, cause: BaseException | None) -> None:
@@ -249,14 +255,19 @@ class Exposures:
 
 class Reader:
     """Reads the peer's large messages: in pieces, at most a few at once,
-    into registered memory directly, or through one staging buffer.
+    into registered memory directly (the application's, or a registration
+    of its buffer the channel keeps or makes for the message), or through
+    one staging buffer.
 
     ``idle()`` is called when a read stops early and whenever the last read
     in flight lands: revocations that came meanwhile may be answered then.
     """
 
-    def __init__(self, link: Link, state: ChannelState, idle: Callable[[], None]) -> None:
+    def __init__(
+        self, link: Link, state: ChannelState, idle: Callable[[], None], cache: RegistrationCache
+    ) -> None:
         self._link = link
+        self._cache = cache
         self._state = state
         self._idle = idle
         self._reads: set[asyncio.Future[WorkCompletion]] = set()
@@ -309,8 +320,12 @@ class Reader:
                 buffer_view(target)[: remote.length] = data
             return
         else:
-            own = self._link.register(target, Access.LOCAL_WRITE)
-            segment = own.segment(0, remote.length)
+            kept = self._cache.segment_for(target)
+            if kept is None:
+                own = self._link.register(target, Access.LOCAL_WRITE)
+                segment = own.segment(0, remote.length)
+            else:
+                segment = kept[: remote.length]
         try:
             await self._read_pieces(segment, remote)
         finally:

@@ -4,11 +4,13 @@ One Dask comm is one rdma_cm connection with its message channel. Each
 Dask message is serialized to frames by distributed (``to_frames``) and
 sent as :mod:`aiordma.dask.wire` lays out: small frames together in one
 packet, large ones exposed where they are (a NumPy array's own memory)
-and RDMA-read by the receiver into a buffer allocated once for the frame.
+and RDMA-read by the receiver into a block of registered memory lent to
+the frame (:mod:`aiordma.dask.landing`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,7 +24,6 @@ from distributed.comm.core import (
     FatalCommClosedError,
 )
 from distributed.comm.utils import from_frames, to_frames
-from distributed.protocol.utils import host_array
 from distributed.utils import nbytes
 
 from aiordma.channel.channel import MessageChannel
@@ -30,6 +31,7 @@ from aiordma.channel.open import open_channel, start_channel_server
 from aiordma.cm.server import ConnectionRequest, RejectConnection, Server
 from aiordma.dask import wire
 from aiordma.dask.addresses import rdma_host
+from aiordma.dask.landing import frame_for
 from aiordma.exceptions import ConnectionRejectedError, RdmaError
 
 log = logging.getLogger(__name__)
@@ -119,7 +121,7 @@ class RdmaComm(Comm):
         except EOFError as exc:
             raise self._failed(exc) from exc
 
-    async def _read_frames(self, channel: MessageChannel) -> list[memoryview]:
+    async def _read_frames(self, channel: MessageChannel) -> list[Any]:
         landed: list[bytearray] = []
 
         def into(head: bytes, size: int) -> bytearray:
@@ -131,17 +133,29 @@ class RdmaComm(Comm):
         lead = landed[0]
         layout = wire.unpack_header(lead)
         inline = dict(wire.inline_frames(memoryview(lead), layout))
-        frames: list[memoryview] = []
-        for index, size in enumerate(layout.sizes):
-            frame = inline.get(index)
-            if frame is None:
-                frame = host_array(size)
-                for start in wire.pieces(size, PIECE):
-                    want = min(PIECE, size - start)
-                    got = await channel.recv_message_into(frame[start : start + want])
-                    if got != want:
-                        raise RdmaError(f"a piece of {got} bytes where {want} were announced")
-            frames.append(frame)
+        frames: list[Any] = []
+        device = channel.conn.device
+        try:
+            for index, size in enumerate(layout.sizes):
+                frame = inline.get(index)
+                if frame is None:
+                    frame, segment = frame_for(device, size)
+                    frames.append(frame)
+                    target = frame if segment is None else segment
+                    for start in wire.pieces(size, PIECE):
+                        want = min(PIECE, size - start)
+                        got = await channel.recv_message_into(target[start : start + want])
+                        if got != want:
+                            raise RdmaError(f"a piece of {got} bytes where {want} were announced")
+                else:
+                    frames.append(frame)
+        except BaseException:
+            # A read of this message may still land in its frames until the
+            # connection is gone: they go back to the pool only then.
+            holding = asyncio.ensure_future(_hold_until_closed(channel, frames))
+            _holding.add(holding)
+            holding.add_done_callback(_holding.discard)
+            raise
         return frames
 
     async def write(self, msg: Any, serializers: Any = None, on_error: str = "message") -> int:
@@ -210,6 +224,17 @@ class RdmaComm(Comm):
     def extra_info(self) -> dict[str, Any]:
         """Nothing beyond the addresses (no certificates: ``rdma://`` is not encrypted)."""
         return {}
+
+
+_holding: set[asyncio.Future[None]] = set()
+
+
+async def _hold_until_closed(channel: MessageChannel, frames: list[Any]) -> None:
+    """Keep ``frames`` (and the pool blocks under them) until ``channel`` is closed."""
+    try:
+        await channel.wait_closed()
+    finally:
+        frames.clear()
 
 
 def _check_encryption(address: str, connection_args: dict[str, Any]) -> None:

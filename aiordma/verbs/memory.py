@@ -58,6 +58,16 @@ def _slice_bounds(key: slice, length: int) -> tuple[int, int]:
     return start, max(start, stop)
 
 
+def buffer_span(obj: Any) -> tuple[int, int]:
+    """The address and length of ``obj``'s memory now (TypeError if it is not
+    one contiguous buffer); valid only while something holds an export of it."""
+    export = BufferExport(obj)
+    try:
+        return export.address, export.length
+    finally:
+        export.release()
+
+
 class Revocable(Protocol):
     """What a region revokes before it is deregistered (a memory window)."""
 
@@ -134,6 +144,11 @@ class MemoryRegion(Closable):
     def closed(self) -> bool:
         """True once the region is deregistered."""
         return self._mr is None
+
+    @property
+    def bound_windows(self) -> int:
+        """Number of memory windows bound over this region and not yet revoked."""
+        return len(self._windows)
 
     @property
     def inflight(self) -> int:

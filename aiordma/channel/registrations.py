@@ -1,0 +1,155 @@
+"""Registrations of the application's own buffers, kept for the next message.
+
+Registering memory costs more in a guest than moving a megabyte of it, and
+an application that receives into (or sends from) the same buffer again and
+again would pay that for every message. A :class:`RegistrationCache` keeps
+such a buffer's registration after the message, and finds it again for any
+message whose bytes lie inside it.
+
+It is safe because a kept registration holds the buffer's export: the
+object stays alive, cannot be resized, and its memory cannot be freed or
+mapped again while the entry lives, so an address range inside an entry is
+always the entry's memory. That is also its cost to the application: a kept
+buffer cannot be resized or closed until it is evicted (least recently used
+first, once the kept bytes pass ``capacity``), forgotten
+(:meth:`RegistrationCache.forget`) or the connection closes. A buffer is kept
+only the second time a message uses it, so buffers used once (a new
+``bytearray`` per message) are never held.
+
+What a kept registration grants is fixed when it is made (``access``): the
+receiver's are local only; the sender's are local only too, and expose a
+message through a memory window bound over exactly its bytes.
+
+Call order: ``segment_for`` before each message (None: register for this
+one only), and ``unbound`` after each window over a segment it gave is
+revoked; ``forget`` and
+``clear`` at any time (an entry that work or a window still uses is
+released once that is done).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from aiordma.channel._tasks import spawn
+from aiordma.channel.link import Link
+from aiordma.exceptions import ResourceBusyError
+from aiordma.metrics import Stats
+from aiordma.verbs.memory import Access, MemoryRegion, Segment, buffer_span
+
+DEFAULT_CAPACITY = 64 << 20
+"""Bytes of the application's buffers a channel keeps registered, per direction."""
+
+SIGHTINGS = 64
+"""Buffers remembered (by address and length, holding nothing) so that a
+second use can be recognised."""
+
+
+def release_mr(mr: MemoryRegion) -> None:
+    """Deregister ``mr`` now, or once the work still using it completes."""
+    try:
+        mr.close()
+    except ResourceBusyError:
+        spawn(mr.aclose())
+
+
+class RegistrationCache:
+    """The registrations of buffers a channel used more than once, by address range."""
+
+    def __init__(
+        self,
+        link: Link,
+        access: Access,
+        capacity: int = DEFAULT_CAPACITY,
+        stats: Stats | None = None,
+    ) -> None:
+        if capacity < 0:
+            raise ValueError(f"registration_cache must not be negative, not {capacity}")
+        self._link = link
+        self._stats = stats
+        self.access = access
+        """What every kept registration allows."""
+        self.capacity = capacity
+        """Bytes kept registered at most (0: nothing is kept)."""
+        self._entries: collections.OrderedDict[int, MemoryRegion] = collections.OrderedDict()
+        """Kept registrations by start address, least recently used first."""
+        self._seen: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
+        self._orphans: set[MemoryRegion] = set()
+        """Registrations no longer kept that windows still expose."""
+        self.kept_bytes = 0
+        """Bytes of the kept registrations."""
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def segment_for(self, obj: Any) -> Segment | None:
+        """A segment of a kept registration holding exactly ``obj``'s bytes:
+        one made before, or made now if ``obj``'s memory was used once
+        before; None if not (the caller registers for this message only)."""
+        address, length = buffer_span(obj)
+        for start, mr in self._entries.items():
+            if start <= address and address + length <= start + mr.length and not mr.closed:
+                self._entries.move_to_end(start)
+                if self._stats is not None:
+                    self._stats.add("registrations_reused")
+                return mr.segment(address - start, length)
+        if length == 0 or length > self.capacity or not self._sighted(address, length):
+            return None
+        mr = self._link.register(obj, self.access)
+        self._keep(mr)
+        return mr.segment(0, length)
+
+    def _sighted(self, address: int, length: int) -> bool:
+        """Whether this range was used before (and remember it if not)."""
+        key = (address, length)
+        if key in self._seen:
+            del self._seen[key]
+            return True
+        self._seen[key] = None
+        if len(self._seen) > SIGHTINGS:
+            self._seen.popitem(last=False)
+        return False
+
+    def _keep(self, mr: MemoryRegion) -> None:
+        old = self._entries.pop(mr.addr, None)
+        if old is not None:
+            self._drop(old)
+        self._entries[mr.addr] = mr
+        self.kept_bytes += mr.length
+        while self.kept_bytes > self.capacity:
+            _, oldest = self._entries.popitem(last=False)
+            self._drop(oldest)
+
+    def _drop(self, mr: MemoryRegion) -> None:
+        self.kept_bytes -= mr.length
+        if mr.bound_windows:
+            self._orphans.add(mr)  # released once its last window is revoked
+        else:
+            release_mr(mr)
+
+    def unbound(self, mr: MemoryRegion) -> None:
+        """A window over ``mr`` was revoked: release it if it is no longer kept."""
+        if mr in self._orphans and not mr.bound_windows:
+            self._orphans.discard(mr)
+            release_mr(mr)
+
+    def forget(self, obj: Any) -> bool:
+        """Stop keeping the registrations that hold ``obj``'s memory (so that it
+        can be resized or closed once work on it is done); whether any was kept."""
+        address, length = buffer_span(obj)
+        found = [
+            start
+            for start, mr in self._entries.items()
+            if start < address + max(length, 1) and address < start + mr.length
+        ]
+        for start in found:
+            self._drop(self._entries.pop(start))
+        return bool(found)
+
+    def clear(self) -> None:
+        """Stop keeping every registration."""
+        entries, self._entries = self._entries, collections.OrderedDict()
+        for mr in entries.values():
+            self._drop(mr)
+        self._seen.clear()
