@@ -524,7 +524,7 @@ class MessageChannel(Closable):
                 body = await self._take_pieces(arrival, into)
             elif into is None:
                 landed = bytearray(header.length)
-                await self._reader.read_body(arrival, landed)
+                await self._reader.read_body(arrival, landed, keep=False)
                 body = landed
             else:
                 await self._reader.read_body(arrival, into)

@@ -13,8 +13,10 @@ always the entry's memory. That is also its cost to the application: a kept
 buffer cannot be resized or closed until it is evicted (least recently used
 first, once the kept bytes pass ``capacity``), forgotten
 (:meth:`RegistrationCache.forget`) or the connection closes. A buffer is kept
-only the second time a message uses it, so buffers used once (a new
-``bytearray`` per message) are never held.
+only the second time a message uses the same object while the application
+still holds it, so buffers used once (a new ``bytearray`` per message) are
+never kept, and one that is only remembered is let go as soon as the
+application drops it (at the next message).
 
 What a kept registration grants is fixed when it is made (``access``): the
 receiver's are local only; the sender's are local only too, and expose a
@@ -30,6 +32,7 @@ released once that is done).
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Any
 
 from aiordma.channel._tasks import spawn
@@ -41,9 +44,17 @@ from aiordma.verbs.memory import Access, MemoryRegion, Segment, buffer_span
 DEFAULT_CAPACITY = 64 << 20
 """Bytes of the application's buffers a channel keeps registered, per direction."""
 
-SIGHTINGS = 64
-"""Buffers remembered (by address and length, holding nothing) so that a
-second use can be recognised."""
+SIGHTINGS = 16
+"""Buffers used once that are remembered, so that a second use is recognised."""
+
+_UNREFERENCED = 4
+"""``sys.getrefcount`` of a remembered buffer nobody else references, as
+:meth:`RegistrationCache._sighted` looks at it."""
+
+
+def _exporter(obj: Any) -> Any:
+    """The object that owns ``obj``'s memory (``obj`` itself unless it is a view)."""
+    return obj.obj if isinstance(obj, memoryview) else obj
 
 
 def release_mr(mr: MemoryRegion) -> None:
@@ -74,7 +85,10 @@ class RegistrationCache:
         """Bytes kept registered at most (0: nothing is kept)."""
         self._entries: collections.OrderedDict[int, MemoryRegion] = collections.OrderedDict()
         """Kept registrations by start address, least recently used first."""
-        self._seen: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[tuple[int, int, int], Any] = collections.OrderedDict()
+        """Buffers used once, by exporter, address and length: held (not
+        exported) so that a new object at the same address is not taken for
+        them, and dropped once the application no longer references them."""
         self._orphans: set[MemoryRegion] = set()
         """Registrations no longer kept that windows still expose."""
         self.kept_bytes = 0
@@ -94,21 +108,27 @@ class RegistrationCache:
                 if self._stats is not None:
                     self._stats.add("registrations_reused")
                 return mr.segment(address - start, length)
-        if length == 0 or length > self.capacity or not self._sighted(address, length):
+        if length == 0 or length > self.capacity or not self._sighted(obj, address, length):
             return None
         mr = self._link.register(obj, self.access)
         self._keep(mr)
         return mr.segment(0, length)
 
-    def _sighted(self, address: int, length: int) -> bool:
-        """Whether this range was used before (and remember it if not)."""
-        key = (address, length)
-        if key in self._seen:
-            del self._seen[key]
+    def _sighted(self, obj: Any, address: int, length: int) -> bool:
+        """Whether this very object's memory was used before (remembering it if not)."""
+        exporter = _exporter(obj)
+        key = (id(exporter), address, length)
+        seen = self._seen
+        for other, held in list(seen.items()):
+            # Four references: the dict's, the tuple's, ``held`` and the call's.
+            if sys.getrefcount(held) <= _UNREFERENCED and other != key:
+                del seen[other]  # nobody else holds it: it will not be seen again
+        if seen.get(key) is exporter:
+            del seen[key]
             return True
-        self._seen[key] = None
-        if len(self._seen) > SIGHTINGS:
-            self._seen.popitem(last=False)
+        seen[key] = exporter
+        if len(seen) > SIGHTINGS:
+            seen.popitem(last=False)
         return False
 
     def _keep(self, mr: MemoryRegion) -> None:

@@ -287,19 +287,21 @@ class Reader:
         if not self._reads and self._state.acks_due:
             self._idle()
 
-    async def read_body(self, arrival: Arrival, target: Into) -> None:
-        """Read a rendezvous message's body into ``target``; a REVOKE that came
-        during a read that failed or was cancelled is answered after it."""
+    async def read_body(self, arrival: Arrival, target: Into, keep: bool = True) -> None:
+        """Read a rendezvous message's body into ``target`` (whose registration
+        may be kept only if ``keep``: not for a buffer made for the message);
+        a REVOKE that came during a read that failed or was cancelled is
+        answered after it."""
         assert arrival.header.remote is not None
         arrival.reading = True
         try:
-            await self._read(target, arrival.header.remote)
+            await self._read(target, arrival.header.remote, keep)
         except BaseException:
             self._state.read_stopped(arrival)
             self._idle()
             raise
 
-    async def _read(self, target: Into, remote: RemoteBuffer) -> None:
+    async def _read(self, target: Into, remote: RemoteBuffer, keep: bool) -> None:
         """RDMA-read ``remote`` into the start of ``target``."""
         if self.before_read is not None:
             await self.before_read(remote)
@@ -320,7 +322,7 @@ class Reader:
                 buffer_view(target)[: remote.length] = data
             return
         else:
-            kept = self._cache.segment_for(target)
+            kept = self._cache.segment_for(target) if keep else None
             if kept is None:
                 own = self._link.register(target, Access.LOCAL_WRITE)
                 segment = own.segment(0, remote.length)

@@ -43,6 +43,11 @@ PIECE = 64 << 20
 """The largest channel message: a frame larger than this is sent in pieces
 of this size (each one registration and one rendezvous)."""
 
+CHANNEL_OPTIONS: dict[str, Any] = {"max_message": PIECE, "registration_cache": 0}
+"""How a Dask comm's channel is made: nothing is kept registered for the
+frames it sends or receives (they are distributed's, and large ones land in
+:mod:`aiordma.dask.landing`'s blocks)."""
+
 REFUSAL = b"not an aiordma Dask comm"
 """What a Dask listener rejects other clients with."""
 
@@ -262,7 +267,7 @@ class RdmaConnector(Connector):
         host, port = parse_host_port(address)
         try:
             channel = await open_channel(
-                host, port, private_data=HELLO, timeout=None, max_message=PIECE
+                host, port, private_data=HELLO, timeout=None, **CHANNEL_OPTIONS
             )
         except ConnectionRejectedError as exc:
             if not _says(exc.private_data, REFUSAL):
@@ -320,7 +325,7 @@ class RdmaListener(BaseListener):
         """Start listening (``OSError`` for an address of no RDMA device)."""
         host = self.ip or None  # "" listens on every address, as for tcp://
         self._server = await start_channel_server(
-            self._on_channel, host, self.port, accept=self._accept, max_message=PIECE
+            self._on_channel, host, self.port, accept=self._accept, **CHANNEL_OPTIONS
         )
         self._bound = self._server.addresses[0]
 

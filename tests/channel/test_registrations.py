@@ -1,9 +1,16 @@
-"""Kept registrations of the application's buffers (lab device, asyncio and uvloop)."""
+"""Kept registrations of the application's buffers.
+
+Which buffers are kept (second use of the same live object, LRU under the
+capacity) is pure logic tested on the host with a recording registrar; what
+the channel does with them runs on the lab device (asyncio and uvloop).
+"""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import hashlib
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +19,8 @@ import aiordma
 from aiordma import Access
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import prepare_channel
+from aiordma.channel.registrations import RegistrationCache
+from aiordma.verbs.memory import buffer_span
 from tests.channel.test_channel import _payload, _recording_registrations, channel_to, echo
 from tests.conftest import Lab, start_peer_server
 
@@ -22,6 +31,108 @@ SIZE = 512 << 10
 @pytest.fixture(scope="module")
 def checksum_server(lab: Lab) -> Iterator[int]:
     yield from start_peer_server(lab, "checksums")
+
+
+class _Region:
+    """What the cache needs of a registration (the host has no device)."""
+
+    def __init__(self, obj: object, access: Access) -> None:
+        self.obj, self.access = obj, access
+        self.addr, self.length = buffer_span(obj)
+        self.closed = False
+        self.bound_windows = 0
+
+    def segment(self, offset: int, length: int) -> tuple[_Region, int, int]:
+        return (self, offset, length)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Registrar:
+    def __init__(self) -> None:
+        self.made: list[_Region] = []
+
+    def register(self, obj: object, access: Access) -> _Region:
+        self.made.append(_Region(obj, access))
+        return self.made[-1]
+
+
+def _cache(capacity: int = 1 << 20) -> tuple[RegistrationCache, _Registrar]:
+    registrar = _Registrar()
+    return RegistrationCache(registrar, Access.LOCAL_WRITE, capacity), registrar  # type: ignore[arg-type]
+
+
+def test_a_new_buffer_per_message_is_never_kept() -> None:
+    cache, registrar = _cache()
+    for _ in range(50):
+        assert cache.segment_for(bytearray(4096)) is None
+    assert registrar.made == []
+    assert len(cache) == 0
+
+
+def test_the_same_buffer_is_kept_from_its_second_use_and_found_by_any_view_inside() -> None:
+    cache, registrar = _cache()
+    buffer = bytearray(8192)
+    assert cache.segment_for(buffer) is None
+    kept = cache.segment_for(buffer)
+    assert kept is not None
+    (region,) = registrar.made
+    assert kept == (region, 0, 8192)  # type: ignore[comparison-overlap]
+    assert region.access == Access.LOCAL_WRITE
+    inside = cache.segment_for(memoryview(buffer)[4096:6000])
+    assert inside == (region, 4096, 1904)  # type: ignore[comparison-overlap]
+    assert registrar.made == [region]
+    assert cache.kept_bytes == 8192
+
+
+def test_a_remembered_buffer_is_let_go_once_the_application_drops_it() -> None:
+    cache, _ = _cache()
+    buffer = array.array("b", bytes(4096))
+    gone = weakref.ref(buffer)
+    assert cache.segment_for(buffer) is None
+    del buffer
+    assert gone() is not None  # remembered until the next message
+    assert cache.segment_for(bytearray(10)) is None
+    assert gone() is None
+
+
+def test_the_least_recently_used_go_first_once_over_the_capacity() -> None:
+    cache, registrar = _cache(capacity=3 * 4096)
+    buffers = [bytearray(4096) for _ in range(4)]
+    for buffer in buffers[:3]:
+        cache.segment_for(buffer)
+        cache.segment_for(buffer)
+    cache.segment_for(buffers[0])  # the first is used again: the second is oldest now
+    cache.segment_for(buffers[3])
+    cache.segment_for(buffers[3])
+    assert [region.closed for region in registrar.made] == [False, True, False, False]
+    assert cache.kept_bytes == 3 * 4096
+    assert not cache.forget(buffers[1])
+    assert cache.forget(memoryview(buffers[2])[:10])  # any view of it
+    assert registrar.made[2].closed
+
+
+def test_a_registration_a_window_still_uses_is_released_when_the_window_goes() -> None:
+    cache, registrar = _cache()
+    buffer = bytearray(4096)
+    cache.segment_for(buffer)
+    cache.segment_for(buffer)
+    (region,) = registrar.made
+    region.bound_windows = 1
+    cache.clear()
+    assert not region.closed
+    region.bound_windows = 0
+    cache.unbound(region)  # type: ignore[arg-type]
+    assert region.closed
+
+
+def test_a_capacity_of_zero_keeps_nothing() -> None:
+    cache, registrar = _cache(capacity=0)
+    buffer = bytearray(4096)
+    for _ in range(3):
+        assert cache.segment_for(buffer) is None
+    assert registrar.made == []
 
 
 def _holding(registered: list[object], buffer: object) -> int:
