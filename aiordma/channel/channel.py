@@ -37,7 +37,7 @@ from aiordma.channel.link import Link
 from aiordma.channel.packets import Packets
 from aiordma.channel.pool import SharedReceiveQueue
 from aiordma.channel.registrations import DEFAULT_CAPACITY, RegistrationCache
-from aiordma.channel.rendezvous import Exposures, Reader
+from aiordma.channel.rendezvous import MIN_READ_PIECE, READ_PIECE, Exposures, Reader
 from aiordma.channel.state import Arrival, ChannelState
 from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Hello, Kind
 from aiordma.cm.connection import Connection
@@ -119,7 +119,8 @@ class MessageChannel(Closable):
     ``registration_cache`` bytes each way (64 MiB by default; 0: none),
     least recently used evicted first. Such a buffer cannot be resized or
     closed until it is evicted, :meth:`forget_buffer` is called, or the
-    channel fails or closes.
+    channel fails or closes. This side reads large messages in RDMA reads
+    of ``read_piece`` bytes (64 KiB by default), four at a time.
 
     The channel posts ``window`` data and ``control_window`` control
     receive buffers of ``buffer_size`` bytes (32, 8 and 8 KiB by default),
@@ -153,10 +154,15 @@ class MessageChannel(Closable):
         protocol: str = "",
         medium_limit: int = DEFAULT_MEDIUM_LIMIT,
         registration_cache: int = DEFAULT_REGISTRATION_CACHE,
+        read_piece: int = READ_PIECE,
     ) -> None:
         max_exposed = check_limits(max_message, max_exposed, exposure_timeout)
         if medium_limit < 0:
             raise ValueError(f"medium_limit must not be negative, not {medium_limit}")
+        if read_piece < MIN_READ_PIECE:
+            raise ValueError(
+                f"read_piece must be at least {MIN_READ_PIECE} bytes, not {read_piece}"
+            )
         # Kept registrations of the application's buffers: local only for
         # reads into them; a window exposes a kept one being sent.
         self._stats = Stats("channel", self._gauges)
@@ -245,7 +251,7 @@ class MessageChannel(Closable):
             changed=self._changed, wake=self._wake, send_control=self._send_control_soon,
             cache=self._kept_from,
         )  # fmt: skip
-        self._reader = Reader(conn, self._state, self._answer_revokes, self._kept_into)
+        self._reader = Reader(conn, self._state, self._answer_revokes, self._kept_into, read_piece)
         conn.add_stats(self._stats)
 
     def stats(self) -> dict[str, Any]:

@@ -69,7 +69,8 @@ def channel_factory(
 
 _OPTIONS: Final = frozenset(
     {"window", "control_window", "buffer_size", "max_message", "max_exposed", "exposure_timeout",
-     "send_slots", "protocol", "medium_limit", "registration_cache"}
+     "send_slots", "protocol", "medium_limit", "registration_cache",
+     "read_piece"}
 )  # fmt: skip
 
 

@@ -43,7 +43,8 @@ from aiordma.verbs.window import MemoryWindow
 log = logging.getLogger(__name__)
 
 READ_PIECE = 64 << 10
-"""Large messages are read in pieces of this size (see ``READS_IN_FLIGHT``)."""
+"""Large messages are read in pieces of this size by default (see ``READS_IN_FLIGHT``)."""
+MIN_READ_PIECE = 4096
 READS_IN_FLIGHT = 4
 """Pieces of one large message being read at once: 1 MiB in flight paces
 the sender's adapter to what the receiver takes in."""
@@ -264,10 +265,17 @@ class Reader:
     """
 
     def __init__(
-        self, link: Link, state: ChannelState, idle: Callable[[], None], cache: RegistrationCache
+        self,
+        link: Link,
+        state: ChannelState,
+        idle: Callable[[], None],
+        cache: RegistrationCache,
+        piece: int = READ_PIECE,
     ) -> None:
         self._link = link
         self._cache = cache
+        self.piece = piece
+        """The size of each RDMA read."""
         self._state = state
         self._idle = idle
         self._reads: set[asyncio.Future[WorkCompletion]] = set()
@@ -335,8 +343,8 @@ class Reader:
                 release_mr(own)
 
     async def _read_pieces(self, local: Segment, remote: RemoteBuffer) -> None:
-        """RDMA-read ``remote`` into ``local`` in pieces of :data:`READ_PIECE`,
-        at most :data:`READS_IN_FLIGHT` at once.
+        """RDMA-read ``remote`` into ``local`` in pieces of :attr:`piece`
+        (:data:`READ_PIECE` by default), at most :data:`READS_IN_FLIGHT` at once.
 
         One read of many megabytes makes the peer's adapter send every
         response packet at once, with nothing to pace it: across a real link
@@ -348,10 +356,11 @@ class Reader:
         """
         qp = self._link.qp
         size = remote.length
-        starts = range(0, size, READ_PIECE)
+        step = self.piece
+        starts = range(0, size, step)
 
         def piece(start: int) -> Read:
-            end = min(start + READ_PIECE, size)
+            end = min(start + step, size)
             return Read(local[start:end], remote[start:end])
 
         async def post(first: int, last: int) -> list[asyncio.Future[WorkCompletion]]:

@@ -31,6 +31,8 @@ from aiordma.channel.open import open_channel, start_channel_server
 from aiordma.cm.server import ConnectionRequest, RejectConnection, Server
 from aiordma.dask import wire
 from aiordma.dask.addresses import rdma_host
+from aiordma.dask.config import Settings, settings
+from aiordma.dask.landing import DEFAULT_CAPACITY as DEFAULT_POOL
 from aiordma.dask.landing import frame_for
 from aiordma.exceptions import ConnectionRejectedError, RdmaError
 
@@ -38,15 +40,6 @@ log = logging.getLogger(__name__)
 
 SCHEME = "rdma"
 PREFIX = f"{SCHEME}://"
-
-PIECE = 64 << 20
-"""The largest channel message: a frame larger than this is sent in pieces
-of this size (each one registration and one rendezvous)."""
-
-CHANNEL_OPTIONS: dict[str, Any] = {"max_message": PIECE, "registration_cache": 0}
-"""How a Dask comm's channel is made: nothing is kept registered for the
-frames it sends or receives (they are distributed's, and large ones land in
-:mod:`aiordma.dask.landing`'s blocks)."""
 
 REFUSAL = b"not an aiordma Dask comm"
 """What a Dask listener rejects other clients with."""
@@ -68,13 +61,21 @@ class RdmaComm(Comm):
     """One established ``rdma://`` connection, as a Dask :class:`~distributed.comm.core.Comm`."""
 
     def __init__(
-        self, channel: MessageChannel, local_addr: str, peer_addr: str, deserialize: bool = True
+        self,
+        channel: MessageChannel,
+        local_addr: str,
+        peer_addr: str,
+        deserialize: bool = True,
+        pool_bytes: int = DEFAULT_POOL,
     ) -> None:
         super().__init__(deserialize=deserialize)
         self._channel: MessageChannel | None = channel
         self._local_addr = local_addr
         self._peer_addr = peer_addr
         self._closed = False
+        self._piece = channel.max_message
+        self._pool_bytes = pool_bytes
+        """Frames larger than this are sent as several messages."""
 
     @property
     def local_address(self) -> str:
@@ -144,14 +145,17 @@ class RdmaComm(Comm):
             for index, size in enumerate(layout.sizes):
                 frame = inline.get(index)
                 if frame is None:
-                    frame, segment = frame_for(device, size)
+                    frame, segment = frame_for(device, size, self._pool_bytes)
                     frames.append(frame)
                     target = frame if segment is None else segment
-                    for start in wire.pieces(size, PIECE):
-                        want = min(PIECE, size - start)
-                        got = await channel.recv_message_into(target[start : start + want])
-                        if got != want:
-                            raise RdmaError(f"a piece of {got} bytes where {want} were announced")
+                    # The sender chose the pieces (its piece-size); each
+                    # message continues the frame where the last one ended.
+                    start = 0
+                    while start < size:
+                        got = await channel.recv_message_into(target[start:size])
+                        if got == 0:
+                            raise RdmaError(f"an empty piece with {size - start} bytes to come")
+                        start += got
                 else:
                     frames.append(frame)
         except BaseException:
@@ -177,9 +181,10 @@ class RdmaComm(Comm):
                 "recipient": self.remote_info,
                 **self.handshake_options,
             },
-            frame_split_size=PIECE,
+            frame_split_size=self._piece,
         )
         sizes = [nbytes(f) for f in frames]
+        piece = min(self._piece, channel.peer_max_message or self._piece)
         layout = wire.plan(sizes, channel.eager_limit)
         lead = bytearray(wire.pack_header(layout))
         for frame, inline in zip(frames, layout.inline, strict=True):
@@ -191,8 +196,8 @@ class RdmaComm(Comm):
                 if inline:
                     continue
                 view = memoryview(frame).cast("B")
-                for start in wire.pieces(size, PIECE):
-                    await channel.send_message(view[start : start + PIECE])
+                for start in wire.pieces(size, piece):
+                    await channel.send_message(view[start : start + piece])
         except (RdmaError, OSError) as exc:
             raise self._failed(exc) from exc
         except BaseException:
@@ -265,10 +270,12 @@ class RdmaConnector(Connector):
         retried, ``FatalCommClosedError`` for a peer that is no Dask comm."""
         _check_encryption(address, connection_args)
         host, port = parse_host_port(address)
+        config = settings()
         try:
             channel = await open_channel(
-                host, port, private_data=HELLO, timeout=None, **CHANNEL_OPTIONS
-            )
+                host, port, private_data=HELLO, timeout=None, auth=config.auth,
+                **config.channel_options(),
+            )  # fmt: skip
         except ConnectionRejectedError as exc:
             if not _says(exc.private_data, REFUSAL):
                 raise  # refused for another reason: distributed retries until its timeout
@@ -291,8 +298,9 @@ class RdmaConnector(Connector):
                 f"{PREFIX}{address} accepted, but is not an aiordma Dask comm listener"
             )
         return RdmaComm(
-            channel, _address(conn.local_address), PREFIX + address, deserialize=deserialize
-        )
+            channel, _address(conn.local_address), PREFIX + address, deserialize=deserialize,
+            pool_bytes=config.landing_pool,
+        )  # fmt: skip
 
 
 class RdmaListener(BaseListener):
@@ -320,14 +328,23 @@ class RdmaListener(BaseListener):
         self.allow_offload = allow_offload
         self._server: Server | None = None
         self._bound: tuple[str, int] | None = None
+        self._config: Settings | None = None
 
     async def start(self) -> None:
-        """Start listening (``OSError`` for an address of no RDMA device)."""
-        host = self.ip or None  # "" listens on every address, as for tcp://
+        """Start listening (``OSError`` for an address of no RDMA device).
+
+        No host (``rdma://``, ``rdma://:port``) listens on every address of
+        both families and, as for ``tcp://``, reports ``0.0.0.0``; a wildcard
+        host listens on every RDMA-capable address of its family.
+        """
+        host = self.ip or None
+        config = self._config = settings()
         self._server = await start_channel_server(
-            self._on_channel, host, self.port, accept=self._accept, **CHANNEL_OPTIONS
-        )
-        self._bound = self._server.addresses[0]
+            self._on_channel, host, self.port, accept=self._accept, auth=config.auth,
+            **config.channel_options(),
+        )  # fmt: skip
+        bound_host, bound_port = self._server.addresses[0]
+        self._bound = ("0.0.0.0" if host is None else bound_host, bound_port)
 
     @staticmethod
     def _accept(request: ConnectionRequest) -> bytes:
@@ -336,11 +353,12 @@ class RdmaListener(BaseListener):
         return HELLO
 
     def stop(self) -> None:
-        """Stop listening; comms already established stay open."""
+        """Stop listening; comms already established, or still shaking hands,
+        stay open (a distributed ``Server`` aborts the latter itself, as for
+        ``tcp://``)."""
         server = self._server
         if server is not None and not server.is_closing():
             server.close()
-            self.abort_handshaking_comms()
 
     async def wait_closed(self) -> None:
         """Wait until the listener stopped and every comm it accepted is closed."""
@@ -354,6 +372,7 @@ class RdmaListener(BaseListener):
             _address(conn.local_address),
             _address(conn.peer_address),
             deserialize=self.deserialize,
+            pool_bytes=self._config.landing_pool if self._config else DEFAULT_POOL,
         )
         comm.allow_offload = self.allow_offload
         if self._server is None or self._server.is_closing():

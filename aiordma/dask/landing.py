@@ -124,18 +124,23 @@ _pools: weakref.WeakKeyDictionary[Device, LandingPool] = weakref.WeakKeyDictiona
 _lock = threading.Lock()
 
 
-def pool_for(device: Device) -> LandingPool:
-    """The landing pool of ``device`` (one per device and process)."""
+def pool_for(device: Device, capacity: int = DEFAULT_CAPACITY) -> LandingPool:
+    """The landing pool of ``device`` (one per device and process; ``capacity``
+    applies from now on)."""
     with _lock:
         pool = _pools.get(device)
         if pool is None or pool.closed:
-            pool = _pools[device] = LandingPool(device)
+            pool = _pools[device] = LandingPool(device, capacity)
+        pool.capacity = capacity
         return pool
 
 
-def frame_for(device: Device, size: int) -> tuple[Any, Segment | None]:
-    """A frame of ``size`` bytes and, when it lies in registered memory, its segment."""
-    placed = pool_for(device).take(size) if size >= SMALLEST else None
+def frame_for(
+    device: Device, size: int, capacity: int = DEFAULT_CAPACITY
+) -> tuple[Any, Segment | None]:
+    """A frame of ``size`` bytes and, when it lies in registered memory (of a
+    pool of at most ``capacity`` bytes), its segment."""
+    placed = pool_for(device, capacity).take(size) if size >= SMALLEST and capacity else None
     if placed is None:
         from distributed.protocol.utils import host_array
 

@@ -276,6 +276,64 @@ async def test_addresses_and_repr(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("form", "bound"),
+    [("0.0.0.0", "0.0.0.0"), ("0.0.0.0:3241", "0.0.0.0"), ("", "0.0.0.0"), (":3242", "0.0.0.0"),
+     ("[::]", "::")],
+    ids=["any4", "any4-port", "bare", "port-only", "any6"],
+)  # fmt: skip
+async def test_every_wildcard_form_listens_where_peers_reach_it(
+    lab: Lab, form: str, bound: str
+) -> None:
+    """As distributed's own tcp:// checks: no host (or :port) reports 0.0.0.0,
+    and the contact address is this host's RDMA address of that family."""
+    listener = listen(f"rdma://{form}", echo)
+    await listener.start()
+    try:
+        host, port = listener.get_host_port()
+        assert host == bound
+        if ":" in form:
+            assert port == int(form.rsplit(":", 1)[1])
+        contact = f"[{lab.addr6}]" if bound == "::" else lab.addr
+        assert listener.contact_address == f"rdma://{contact}:{port}"
+        comms = await asyncio.gather(
+            *(connect(listener.contact_address, timeout=TIMEOUT) for _ in range(4))
+        )
+        for i, comm in enumerate(comms):
+            assert comm.peer_address == listener.contact_address
+            await comm.write({"key": i})
+        assert [await comm.read() for comm in comms] == [{"key": i} for i in range(4)]
+        for comm in comms:
+            await comm.close()
+    finally:
+        listener.stop()
+        await asyncio.wait_for(listener.wait_closed(), TIMEOUT)
+
+
+@pytest.mark.asyncio
+async def test_a_comm_pair_outlives_the_listener_that_made_it(lab: Lab) -> None:
+    """Stopping a listener at once after connecting (as distributed's
+    ``get_comm_pair`` does) leaves the accepted comm open, mid-handshake or not."""
+    accepted: asyncio.Queue[Comm] = asyncio.Queue()
+    listener = listen(f"rdma://{lab.addr}:0", reader_of(accepted))
+    async with listener:  # as get_comm_pair: stop() on the way out, no waiting
+        comm = await connect(listener.contact_address, timeout=TIMEOUT)
+    server_side = await asyncio.wait_for(accepted.get(), TIMEOUT)
+    try:
+        assert "closed" not in repr(comm)
+        assert "closed" not in repr(server_side)
+        await server_side.write({"after": "stop"})
+        assert await asyncio.wait_for(comm.read(), TIMEOUT) == {"after": "stop"}
+    finally:
+        await comm.close()
+    assert "closed" in repr(comm)
+    with pytest.raises(CommClosedError):
+        await asyncio.wait_for(server_side.read(), TIMEOUT)
+    await server_side.close()
+    await asyncio.wait_for(listener.wait_closed(), TIMEOUT)
+
+
+@pytest.mark.asyncio
 async def test_ipv6_addresses_work_and_are_bracketed(lab: Lab) -> None:
     assert lab.addr6
     async with listening(lab, echo, host=f"[{lab.addr6}]") as listener:
