@@ -39,6 +39,10 @@ def _dask() -> list[str]:
     return [str(found)] if found.exists() else [sys.executable, "-m", "dask"]
 
 
+def _tail(path: str) -> str:
+    return f"--- {path}\n" + Path(path).read_bytes()[-4000:].decode(errors="replace")
+
+
 def _make(size: int, seed: int) -> Any:
     import numpy as np
 
@@ -62,13 +66,17 @@ async def cluster(fabric: Fabric, protocol: str) -> AsyncIterator[tuple[str, Pee
     tmp = Path(tempfile.mkdtemp(prefix="aiordma-dask2-"))
     scheduler_file = tmp / "scheduler.json"
     common = ["--no-dashboard"]
+    # The workers unpickle this module's functions by reference.
+    env = {**os.environ, "PYTHONPATH": ROOT}
     local: list[subprocess.Popen[bytes]] = []
     logs = []
 
     def start_here(name: str, argv: list[str]) -> None:
         log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed below)
         logs.append(log)
-        local.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+        local.append(
+            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        )
 
     start_here("scheduler", [*_dask(), "scheduler", "--protocol", protocol, "--host",
                              fabric.addr, "--port", "0", "--scheduler-file", str(scheduler_file),
@@ -82,8 +90,15 @@ async def cluster(fabric: Fabric, protocol: str) -> AsyncIterator[tuple[str, Pee
                                "1", "--no-nanny", "--name", "host1", *common])  # fmt: skip
         remote = fabric.start([*_dask(), "worker", address, "--host", fabric.peer_addr,
                                "--nthreads", "1", "--no-nanny", "--name", "host2", *common],
-                              cwd=ROOT)  # fmt: skip
+                              env={"PYTHONPATH": ROOT}, cwd=ROOT)  # fmt: skip
         yield address, remote
+    except BaseException:
+        for log in logs:  # shown with the failure
+            log.flush()
+            print(_tail(log.name))
+        if remote is not None:
+            print("--- host 2's worker\n" + remote.output()[-4000:])
+        raise
     finally:
         if remote is not None and remote.returncode is None:
             remote.send_signal(signal.SIGTERM)
