@@ -39,6 +39,15 @@ def _dask() -> list[str]:
     return [str(found)] if found.exists() else [sys.executable, "-m", "dask"]
 
 
+def _scheduler_address(path: Path) -> str | None:
+    """The address in the scheduler's file, once it is written whole."""
+    try:
+        found: str = json.loads(path.read_text())["address"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+    return found
+
+
 def _tail(path: str) -> str:
     return f"--- {path}\n" + Path(path).read_bytes()[-4000:].decode(errors="replace")
 
@@ -84,8 +93,9 @@ async def cluster(fabric: Fabric, protocol: str) -> AsyncIterator[tuple[str, Pee
     remote: PeerProcess | None = None
     try:
         async with asyncio.timeout(START):
-            await poll_until(scheduler_file.exists)
-        address = json.loads(scheduler_file.read_text())["address"]
+            await poll_until(lambda: _scheduler_address(scheduler_file) is not None)
+        address = _scheduler_address(scheduler_file)
+        assert address is not None
         start_here("worker1", [*_dask(), "worker", address, "--host", fabric.addr, "--nthreads",
                                "1", "--no-nanny", "--name", "host1", *common])  # fmt: skip
         remote = fabric.start([*_dask(), "worker", address, "--host", fabric.peer_addr,
