@@ -37,7 +37,7 @@ from aiordma.channel.link import Link
 from aiordma.channel.packets import Packets
 from aiordma.channel.pool import SharedReceiveQueue
 from aiordma.channel.registrations import DEFAULT_CAPACITY, RegistrationCache
-from aiordma.channel.rendezvous import MIN_READ_PIECE, READ_PIECE, Exposures, Reader
+from aiordma.channel.rendezvous import MIN_READ_PIECE, READ_PIECE, Exposure, Exposures, Reader
 from aiordma.channel.state import Arrival, ChannelState
 from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Hello, Kind
 from aiordma.cm.connection import Connection
@@ -702,6 +702,59 @@ class MessageChannel(Closable):
         :meth:`recv_message_with_head` (or its ``choose`` callback, before
         deciding where the body goes).
         """
+        posted = await self._post(data, head)
+        if posted is None:
+            return
+        msg_id, exposure, size = posted
+        try:
+            await asyncio.shield(exposure.done)
+        except asyncio.CancelledError:
+            if not exposure.done.done():
+                self._exposures.revoke(msg_id, asyncio.CancelledError())
+            raise
+        self._count_sent(size, True)
+
+    async def post_message(self, data: Body, *, head: bytes = b"") -> asyncio.Future[None]:
+        """:meth:`send_message`, but return once the message is posted, with a
+        future that resolves when the peer has it.
+
+        For a message copied into send buffers that is at once. A large one
+        stays readable for the peer until it reads it (or ``exposure_timeout``
+        passes: the future then fails with :class:`ExposureTimeoutError`);
+        ``data`` must not change until the future is done, and cancelling the
+        future revokes the message if the peer has not read it. Posting still
+        waits for credit and for room under ``max_exposed``, so a writer that
+        does not wait for delivery is held back as by a socket's buffer.
+        """
+        delivered: asyncio.Future[None] = self._loop.create_future()
+        posted = await self._post(data, head)
+        if posted is None:
+            delivered.set_result(None)
+            return delivered
+        msg_id, exposure, size = posted
+
+        def settle(done: asyncio.Future[None]) -> None:
+            if delivered.done():
+                return
+            if done.cancelled():
+                delivered.cancel()
+            elif done.exception() is not None:
+                delivered.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                self._count_sent(size, True)
+                delivered.set_result(None)
+
+        def withdrawn(future: asyncio.Future[None]) -> None:
+            if future.cancelled() and not exposure.done.done():
+                self._exposures.revoke(msg_id, asyncio.CancelledError())
+
+        exposure.done.add_done_callback(settle)
+        delivered.add_done_callback(withdrawn)
+        return delivered
+
+    async def _post(self, data: Body, head: bytes) -> tuple[int, Exposure, int] | None:
+        """Check and post a message: None once a copied one is posted, or a
+        large one's id, exposure and size once its announcement is."""
         check_loop(self._loop)
         size = len(data) if type(data) is bytes or type(data) is bytearray else buffer_length(data)
         if size > self.max_message:
@@ -726,10 +779,10 @@ class MessageChannel(Closable):
         if len(head) + size <= packets.eager_limit:
             # Nobody ahead of us and credit there: posted without a task switch.
             if packets.send_eager(head, data, size):
-                return
+                return None
             await self._send_in_turn(Kind.EAGER, 0, size, None, head, data)
             self._count_sent(size, False)
-            return
+            return None
         if (
             size <= self.medium_limit
             and len(head) < self.eager_limit
@@ -737,7 +790,7 @@ class MessageChannel(Closable):
         ):
             await self._send_pieces(head, data, size)
             self._count_sent(size, False)
-            return
+            return None
         msg_id, exposure = await self._exposures.expose(data, size)
         try:
             await self._send_in_turn(Kind.RENDEZVOUS, msg_id, size, exposure.remote, head, None)
@@ -746,13 +799,7 @@ class MessageChannel(Closable):
             exposure.done.cancel()
             raise
         self._exposures.posted(msg_id)  # its deadline starts once the peer can know of it
-        try:
-            await asyncio.shield(exposure.done)
-        except asyncio.CancelledError:
-            if not exposure.done.done():
-                self._exposures.revoke(msg_id, asyncio.CancelledError())
-            raise
-        self._count_sent(size, True)
+        return msg_id, exposure, size
 
     async def _send_pieces(self, head: bytes, data: Body, size: int) -> None:
         """Send a MEDIUM message: its head and first bytes, then PIECEs, each

@@ -74,6 +74,8 @@ class RdmaComm(Comm):
         self._peer_addr = peer_addr
         self._closed = False
         self._piece = channel.max_message
+        self._undelivered: set[asyncio.Future[None]] = set()
+        """Large frames written and not yet read by the peer."""
         self._pool_bytes = pool_bytes
         """Frames larger than this are sent as several messages."""
 
@@ -167,9 +169,19 @@ class RdmaComm(Comm):
             raise
         return frames
 
+    def _delivered(self, delivered: asyncio.Future[None]) -> None:
+        self._undelivered.discard(delivered)
+        if not delivered.cancelled() and delivered.exception() is not None:
+            # Not read in time, or the connection failed: the peer cannot
+            # have the whole message, so neither side may go on.
+            log.warning("%r: a large frame was not delivered: %s", self, delivered.exception())
+            self.abort()
+
     async def write(self, msg: Any, serializers: Any = None, on_error: str = "message") -> int:
-        """Send ``msg``; returns once its large frames have been read by the
-        peer (their memory is the message's own). Returns the bytes sent."""
+        """Send ``msg``; returns once it is handed over: its large frames stay
+        readable for the peer (their memory is the message's own, and must
+        not change) until it reads them, or ``exposure-timeout`` passes and
+        the comm fails. Returns the bytes sent."""
         channel = self._live(writing=True)
         frames = await to_frames(
             msg,
@@ -197,7 +209,12 @@ class RdmaComm(Comm):
                     continue
                 view = memoryview(frame).cast("B")
                 for start in wire.pieces(size, piece):
-                    await channel.send_message(view[start : start + piece])
+                    # Posted, not awaited: the peer reads it when it reads
+                    # the message, as a socket's buffer holds what was written.
+                    delivered = await channel.post_message(view[start : start + piece])
+                    if not delivered.done():
+                        self._undelivered.add(delivered)
+                        delivered.add_done_callback(self._delivered)
         except (RdmaError, OSError) as exc:
             raise self._failed(exc) from exc
         except BaseException:
@@ -206,10 +223,13 @@ class RdmaComm(Comm):
         return sum(sizes)
 
     async def close(self) -> None:
-        """Close after the messages already written are delivered (as a socket's close)."""
+        """Close after the messages already written are delivered (as a socket's
+        close; their large frames wait for the peer at most ``exposure-timeout``)."""
         channel, self._channel = self._channel, None
         self._closed = True
         if channel is not None:
+            if self._undelivered:
+                await asyncio.wait(set(self._undelivered))
             await channel.close()
 
     def abort(self) -> None:

@@ -341,6 +341,40 @@ async def test_a_large_send_from_registered_memory_is_read_in_place_through_its_
 
 
 @pytest.mark.asyncio
+async def test_a_posted_large_message_is_delivered_after_the_post_returns(lab: Lab) -> None:
+    """post_message returns once the announcement is posted; its future
+    resolves when the peer has read the message, and cancelling it revokes."""
+    size = 512 << 10
+    announced, finished = asyncio.Event(), asyncio.Event()
+    got: list[object] = []
+
+    async def receive(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        first = await channel.recv_message()
+        await channel.send_message(hashlib.sha256(first).digest())
+        await _take_withdrawn_then_next(channel, announced, got)
+        finished.set()
+
+    async with channel_to(lab, receive) as channel:
+        data = _payload(3, size)
+        delivered = await asyncio.wait_for(channel.post_message(data), 60)
+        assert not delivered.done()  # the peer reads it when it asks for it
+        assert channel.exposed_bytes == size
+        assert await asyncio.wait_for(channel.recv_message(), 60) == hashlib.sha256(data).digest()
+        await asyncio.wait_for(delivered, 60)
+        withdrawn = await asyncio.wait_for(channel.post_message(_payload(4, size)), 60)
+        await asyncio.wait_for(announced.wait(), 60)
+        withdrawn.cancel()
+        await channel.send_message(b"next")
+        await asyncio.wait_for(finished.wait(), 60)
+        await exposures_ended(channel)
+        small = await channel.post_message(b"small")
+        assert small.done()  # copied into a send buffer: nothing to wait for
+    assert isinstance(got[0], aiordma.MessageRevokedError)
+    assert got[1] == b"next"
+
+
+@pytest.mark.asyncio
 async def test_cancelled_receive_leaves_the_message_queued(lab: Lab) -> None:
     async with channel_to(lab, echo) as channel:
         data = _payload(3, 4 << 20)

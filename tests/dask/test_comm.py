@@ -106,6 +106,26 @@ async def test_large_arrays_arrive_intact_and_writable(lab: Lab, size: int) -> N
 
 
 @pytest.mark.asyncio
+async def test_a_write_returns_before_the_peer_reads_its_large_frames(lab: Lab) -> None:
+    """One task writes on one comm, then reads on the other, as distributed's
+    ``check_deserialize_roundtrip`` does: the write must not wait for the read."""
+    accepted: asyncio.Queue[Comm] = asyncio.Queue()
+    payload = bytes(range(256)) * (16 << 10)  # 4 MiB: a frame of its own, read by rendezvous
+    async with listening(lab, reader_of(accepted)) as listener:
+        a = await connect(listener.contact_address, timeout=TIMEOUT)
+        b = await asyncio.wait_for(accepted.get(), TIMEOUT)
+        try:
+            await asyncio.wait_for(a.write({"x": to_serialize(payload)}), TIMEOUT)
+            got = await asyncio.wait_for(b.read(), TIMEOUT)
+            assert got["x"] == payload
+            await asyncio.wait_for(b.write(got), TIMEOUT)
+            assert (await asyncio.wait_for(a.read(), TIMEOUT))["x"] == payload
+        finally:
+            await a.close()
+            await b.close()
+
+
+@pytest.mark.asyncio
 async def test_a_message_of_many_frames_keeps_their_order(lab: Lab) -> None:
     sizes = [5, 300_000, 0, 70_000, 9, 2 * MIB]
     arrays = [np.full(n, i, dtype=np.uint8) for i, n in enumerate(sizes)]
