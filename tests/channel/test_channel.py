@@ -345,7 +345,7 @@ async def test_a_posted_large_message_is_delivered_after_the_post_returns(lab: L
     """post_message returns once the announcement is posted; its future
     resolves when the peer has read the message, and cancelling it revokes."""
     size = 512 << 10
-    announced, finished = asyncio.Event(), asyncio.Event()
+    announced, finished, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
     got: list[object] = []
 
     async def receive(conn: aiordma.Connection) -> None:
@@ -354,22 +354,26 @@ async def test_a_posted_large_message_is_delivered_after_the_post_returns(lab: L
         await channel.send_message(hashlib.sha256(first).digest())
         await _take_withdrawn_then_next(channel, announced, got)
         finished.set()
+        await release.wait()  # returning closes the connection
 
     async with channel_to(lab, receive) as channel:
-        data = _payload(3, size)
-        delivered = await asyncio.wait_for(channel.post_message(data), 60)
-        assert not delivered.done()  # the peer reads it when it asks for it
-        assert channel.exposed_bytes == size
-        assert await asyncio.wait_for(channel.recv_message(), 60) == hashlib.sha256(data).digest()
-        await asyncio.wait_for(delivered, 60)
-        withdrawn = await asyncio.wait_for(channel.post_message(_payload(4, size)), 60)
-        await asyncio.wait_for(announced.wait(), 60)
-        withdrawn.cancel()
-        await exposures_ended(channel)  # the peer answered the REVOKE
-        await channel.send_message(b"next")
-        await asyncio.wait_for(finished.wait(), 60)
-        small = await channel.post_message(b"small")
-        assert small.done()  # copied into a send buffer: nothing to wait for
+        try:
+            data = _payload(3, size)
+            delivered = await asyncio.wait_for(channel.post_message(data), 60)
+            assert not delivered.done()  # the peer reads it when it asks for it
+            assert channel.exposed_bytes == size
+            assert await asyncio.wait_for(channel.recv_message(), 60) == hashlib.sha256(data).digest()
+            await asyncio.wait_for(delivered, 60)
+            withdrawn = await asyncio.wait_for(channel.post_message(_payload(4, size)), 60)
+            await asyncio.wait_for(announced.wait(), 60)
+            withdrawn.cancel()
+            await exposures_ended(channel)  # the peer answered the REVOKE
+            await channel.send_message(b"next")
+            await asyncio.wait_for(finished.wait(), 60)
+            small = await channel.post_message(b"small")
+            assert small.done()  # copied into a send buffer: nothing to wait for
+        finally:
+            release.set()
     assert isinstance(got[0], aiordma.MessageRevokedError)
     assert got[1] == b"next"
 
