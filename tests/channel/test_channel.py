@@ -362,7 +362,8 @@ async def test_a_posted_large_message_is_delivered_after_the_post_returns(lab: L
             delivered = await asyncio.wait_for(channel.post_message(data), 60)
             assert not delivered.done()  # the peer reads it when it asks for it
             assert channel.exposed_bytes == size
-            assert await asyncio.wait_for(channel.recv_message(), 60) == hashlib.sha256(data).digest()
+            digest = await asyncio.wait_for(channel.recv_message(), 60)
+            assert digest == hashlib.sha256(data).digest()
             await asyncio.wait_for(delivered, 60)
             withdrawn = await asyncio.wait_for(channel.post_message(_payload(4, size)), 60)
             await asyncio.wait_for(announced.wait(), 60)
