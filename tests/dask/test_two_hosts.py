@@ -168,6 +168,35 @@ async def _run(fabric: Fabric, protocol: str) -> dict[str, Any]:
         return {"crossed": crossed, "survived": survived, "recovered_s": recovered}
 
 
+async def _cut_off(fabric: Fabric) -> dict[str, Any]:
+    from distributed import Client
+
+    async with (
+        cluster(fabric, "rdma") as (address, _),
+        Client(address, asynchronous=True, timeout=START) as client,
+    ):
+        await client.wait_for_workers(2, timeout=START)
+        here, there = _workers_by_host(await client.scheduler.identity(), fabric)
+        made_here = client.submit(_make, SIZE, 2, workers=[here], pure=False)
+        started = fabric.control / f"dask-cut-{os.getpid()}"
+        started.unlink(missing_ok=True)
+        slow = client.submit(_slow_digest, made_here, str(started), workers=[there],
+                             allow_other_workers=True, pure=False)  # fmt: skip
+        async with asyncio.timeout(START):
+            await poll_until(started.exists)
+        await fabric.link(False)
+        cut_at = time.monotonic()
+        try:
+            async with asyncio.timeout(START):
+                survived = await slow
+            recovered = time.monotonic() - cut_at
+            workers = set((await client.scheduler.identity())["workers"])
+        finally:
+            await fabric.link(True)
+        return {"survived": survived, "recovered_s": recovered, "workers": workers,
+                "here": here, "there": there}  # fmt: skip
+
+
 @pytest.mark.asyncio
 @pytest.mark.timeout(2400)
 @pytest.mark.uvloop_only
@@ -180,3 +209,17 @@ async def test_a_cluster_across_two_hosts_computes_what_tcp_does_and_survives_a_
         assert result["crossed"] == expected, protocol
         assert result["survived"] == expected[1], protocol
         assert result["recovered_s"] < START, protocol
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(1200)
+@pytest.mark.uvloop_only
+async def test_a_worker_whose_host_is_cut_off_mid_task_is_replaced_by_the_other(
+    fabric: Fabric,
+) -> None:
+    result = await _cut_off(fabric)
+    assert result["survived"] == _digest(_make(SIZE, 2))
+    # The scheduler let host 2's worker go (its keepalive failed) and ran the
+    # task again on host 1; it did not wait for distributed's worker TTL.
+    assert result["workers"] == {result["here"]}
+    assert result["recovered_s"] < 240, result

@@ -10,7 +10,11 @@ line, connects a client, and measures
   slabs of a 768 MiB integer array, summed per column: every output needs
   a slice of every input, so hundreds of MiB cross between the workers;
 - ``transfer``: one 64 MiB array fetched by one worker from the other, as
-  the fetching worker timed it (median of three).
+  the fetching worker timed it (median of three);
+- ``tiny``: 1,000 tasks that each add one to an integer, spread over both
+  workers, then summed on one of them (so half the results cross between
+  the workers), as the client timed it (median of three): the cost per
+  message, as the other two are the cost per byte.
 
 It prints a table, or with ``--json`` one JSON line per protocol that
 ``tests/dask/test_cluster.py`` checks (the results must agree).
@@ -36,6 +40,7 @@ from aiordma.bench.stats import percentile
 
 ROWS, COLS, ROW_CHUNK, COL_CHUNK = 12288, 8192, 1024, 1024
 TRANSFER = 64 << 20
+TINY_TASKS = 1000
 START_TIMEOUT = 300.0
 """Seconds for the scheduler and the workers to come up (the lab emulates its CPU)."""
 
@@ -112,6 +117,14 @@ def _fetched(array: Any) -> int:
     return int(array.nbytes)
 
 
+def _inc(x: int) -> int:
+    return x + 1
+
+
+def _total(values: list[int]) -> int:
+    return sum(values)
+
+
 def measure(address: str) -> dict[str, Any]:
     """Run the workload and the transfers on the cluster at ``address``."""
     import dask.array as da
@@ -142,6 +155,15 @@ def measure(address: str) -> dict[str, Any]:
             log = client.run(_incoming, workers=[workers[1]])[workers[1]][seen:]
             transfers.append(sum(e["duration"] for e in log if e["total"] >= TRANSFER))
             client.cancel([data, fut])
+
+        tiny = []
+        for _ in range(3):
+            started = time.perf_counter()
+            parts = client.map(_inc, range(TINY_TASKS), pure=False)
+            total = client.submit(_total, parts, workers=[workers[0]], pure=False)
+            assert total.result() == TINY_TASKS * (TINY_TASKS + 1) // 2
+            tiny.append(time.perf_counter() - started)
+            client.cancel([*parts, total])
     return {
         "workers": workers,
         "column_sums_sha": _sha(column_sums),
@@ -149,6 +171,7 @@ def measure(address: str) -> dict[str, Any]:
         "workload_s": workload,
         "moved_bytes": moved,
         "transfer_s": percentile(transfers, 0.5),
+        "tiny_s": percentile(tiny, 0.5),
     }
 
 
@@ -172,12 +195,15 @@ def main() -> None:
         if args.json:
             print(json.dumps(row), flush=True)
     if not args.json:
-        print(f"{'':10} {'workload':>10} {'moved':>9} {'64 MiB transfer':>16} {'MB/s':>7}")
+        print(
+            f"{'':10} {'workload':>10} {'moved':>9} {'64 MiB transfer':>16} {'MB/s':>7}"
+            f" {f'{TINY_TASKS} tiny tasks':>16}"
+        )
         for row in rows:
             print(
                 f"{row['protocol'] + '://':10} {row['workload_s']:9.1f}s "
                 f"{row['moved_bytes'] / 2**20:6.0f}MiB {row['transfer_s'] * 1e3:14.0f}ms "
-                f"{TRANSFER / row['transfer_s'] / 1e6:7.1f}"
+                f"{TRANSFER / row['transfer_s'] / 1e6:7.1f} {row['tiny_s']:15.1f}s"
             )
 
 
