@@ -10,10 +10,10 @@ line, connects a client, and measures
   slabs of a 768 MiB integer array, summed per column: every output needs
   a slice of every input, so hundreds of MiB cross between the workers;
 - ``transfer``: one 64 MiB array fetched by one worker from the other, as
-  the fetching worker timed it (median of three);
+  the fetching worker timed it (median of ``--rounds``, three by default);
 - ``tiny``: 1,000 tasks that each add one to an integer, spread over both
   workers, then summed on one of them (so half the results cross between
-  the workers), as the client timed it (median of three): the cost per
+  the workers), as the client timed it (median of ``--rounds``): the cost per
   message, as the other two are the cost per byte.
 
 It prints a table, or with ``--json`` one JSON line per protocol that
@@ -125,8 +125,9 @@ def _total(values: list[int]) -> int:
     return sum(values)
 
 
-def measure(address: str) -> dict[str, Any]:
-    """Run the workload and the transfers on the cluster at ``address``."""
+def measure(address: str, rounds: int = 3) -> dict[str, Any]:
+    """Run the workload, then ``rounds`` transfers and tiny-task rounds, on
+    the cluster at ``address``."""
     import dask.array as da
     import numpy as np
     from distributed import Client
@@ -147,7 +148,7 @@ def measure(address: str) -> dict[str, Any]:
         moved = sum(e["total"] for v in client.run(_incoming).values() for e in v[before:])
 
         transfers = []
-        for i in range(3):
+        for i in range(rounds):
             data = client.scatter(np.full(TRANSFER, i, dtype=np.uint8), workers=[workers[0]])
             seen = len(client.run(_incoming, workers=[workers[1]])[workers[1]])
             fut = client.submit(_fetched, data, workers=[workers[1]], allow_other_workers=False)
@@ -157,7 +158,7 @@ def measure(address: str) -> dict[str, Any]:
             client.cancel([data, fut])
 
         tiny = []
-        for _ in range(3):
+        for _ in range(rounds):
             started = time.perf_counter()
             parts = client.map(_inc, range(TINY_TASKS), pure=False)
             total = client.submit(_total, parts, workers=[workers[0]], pure=False)
@@ -186,11 +187,12 @@ def main() -> None:
     parser.add_argument("--protocol", nargs="+", default=["rdma", "tcp"])
     parser.add_argument("--host", default=os.environ.get("AIORDMA_ADDR", "192.0.2.1"))
     parser.add_argument("--json", action="store_true", help="one JSON line per protocol")
+    parser.add_argument("--rounds", type=int, default=3, help="fetches and tiny-task rounds")
     args = parser.parse_args()
     rows = []
     for protocol in args.protocol:
         with cluster(protocol, args.host) as address:
-            row = {"protocol": protocol, "address": address, **measure(address)}
+            row = {"protocol": protocol, "address": address, **measure(address, args.rounds)}
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
