@@ -132,6 +132,18 @@ def _workers_by_host(info: dict[str, Any], fabric: Fabric) -> tuple[str, str]:
     return by_name["host1"], by_name["host2"]
 
 
+async def _running_on(client: Any, fabric: Fabric, data: Any, worker: str, name: str) -> Any:
+    """``_slow_digest(data)`` submitted to ``worker`` (others allowed), once it
+    runs there: a file on the filesystem both hosts share says when."""
+    started = fabric.control / f"dask-{name}-{os.getpid()}"
+    started.unlink(missing_ok=True)
+    slow = client.submit(_slow_digest, data, str(started), workers=[worker],
+                         allow_other_workers=True, pure=False)  # fmt: skip
+    async with asyncio.timeout(START):
+        await poll_until(started.exists)
+    return slow
+
+
 async def _run(fabric: Fabric, protocol: str) -> dict[str, Any]:
     from distributed import Client
 
@@ -153,13 +165,7 @@ async def _run(fabric: Fabric, protocol: str) -> dict[str, Any]:
             ]
         )
         # Host 2's worker dies in the middle of a task that needs data from host 1.
-        # A file on the filesystem both hosts share says when the task runs.
-        started = fabric.control / f"dask-task-{os.getpid()}-{protocol}"
-        started.unlink(missing_ok=True)
-        slow = client.submit(_slow_digest, made_here, str(started), workers=[there],
-                             allow_other_workers=True, pure=False)  # fmt: skip
-        async with asyncio.timeout(START):
-            await poll_until(started.exists)
+        slow = await _running_on(client, fabric, made_here, there, f"task-{protocol}")
         remote.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         async with asyncio.timeout(START):
@@ -178,12 +184,7 @@ async def _cut_off(fabric: Fabric) -> dict[str, Any]:
         await client.wait_for_workers(2, timeout=START)
         here, there = _workers_by_host(await client.scheduler.identity(), fabric)
         made_here = client.submit(_make, SIZE, 2, workers=[here], pure=False)
-        started = fabric.control / f"dask-cut-{os.getpid()}"
-        started.unlink(missing_ok=True)
-        slow = client.submit(_slow_digest, made_here, str(started), workers=[there],
-                             allow_other_workers=True, pure=False)  # fmt: skip
-        async with asyncio.timeout(START):
-            await poll_until(started.exists)
+        slow = await _running_on(client, fabric, made_here, there, "cut")
         await fabric.link(False)
         cut_at = time.monotonic()
         try:
