@@ -40,12 +40,26 @@ class Lab:
     addr6: str | None
 
 
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--loop", choices=sorted(LOOPS), action="append", dest="loops",
+        help="run the async tests on this event loop only (repeatable; default: all of them)",
+    )  # fmt: skip
+
+
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
     if item.get_closest_marker("uvloop_only") is not None:
         return {"uvloop": uvloop.new_event_loop}
-    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+    chosen = config.getoption("loops") or list(LOOPS)
+    return {name: LOOPS[name] for name in chosen}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -23,7 +23,7 @@ MIB = 1 << 20
 def test_a_dask_array_workload_on_rdma_matches_tcp_and_moves_hundreds_of_mib(lab: Lab) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "aiordma.bench.studies.dask_cluster", "--json", "--host", lab.addr,
-         "--rounds", "1"],
+         "--rounds", "1", "--tiny", "100"],
         cwd=ROOT, capture_output=True, text=True, timeout=2400,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-5000:]
@@ -37,4 +37,5 @@ def test_a_dask_array_workload_on_rdma_matches_tcp_and_moves_hundreds_of_mib(lab
     assert rdma["column_sums_total"] == tcp["column_sums_total"]
     assert rdma["moved_bytes"] >= 256 * MIB, rdma
     assert rdma["transfer_s"] > 0
+    assert rdma["tiny_tasks"] == 100
     assert rdma["tiny_s"] > 0  # and the tiny tasks' sum was checked in the study

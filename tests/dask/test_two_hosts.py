@@ -3,9 +3,10 @@
 The scheduler and one worker run on host 1, another worker on host 2 (each
 with ``--no-nanny``, so that killing it kills the worker); the test is the
 client. Data made on one host is consumed on the other, both ways, and the
-digests must agree between the protocols. Then host 2's worker is killed in
-the middle of a task: the client's future must finish on host 1's worker
-(distributed reschedules it) within distributed's own timeouts.
+digests must agree with ``tcp://``'s. Then, on ``rdma://``, host 2's worker
+is killed in the middle of a task, and a new one on host 2 is cut off (the
+link goes down) in the middle of another: each time the client's future
+must finish on host 1's worker within distributed's own timeouts.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +70,18 @@ def _slow_digest(array: Any, started: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def cluster(fabric: Fabric, protocol: str) -> AsyncIterator[tuple[str, PeerProcess]]:
-    """A scheduler and a worker on host 1, a worker on host 2; yields the
-    scheduler's address and host 2's worker."""
+async def cluster(
+    fabric: Fabric, protocol: str
+) -> AsyncIterator[tuple[str, Callable[[str], PeerProcess]]]:
+    """A scheduler and a worker on host 1; yields the scheduler's address and
+    a function that starts a worker of a given name on host 2."""
     tmp = Path(tempfile.mkdtemp(prefix="aiordma-dask2-"))
     scheduler_file = tmp / "scheduler.json"
     common = ["--no-dashboard"]
     # The workers unpickle this module's functions by reference.
     env = {**os.environ, "PYTHONPATH": ROOT}
     local: list[subprocess.Popen[bytes]] = []
+    remote: list[PeerProcess] = []
     logs = []
 
     def start_here(name: str, argv: list[str]) -> None:
@@ -90,7 +94,6 @@ async def cluster(fabric: Fabric, protocol: str) -> AsyncIterator[tuple[str, Pee
     start_here("scheduler", [*_dask(), "scheduler", "--protocol", protocol, "--host",
                              fabric.addr, "--port", "0", "--scheduler-file", str(scheduler_file),
                              *common])  # fmt: skip
-    remote: PeerProcess | None = None
     try:
         async with asyncio.timeout(START):
             await poll_until(lambda: _scheduler_address(scheduler_file) is not None)
@@ -98,23 +101,28 @@ async def cluster(fabric: Fabric, protocol: str) -> AsyncIterator[tuple[str, Pee
         assert address is not None
         start_here("worker1", [*_dask(), "worker", address, "--host", fabric.addr, "--nthreads",
                                "1", "--no-nanny", "--name", "host1", *common])  # fmt: skip
-        remote = fabric.start([*_dask(), "worker", address, "--host", fabric.peer_addr,
-                               "--nthreads", "1", "--no-nanny", "--name", "host2", *common],
-                              env={"PYTHONPATH": ROOT}, cwd=ROOT)  # fmt: skip
-        yield address, remote
+
+        def start_there(name: str) -> PeerProcess:
+            argv = [*_dask(), "worker", address, "--host", fabric.peer_addr, "--nthreads", "1",
+                    "--no-nanny", "--name", name, *common]  # fmt: skip
+            remote.append(fabric.start(argv, env={"PYTHONPATH": ROOT}, cwd=ROOT))
+            return remote[-1]
+
+        yield address, start_there
     except BaseException:
         for log in logs:  # shown with the failure
             log.flush()
             print(_tail(log.name))
-        if remote is not None:
-            print("--- host 2's worker\n" + remote.output()[-4000:])
+        for worker in remote:
+            print(f"--- host 2's worker {worker!r}\n" + worker.output()[-4000:])
         raise
     finally:
-        if remote is not None and remote.returncode is None:
-            remote.send_signal(signal.SIGTERM)
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(60):
-                    await remote.wait()
+        for worker in remote:
+            if worker.returncode is None:
+                worker.send_signal(signal.SIGTERM)
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(60):
+                        await worker.wait()
         for proc in reversed(local):
             proc.send_signal(signal.SIGTERM)
         for proc in local:
@@ -127,9 +135,10 @@ async def cluster(fabric: Fabric, protocol: str) -> AsyncIterator[tuple[str, Pee
             log.close()
 
 
-def _workers_by_host(info: dict[str, Any], fabric: Fabric) -> tuple[str, str]:
-    by_name = {w["name"]: address for address, w in info["workers"].items()}
-    return by_name["host1"], by_name["host2"]
+async def _workers(client: Any) -> dict[str, str]:
+    """The cluster's workers: address by name."""
+    info = await client.scheduler.identity()
+    return {w["name"]: address for address, w in info["workers"].items()}
 
 
 async def _running_on(client: Any, fabric: Fabric, data: Any, worker: str, name: str) -> Any:
@@ -144,83 +153,82 @@ async def _running_on(client: Any, fabric: Fabric, data: Any, worker: str, name:
     return slow
 
 
-async def _run(fabric: Fabric, protocol: str) -> dict[str, Any]:
+async def _crossed(client: Any, here: str, there: str) -> tuple[list[str], Any]:
+    """Data made on each host, digested on the other: both ways across the
+    link. Returns the digests and the data made on host 1."""
+    made_there = client.submit(_make, SIZE, 1, workers=[there], pure=False)
+    made_here = client.submit(_make, SIZE, 2, workers=[here], pure=False)
+    crossed = await client.gather(
+        [
+            client.submit(_digest, made_there, workers=[here], allow_other_workers=False),
+            client.submit(_digest, made_here, workers=[there], allow_other_workers=False),
+        ]
+    )
+    return crossed, made_here
+
+
+async def _run(fabric: Fabric, protocol: str, faults: bool) -> dict[str, Any]:
+    """The crossing workload on ``protocol``; with ``faults``, then host 2's
+    worker killed mid-task, then a new one on host 2 cut off mid-task."""
     from distributed import Client
 
     async with (
-        cluster(fabric, protocol) as (address, remote),
+        cluster(fabric, protocol) as (address, start_there),
         Client(address, asynchronous=True, timeout=START) as client,
     ):
+        first = start_there("host2")
         await client.wait_for_workers(2, timeout=START)
-        here, there = _workers_by_host(await client.scheduler.identity(), fabric)
+        workers = await _workers(client)
+        here, there = workers["host1"], workers["host2"]
         assert here.startswith(f"{protocol}://{fabric.addr}:")
         assert there.startswith(f"{protocol}://{fabric.peer_addr}:")
-        # Made on one host, digested on the other: both ways across the link.
-        made_there = client.submit(_make, SIZE, 1, workers=[there], pure=False)
-        made_here = client.submit(_make, SIZE, 2, workers=[here], pure=False)
-        crossed = await client.gather(
-            [
-                client.submit(_digest, made_there, workers=[here], allow_other_workers=False),
-                client.submit(_digest, made_here, workers=[there], allow_other_workers=False),
-            ]
-        )
+        crossed, made_here = await _crossed(client, here, there)
+        result: dict[str, Any] = {"crossed": crossed}
+        if not faults:
+            return result
+
         # Host 2's worker dies in the middle of a task that needs data from host 1.
-        slow = await _running_on(client, fabric, made_here, there, f"task-{protocol}")
-        remote.send_signal(signal.SIGKILL)
+        slow = await _running_on(client, fabric, made_here, there, f"killed-{protocol}")
+        first.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         async with asyncio.timeout(START):
-            survived = await slow
-        recovered = time.monotonic() - killed_at
-        return {"crossed": crossed, "survived": survived, "recovered_s": recovered}
+            result["survived_kill"] = await slow
+        result["recovered_kill_s"] = time.monotonic() - killed_at
 
-
-async def _cut_off(fabric: Fabric) -> dict[str, Any]:
-    from distributed import Client
-
-    async with (
-        cluster(fabric, "rdma") as (address, _),
-        Client(address, asynchronous=True, timeout=START) as client,
-    ):
+        # Another worker on host 2 (the killed one is gone: its task was
+        # rescheduled), whose host is cut off in the middle of a task.
+        start_there("host2-again")
         await client.wait_for_workers(2, timeout=START)
-        here, there = _workers_by_host(await client.scheduler.identity(), fabric)
-        made_here = client.submit(_make, SIZE, 2, workers=[here], pure=False)
-        slow = await _running_on(client, fabric, made_here, there, "cut")
+        there = (await _workers(client))["host2-again"]
+        slow = await _running_on(client, fabric, made_here, there, f"cut-{protocol}")
         await fabric.link(False)
         cut_at = time.monotonic()
         try:
             async with asyncio.timeout(START):
-                survived = await slow
-            recovered = time.monotonic() - cut_at
-            workers = set((await client.scheduler.identity())["workers"])
+                result["survived_cut"] = await slow
+            result["recovered_cut_s"] = time.monotonic() - cut_at
+            result["workers_after_cut"] = set(await _workers(client))
         finally:
             await fabric.link(True)
-        return {"survived": survived, "recovered_s": recovered, "workers": workers,
-                "here": here, "there": there}  # fmt: skip
+        return result
 
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(2400)
 @pytest.mark.uvloop_only
-async def test_a_cluster_across_two_hosts_computes_what_tcp_does_and_survives_a_lost_worker(
+async def test_a_cluster_across_two_hosts_computes_what_tcp_does_and_outlives_lost_workers(
     fabric: Fabric,
 ) -> None:
     expected = [_digest(_make(SIZE, 1)), _digest(_make(SIZE, 2))]
-    results = {protocol: await _run(fabric, protocol) for protocol in ("rdma", "tcp")}
-    for protocol, result in results.items():
-        assert result["crossed"] == expected, protocol
-        assert result["survived"] == expected[1], protocol
-        assert result["recovered_s"] < START, protocol
-
-
-@pytest.mark.asyncio
-@pytest.mark.timeout(1200)
-@pytest.mark.uvloop_only
-async def test_a_worker_whose_host_is_cut_off_mid_task_is_replaced_by_the_other(
-    fabric: Fabric,
-) -> None:
-    result = await _cut_off(fabric)
-    assert result["survived"] == _digest(_make(SIZE, 2))
-    # The scheduler let host 2's worker go (its keepalive failed) and ran the
-    # task again on host 1; it did not wait for distributed's worker TTL.
-    assert result["workers"] == {result["here"]}
-    assert result["recovered_s"] < 240, result
+    rdma = await _run(fabric, "rdma", faults=True)
+    tcp = await _run(fabric, "tcp", faults=False)
+    assert rdma["crossed"] == expected
+    assert tcp["crossed"] == expected
+    # A killed worker's task is run again on host 1 (distributed reschedules it).
+    assert rdma["survived_kill"] == expected[1]
+    assert rdma["recovered_kill_s"] < START, rdma
+    # A cut-off worker is let go by the scheduler once its keepalive fails,
+    # without waiting for distributed's worker TTL, and its task runs on host 1.
+    assert rdma["survived_cut"] == expected[1]
+    assert rdma["workers_after_cut"] == {"host1"}, rdma
+    assert rdma["recovered_cut_s"] < 240, rdma

@@ -11,10 +11,10 @@ line, connects a client, and measures
   a slice of every input, so hundreds of MiB cross between the workers;
 - ``transfer``: one 64 MiB array fetched by one worker from the other, as
   the fetching worker timed it (median of ``--rounds``, three by default);
-- ``tiny``: 1,000 tasks that each add one to an integer, spread over both
-  workers, then summed on one of them (so half the results cross between
-  the workers), as the client timed it (median of ``--rounds``): the cost per
-  message, as the other two are the cost per byte.
+- ``tiny``: ``--tiny`` tasks (1,000 by default) that each add one to an
+  integer, spread over both workers, then summed on one of them (so half
+  the results cross between the workers), as the client timed it (median of
+  ``--rounds``): the cost per message, as the other two are the cost per byte.
 
 It prints a table, or with ``--json`` one JSON line per protocol that
 ``tests/dask/test_cluster.py`` checks (the results must agree).
@@ -125,9 +125,9 @@ def _total(values: list[int]) -> int:
     return sum(values)
 
 
-def measure(address: str, rounds: int = 3) -> dict[str, Any]:
-    """Run the workload, then ``rounds`` transfers and tiny-task rounds, on
-    the cluster at ``address``."""
+def measure(address: str, rounds: int = 3, tiny_tasks: int = TINY_TASKS) -> dict[str, Any]:
+    """Run the workload, then ``rounds`` transfers and rounds of
+    ``tiny_tasks`` tiny tasks, on the cluster at ``address``."""
     import dask.array as da
     import numpy as np
     from distributed import Client
@@ -160,9 +160,9 @@ def measure(address: str, rounds: int = 3) -> dict[str, Any]:
         tiny = []
         for _ in range(rounds):
             started = time.perf_counter()
-            parts = client.map(_inc, range(TINY_TASKS), pure=False)
+            parts = client.map(_inc, range(tiny_tasks), pure=False)
             total = client.submit(_total, parts, workers=[workers[0]], pure=False)
-            assert total.result() == TINY_TASKS * (TINY_TASKS + 1) // 2
+            assert total.result() == tiny_tasks * (tiny_tasks + 1) // 2
             tiny.append(time.perf_counter() - started)
             client.cancel([*parts, total])
     return {
@@ -172,6 +172,7 @@ def measure(address: str, rounds: int = 3) -> dict[str, Any]:
         "workload_s": workload,
         "moved_bytes": moved,
         "transfer_s": percentile(transfers, 0.5),
+        "tiny_tasks": tiny_tasks,
         "tiny_s": percentile(tiny, 0.5),
     }
 
@@ -188,18 +189,23 @@ def main() -> None:
     parser.add_argument("--host", default=os.environ.get("AIORDMA_ADDR", "192.0.2.1"))
     parser.add_argument("--json", action="store_true", help="one JSON line per protocol")
     parser.add_argument("--rounds", type=int, default=3, help="fetches and tiny-task rounds")
+    parser.add_argument("--tiny", type=int, default=TINY_TASKS, help="tasks per tiny-task round")
     args = parser.parse_args()
     rows = []
     for protocol in args.protocol:
         with cluster(protocol, args.host) as address:
-            row = {"protocol": protocol, "address": address, **measure(address, args.rounds)}
+            row = {
+                "protocol": protocol,
+                "address": address,
+                **measure(address, args.rounds, args.tiny),
+            }
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
     if not args.json:
         print(
             f"{'':10} {'workload':>10} {'moved':>9} {'64 MiB transfer':>16} {'MB/s':>7}"
-            f" {f'{TINY_TASKS} tiny tasks':>16}"
+            f" {f'{args.tiny} tiny tasks':>16}"
         )
         for row in rows:
             print(
