@@ -96,6 +96,7 @@ def _sizes(count: int, seed: int) -> list[int]:
 
 
 @pytest.mark.asyncio
+@pytest.mark.uvloop_only  # 90 s in the lab per loop; the other tests here cover both loops
 async def test_ten_thousand_mixed_messages_reach_another_process_in_order(
     lab: Lab, checksum_server: int
 ) -> None:
