@@ -3,12 +3,13 @@
     aiordma lab -- aiordma bench study dask_cluster [--protocol rdma tcp] [--json]
 
 For each protocol: starts a scheduler and two workers (each behind its
-nanny, which spawns it) as separate processes with the ``dask`` command
-line, connects a client, and measures
+nanny, which spawns it, unless ``--no-nanny``) as separate processes with
+the ``dask`` command line, connects a client, and measures
 
 - ``workload``: a dask.array rechunk (as tasks) from row slabs to column
-  slabs of a 768 MiB integer array, summed per column: every output needs
-  a slice of every input, so hundreds of MiB cross between the workers;
+  slabs of a 768 MiB integer array (``--rows``, 64 KiB each), summed per
+  column: every output needs a slice of every input, so hundreds of MiB
+  cross between the workers;
 - ``transfer``: one 64 MiB array fetched by one worker from the other, as
   the fetching worker timed it (median of ``--rounds``, three by default);
 - ``tiny``: ``--tiny`` tasks (1,000 by default) that each add one to an
@@ -51,9 +52,10 @@ def _dask() -> list[str]:
 
 
 @contextlib.contextmanager
-def cluster(protocol: str, host: str, workers: int = 2) -> Iterator[str]:
-    """A scheduler and ``workers`` workers (with nannies) on ``protocol``;
-    yields the scheduler's address. Everything is stopped on exit."""
+def cluster(protocol: str, host: str, workers: int = 2, nanny: bool = True) -> Iterator[str]:
+    """A scheduler and ``workers`` workers (each behind a nanny unless not
+    ``nanny``) on ``protocol``; yields the scheduler's address. Everything is
+    stopped on exit."""
     tmp = Path(tempfile.mkdtemp(prefix="aiordma-dask-"))
     scheduler_file = tmp / "scheduler.json"
     procs: list[subprocess.Popen[bytes]] = []
@@ -79,7 +81,8 @@ def cluster(protocol: str, host: str, workers: int = 2) -> Iterator[str]:
         address: str = json.loads(scheduler_file.read_text())["address"]
         for i in range(workers):
             start(f"worker{i}", [*_dask(), "worker", address, "--host", host,
-                                 "--nthreads", "1", "--memory-limit", "0", *common])  # fmt: skip
+                                 "--nthreads", "1", "--memory-limit", "0",
+                                 "--nanny" if nanny else "--no-nanny", *common])  # fmt: skip
         yield address
     except BaseException:
         print(_tail(tmp), file=sys.stderr)
@@ -125,9 +128,12 @@ def _total(values: list[int]) -> int:
     return sum(values)
 
 
-def measure(address: str, rounds: int = 3, tiny_tasks: int = TINY_TASKS) -> dict[str, Any]:
-    """Run the workload, then ``rounds`` transfers and rounds of
-    ``tiny_tasks`` tiny tasks, on the cluster at ``address``."""
+def measure(
+    address: str, rounds: int = 3, tiny_tasks: int = TINY_TASKS, rows: int = ROWS
+) -> dict[str, Any]:
+    """Run the workload on a ``rows`` x 8,192 array, then ``rounds``
+    transfers and rounds of ``tiny_tasks`` tiny tasks, on the cluster at
+    ``address``."""
     import dask.array as da
     import numpy as np
     from distributed import Client
@@ -138,10 +144,10 @@ def measure(address: str, rounds: int = 3, tiny_tasks: int = TINY_TASKS) -> dict
         before = sum(len(v) for v in client.run(_incoming).values())
 
         rng = da.random.default_rng(2026)
-        x = rng.integers(0, 1000, size=(ROWS, COLS), chunks=(ROW_CHUNK, COLS), dtype=np.int64)
+        x = rng.integers(0, 1000, size=(rows, COLS), chunks=(ROW_CHUNK, COLS), dtype=np.int64)
         # "tasks": the slices move as task results, which workers log (a p2p
         # rechunk moves them inside its own messages, which they do not).
-        y = x.rechunk((ROWS, COL_CHUNK), method="tasks").sum(axis=0)
+        y = x.rechunk((rows, COL_CHUNK), method="tasks").sum(axis=0)
         started = time.perf_counter()
         column_sums = y.compute()
         workload = time.perf_counter() - started
@@ -190,14 +196,22 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON line per protocol")
     parser.add_argument("--rounds", type=int, default=3, help="fetches and tiny-task rounds")
     parser.add_argument("--tiny", type=int, default=TINY_TASKS, help="tasks per tiny-task round")
+    parser.add_argument(
+        "--rows", type=int, default=ROWS, help="rows of the workload's array (64 KiB each)"
+    )
+    parser.add_argument(
+        "--nanny", action=argparse.BooleanOptionalAction, default=True,
+        help="start each worker behind a nanny (dask's default)",
+    )  # fmt: skip
     args = parser.parse_args()
     rows = []
     for protocol in args.protocol:
-        with cluster(protocol, args.host) as address:
+        with cluster(protocol, args.host, nanny=args.nanny) as address:
             row = {
                 "protocol": protocol,
                 "address": address,
-                **measure(address, args.rounds, args.tiny),
+                "nanny": args.nanny,
+                **measure(address, args.rounds, args.tiny, args.rows),
             }
         rows.append(row)
         if args.json:
