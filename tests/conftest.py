@@ -44,26 +44,62 @@ LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
     "uvloop": uvloop.new_event_loop,
 }
+DEFAULT_LOOP = "uvloop"
+"""The loop an async test runs on unless the loop is its subject: the one the docs recommend."""
+
+LOOP_SUBJECTS: dict[str, str] = {
+    "completion fd": "the completion and rdma_cm descriptors on the loop: reader "
+    "registration, wake-ups, remove_reader on close",
+    "cancellation": "cancellation and timeouts",
+    "close": "close / wait_closed and the wrong-loop errors",
+    "streams": "the asyncio streams adapter",
+    "subprocess": "subprocesses and signals driven from the loop",
+    "exception handler": "what reaches the loop's exception handler",
+}
+"""Where the loop is the subject: a test marked ``both_loops(AREA)`` with one
+of these areas runs on asyncio's loop and on uvloop; every other async test
+runs on :data:`DEFAULT_LOOP` alone. ``tests/test_loops.py`` checks that each
+area keeps tests on both loops."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--loop", choices=sorted(LOOPS), action="append", dest="loops",
-        help="run the async tests on this event loop only (repeatable; default: all of them)",
+        help="run every async test on this event loop only (repeatable; default: "
+        f"{DEFAULT_LOOP}, and both loops for tests marked both_loops)",
+    )  # fmt: skip
+    parser.addoption(
+        "--slow", action="store_true",
+        help="also run the tests marked slow (soaks and large workloads)",
     )  # fmt: skip
 
 
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
-    if item.get_closest_marker("uvloop_only") is not None:
-        return {"uvloop": uvloop.new_event_loop}
-    chosen = config.getoption("loops") or list(LOOPS)
+    chosen = config.getoption("loops")
+    if not chosen:
+        chosen = list(LOOPS) if item.get_closest_marker("both_loops") else [DEFAULT_LOOP]
     return {name: LOOPS[name] for name in chosen}
 
 
+def _check_both_loops(item: pytest.Item) -> None:
+    for marker in item.iter_markers("both_loops"):
+        if len(marker.args) != 1 or marker.args[0] not in LOOP_SUBJECTS:
+            raise pytest.UsageError(
+                f"{item.nodeid}: both_loops takes one area of tests.conftest.LOOP_SUBJECTS "
+                f"({', '.join(map(repr, LOOP_SUBJECTS))}), not {marker.args!r}"
+            )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("slow"):  # deselected, as -m "not slow" would: never skipped
+        slow = [item for item in items if item.get_closest_marker("slow") is not None]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
     for item in items:
+        _check_both_loops(item)
         names = getattr(item, "fixturenames", None)
         if names is None:
             continue

@@ -19,6 +19,8 @@ import pytest
 import aiordma
 from tests.conftest import Lab
 
+pytestmark = pytest.mark.both_loops("streams")  # the adapter is a transport on the loop
+
 TIMEOUT = 60
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -8,6 +8,7 @@ from aiordma.bench.peer import StudyPeer
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("subprocess")
 async def test_a_study_peer_announces_itself_answers_and_stops_with_its_input() -> None:
     async with await StudyPeer.start("tests.bench.study_child", "a", "b") as child:
         assert child.hello == {"argv": ["a", "b"]}
@@ -17,6 +18,7 @@ async def test_a_study_peer_announces_itself_answers_and_stops_with_its_input() 
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("subprocess")
 async def test_a_study_peer_that_exits_unannounced_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="exited"):
         await StudyPeer.start("aiordma.no_such_module")

@@ -245,6 +245,7 @@ async def test_an_rpc_server_on_a_pool(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_closing_a_pool_ends_the_connections_still_on_it(lab: Lab) -> None:
     async with pool_server(lab, buffers=32) as (_, port, _served):
         client_pool = SharedReceiveQueue(None, buffers=32)

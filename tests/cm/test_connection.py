@@ -23,6 +23,7 @@ async def _echo(conn: aiordma.Connection, data: bytes) -> bytes:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
 async def test_connect_echo_and_one_sided_access(lab: Lab, peer_server: int) -> None:
     conn = await aiordma.connect(lab.addr, peer_server)
     assert conn.peer_address == (lab.addr, peer_server)
@@ -53,6 +54,7 @@ async def test_connect_echo_and_one_sided_access(lab: Lab, peer_server: int) -> 
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_context_manager_closes_and_pending_work_fails(lab: Lab, peer_server: int) -> None:
     async with await aiordma.connect(lab.addr, peer_server) as conn:
         inbox = conn.alloc(64)
@@ -120,6 +122,7 @@ async def test_nothing_listening_is_refused(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_unanswered_connect_times_out_and_leaves_nothing(lab: Lab) -> None:
     silent = str(ipaddress.ip_address(lab.addr) + 1)  # on the lab's dummy link: no one answers
     before = rdma_counts(lab.device)
@@ -131,6 +134,7 @@ async def test_unanswered_connect_times_out_and_leaves_nothing(lab: Lab) -> None
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_cancelled_connect_leaves_nothing(lab: Lab) -> None:
     silent = str(ipaddress.ip_address(lab.addr) + 1)
     before = rdma_counts(lab.device)
@@ -156,6 +160,7 @@ async def test_unresolvable_host_is_an_oserror(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("subprocess")
 async def test_server_killed_fails_pending_awaits(lab: Lab) -> None:
     proc = await spawn_peer("serve", lab.addr, "0")
     try:

@@ -18,6 +18,7 @@ def _open_fds() -> int:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
 async def test_connect_close_cycles_leave_nothing_behind(lab: Lab) -> None:
     handled = 0
     changed = asyncio.Event()

@@ -81,6 +81,7 @@ async def test_accept_and_reject_by_private_data_and_address(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("subprocess")
 async def test_client_killed_mid_transfer(lab: Lab) -> None:
     service = EchoService()
     exposed: list[aiordma.MemoryRegion] = []
@@ -131,6 +132,7 @@ async def test_wildcard_listener_serves_ipv4_and_ipv6(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_closing_the_server_disconnects_its_clients(
     lab: Lab, echo_server: tuple[aiordma.Server, EchoService]
 ) -> None:
@@ -148,6 +150,7 @@ async def test_closing_the_server_disconnects_its_clients(
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("exception handler")
 async def test_failing_handler_is_logged_and_closes_only_its_connection(
     lab: Lab, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -163,6 +166,7 @@ async def test_failing_handler_is_logged_and_closes_only_its_connection(
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_serve_forever_returns_when_closed_and_closes_when_cancelled(lab: Lab) -> None:
     server = await aiordma.start_server(lambda conn: None, lab.addr, 0)
     task = asyncio.create_task(server.serve_forever())
@@ -187,6 +191,7 @@ async def test_oversized_accept_data_rejects_the_request(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_shutdown_cancels_handlers_that_await_something_else(lab: Lab) -> None:
     started, outcome = asyncio.Event(), []
 
@@ -242,6 +247,7 @@ async def test_private_data_must_be_bytes(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("exception handler")
 async def test_a_peer_fault_is_one_warning_line_naming_the_peer(
     lab: Lab, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -269,6 +275,7 @@ async def test_a_peer_fault_is_one_warning_line_naming_the_peer(
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_closing_many_channel_connections_is_quiet(
     lab: Lab, caplog: pytest.LogCaptureFixture
 ) -> None:

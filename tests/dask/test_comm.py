@@ -109,8 +109,8 @@ async def test_large_arrays_arrive_intact_and_writable(lab: Lab, size: int) -> N
 
 
 @pytest.mark.asyncio
+@pytest.mark.slow  # 80 s in the lab; the 8 MiB array above takes the same path
 @pytest.mark.timeout(600)
-@pytest.mark.uvloop_only  # 80 s in the lab per loop; the sizes above cover both loops
 async def test_a_256_mib_array_arrives_intact_and_writable(lab: Lab) -> None:
     await _array_round_trip(lab, 256 * MIB)
 
@@ -212,6 +212,7 @@ def reader_of(listener_comms: asyncio.Queue[Comm]) -> Handler:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("how", ["close", "abort"])
+@pytest.mark.both_loops("close")
 async def test_the_peers_read_fails_with_commclosederror_when_a_comm_is_closed(
     lab: Lab, how: str
 ) -> None:
@@ -412,6 +413,7 @@ async def test_connecting_where_nobody_listens_fails_within_the_timeout(lab: Lab
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_connecting_to_a_silent_address_fails_within_the_timeout(lab: Lab) -> None:
     silent = lab.addr.rsplit(".", 1)[0] + ".99"  # in the lab's subnet; nobody has it
     started = time.monotonic()

@@ -48,6 +48,7 @@ async def test_runs_a_program_and_reports_output_and_status(local_fabric: Fabric
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("subprocess")
 async def test_a_long_running_program_is_watched_and_stopped(local_fabric: Fabric) -> None:
     proc = local_fabric.start(["sh", "-c", "echo ready; exec sleep 600"])
     async with asyncio.timeout(30):
@@ -77,6 +78,7 @@ async def test_bad_requests_fail_with_status_127(local_fabric: Fabric, tmp_path:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("subprocess")
 async def test_stopping_the_agent_kills_what_still_runs(tmp_path: Path) -> None:
     agent = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "aiordma.lab.agent", str(tmp_path)

@@ -66,6 +66,7 @@ async def test_unknown_method_is_a_clear_error(lab: Lab, rpc_port: int) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_timeout_raises_and_the_late_reply_is_discarded(lab: Lab, rpc_port: int) -> None:
     async with await rpc.connect(lab.addr, rpc_port) as client:
         before = int(await asyncio.wait_for(client.call("cancelled"), TIMEOUT))
@@ -78,6 +79,7 @@ async def test_timeout_raises_and_the_late_reply_is_discarded(lab: Lab, rpc_port
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_cancelling_one_call_leaves_the_others_alone(lab: Lab, rpc_port: int) -> None:
     async with await rpc.connect(lab.addr, rpc_port) as client:
         waiting = asyncio.create_task(client.call("wait"))
@@ -308,6 +310,7 @@ async def test_a_timeout_names_the_method_and_the_seconds(lab: Lab, rpc_port: in
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_client_close_is_awaitable_like_a_connection(lab: Lab, rpc_port: int) -> None:
     client = await rpc.connect(lab.addr, rpc_port)
     await asyncio.wait_for(client.close(), TIMEOUT)
@@ -407,6 +410,7 @@ BIG = 8 << 20
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("seconds", [0.05, 0.3, 1.0])
+@pytest.mark.both_loops("cancellation")
 async def test_large_calls_that_time_out_leave_the_connection_usable(
     lab: Lab, rpc_port: int, seconds: float
 ) -> None:

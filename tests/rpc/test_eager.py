@@ -50,6 +50,7 @@ async def test_a_suspended_coroutine_gets_results_and_errors_as_in_a_task() -> N
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_cancelling_the_task_cancels_the_coroutine_where_it_waits() -> None:
     loop = asyncio.get_running_loop()
     never: asyncio.Future[None] = loop.create_future()
@@ -71,6 +72,7 @@ async def test_cancelling_the_task_cancels_the_coroutine_where_it_waits() -> Non
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_context_changes_stay_inside_the_call() -> None:
     loop = asyncio.get_running_loop()
     gate: asyncio.Future[None] = loop.create_future()
@@ -90,6 +92,7 @@ async def test_context_changes_stay_inside_the_call() -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("exception handler")
 async def test_a_failing_first_step_is_reported_not_raised() -> None:
     loop = asyncio.get_running_loop()
     reported: list[BaseException] = []

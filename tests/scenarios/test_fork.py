@@ -30,6 +30,7 @@ def test_the_kernel_makes_fork_safe_without_ibv_fork_init(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("subprocess")
 async def test_a_buffer_written_after_a_fork_is_sent_as_written(
     device: aiordma.Device, pair: Pair
 ) -> None:

@@ -84,7 +84,6 @@ async def read_in_pieces(
 
 
 @pytest.mark.asyncio
-@pytest.mark.uvloop_only
 @pytest.mark.parametrize("family", [4, 6])
 async def test_one_sided_transfers_cross_the_link_intact(fabric: Fabric, family: int) -> None:
     _, peer = _addrs(fabric, family)

@@ -13,6 +13,7 @@ from tests.conftest import Lab, rdma_counts
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
 async def test_completion_queues_no_queue_pair_uses_are_released(
     device: aiordma.Device, lab: Lab
 ) -> None:

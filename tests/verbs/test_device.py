@@ -63,6 +63,7 @@ def test_a_device_queue_pair_and_shared_receive_queue_collected_unclosed_warn(la
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_a_closed_device_says_so_and_does_not_warn(lab: Lab) -> None:
     device = aiordma.Device(lab.device)
     assert not device.is_closing()

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from aiordma.verbs.discovery import find_roce_endpoint, format_devices, gid_to_ip, list_devices
 from tests.conftest import Lab
 
@@ -117,11 +115,3 @@ def test_devices_command_json(lab: Lab) -> None:
     rows = json.loads(out)
     (row,) = [r for r in rows if r["name"] == lab.device]
     assert any(g["ip"] == lab.addr for p in row["ports"] for g in p["gids"])
-
-
-@pytest.mark.asyncio
-async def test_async_tests_run_on_both_loops(request: pytest.FixtureRequest) -> None:
-    import asyncio
-
-    loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    assert loop_name in request.node.name  # test_x[asyncio] / test_x[uvloop]

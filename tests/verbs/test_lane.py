@@ -64,6 +64,7 @@ async def _close(*qps: QueuePair) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
 async def test_packets_go_from_send_slots_into_receive_slots(
     device: aiordma.Device, pair: Pair
 ) -> None:
@@ -135,6 +136,7 @@ async def test_a_lane_shares_the_send_queue(device: aiordma.Device) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_closing_flushes_a_lane_and_frees_its_regions(device: aiordma.Device) -> None:
     a, b = await aiordma.connect_loopback_pair(device)
     lane, owner, out, inbox = _lane(device, b, sends=2, recvs=3)

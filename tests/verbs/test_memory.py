@@ -151,6 +151,7 @@ def test_registration_beyond_the_memlock_limit_is_a_typed_error_that_says_why(la
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_regions_and_devices_have_wait_closed(lab: Lab) -> None:
     device = aiordma.Device(lab.device)
     region = device.alloc(4096)

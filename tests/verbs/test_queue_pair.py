@@ -16,6 +16,7 @@ REMOTE_ALL = Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
 async def test_send_recv_delivers_bytes(device: aiordma.Device, pair: Pair) -> None:
     a, b = pair
     inbox = device.alloc(256)
@@ -120,6 +121,7 @@ async def test_batch_posts_more_than_the_queue_holds(device: aiordma.Device) -> 
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
 async def test_many_completions_at_once(device: aiordma.Device) -> None:
     opts = aiordma.QueuePairOptions(send_depth=1024)
     a, _ = await aiordma.connect_loopback_pair(device, opts)
@@ -241,6 +243,7 @@ async def test_error_fails_pending_receives_promptly(device: aiordma.Device, pai
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_close_fails_pending_work_and_releases_memory(
     device: aiordma.Device, pair: Pair
 ) -> None:
@@ -263,6 +266,7 @@ async def test_close_fails_pending_work_and_releases_memory(
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_cancelled_recv_absorbs_its_late_completion(
     device: aiordma.Device, pair: Pair
 ) -> None:
@@ -286,6 +290,7 @@ async def test_cancelled_recv_absorbs_its_late_completion(
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_wrong_loop_is_refused(device: aiordma.Device, pair: Pair) -> None:
     a, _ = pair
     src = device.alloc(8)
@@ -372,6 +377,7 @@ def _recorder() -> tuple[list[tuple[BaseException | None, int]], asyncio.Event, 
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
 async def test_callback_send_and_recv_report_from_the_drain(
     device: aiordma.Device, pair: Pair
 ) -> None:
@@ -409,6 +415,7 @@ async def test_unsignalled_callback_sends_are_settled_by_flush(
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("close")
 async def test_closing_fails_pending_callback_work_once(device: aiordma.Device, pair: Pair) -> None:
     a, _ = pair
     inbox = device.alloc(64)

@@ -36,6 +36,7 @@ async def test_acquire_waits_fifo_and_release_wakes_in_order() -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_cancelled_waiter_gives_way_and_leaks_nothing() -> None:
     pool = SlotPool(2)
     await pool.acquire(1)
@@ -51,6 +52,7 @@ async def test_cancelled_waiter_gives_way_and_leaks_nothing() -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
 async def test_cancellation_after_grant_returns_the_slots() -> None:
     pool = SlotPool(1)
     await pool.acquire(1)

@@ -10,7 +10,7 @@ the ``dask`` command line, connects a client, and measures
   slabs of a 768 MiB integer array (``--rows``, 64 KiB each), summed per
   column: every output needs a slice of every input, so hundreds of MiB
   cross between the workers;
-- ``transfer``: one 64 MiB array fetched by one worker from the other, as
+- ``transfer``: one 64 MiB array (``--transfer``) fetched by one worker from the other, as
   the fetching worker timed it (median of ``--rounds``, three by default);
 - ``tiny``: ``--tiny`` tasks (1,000 by default) that each add one to an
   integer, spread over both workers, then summed on one of them (so half
@@ -88,18 +88,25 @@ def cluster(protocol: str, host: str, workers: int = 2, nanny: bool = True) -> I
         print(_tail(tmp), file=sys.stderr)
         raise
     finally:
-        for proc in reversed(procs):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(procs):
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        # The workers first, while the scheduler they report their close to
+        # still answers (otherwise each waits out its timeout), then the scheduler.
+        _stop(procs[1:])
+        _stop(procs[:1])
         for log in logs:
             log.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _tail(tmp: Path) -> str:
@@ -129,11 +136,17 @@ def _total(values: list[int]) -> int:
 
 
 def measure(
-    address: str, rounds: int = 3, tiny_tasks: int = TINY_TASKS, rows: int = ROWS
+    address: str,
+    rounds: int = 3,
+    tiny_tasks: int = TINY_TASKS,
+    rows: int = ROWS,
+    transfer: int = TRANSFER,
+    reference: bool = False,
 ) -> dict[str, Any]:
     """Run the workload on a ``rows`` x 8,192 array, then ``rounds``
-    transfers and rounds of ``tiny_tasks`` tiny tasks, on the cluster at
-    ``address``."""
+    transfers of ``transfer`` bytes and rounds of ``tiny_tasks`` tiny tasks,
+    on the cluster at ``address``; with ``reference``, also compute the
+    workload in this process (dask's synchronous scheduler) for its digest."""
     import dask.array as da
     import numpy as np
     from distributed import Client
@@ -144,7 +157,9 @@ def measure(
         before = sum(len(v) for v in client.run(_incoming).values())
 
         rng = da.random.default_rng(2026)
-        x = rng.integers(0, 1000, size=(rows, COLS), chunks=(ROW_CHUNK, COLS), dtype=np.int64)
+        # At least four row slabs, so that a small array still crosses between the workers.
+        slab = min(ROW_CHUNK, max(1, rows // 4))
+        x = rng.integers(0, 1000, size=(rows, COLS), chunks=(slab, COLS), dtype=np.int64)
         # "tasks": the slices move as task results, which workers log (a p2p
         # rechunk moves them inside its own messages, which they do not).
         y = x.rechunk((rows, COL_CHUNK), method="tasks").sum(axis=0)
@@ -152,15 +167,16 @@ def measure(
         column_sums = y.compute()
         workload = time.perf_counter() - started
         moved = sum(e["total"] for v in client.run(_incoming).values() for e in v[before:])
+        local = _sha(y.compute(scheduler="sync")) if reference else None
 
         transfers = []
         for i in range(rounds):
-            data = client.scatter(np.full(TRANSFER, i, dtype=np.uint8), workers=[workers[0]])
+            data = client.scatter(np.full(transfer, i, dtype=np.uint8), workers=[workers[0]])
             seen = len(client.run(_incoming, workers=[workers[1]])[workers[1]])
             fut = client.submit(_fetched, data, workers=[workers[1]], allow_other_workers=False)
-            assert fut.result() == TRANSFER
+            assert fut.result() == transfer
             log = client.run(_incoming, workers=[workers[1]])[workers[1]][seen:]
-            transfers.append(sum(e["duration"] for e in log if e["total"] >= TRANSFER))
+            transfers.append(sum(e["duration"] for e in log if e["total"] >= transfer))
             client.cancel([data, fut])
 
         tiny = []
@@ -174,9 +190,11 @@ def measure(
     return {
         "workers": workers,
         "column_sums_sha": _sha(column_sums),
+        "reference_sha": local,
         "column_sums_total": int(column_sums.sum()),
         "workload_s": workload,
         "moved_bytes": moved,
+        "transfer_bytes": transfer,
         "transfer_s": percentile(transfers, 0.5),
         "tiny_tasks": tiny_tasks,
         "tiny_s": percentile(tiny, 0.5),
@@ -200,6 +218,13 @@ def main() -> None:
         "--rows", type=int, default=ROWS, help="rows of the workload's array (64 KiB each)"
     )
     parser.add_argument(
+        "--transfer", type=int, default=TRANSFER, help="bytes of the fetched array (64 MiB)"
+    )
+    parser.add_argument(
+        "--reference", action="store_true",
+        help="also compute the workload in the client's process (its digest: reference_sha)",
+    )  # fmt: skip
+    parser.add_argument(
         "--nanny", action=argparse.BooleanOptionalAction, default=True,
         help="start each worker behind a nanny (dask's default)",
     )  # fmt: skip
@@ -211,21 +236,24 @@ def main() -> None:
                 "protocol": protocol,
                 "address": address,
                 "nanny": args.nanny,
-                **measure(address, args.rounds, args.tiny, args.rows),
+                **measure(
+                    address, args.rounds, args.tiny, args.rows, args.transfer, args.reference
+                ),
             }
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
     if not args.json:
         print(
-            f"{'':10} {'workload':>10} {'moved':>9} {'64 MiB transfer':>16} {'MB/s':>7}"
+            f"{'':10} {'workload':>10} {'moved':>9} "
+            f"{f'{args.transfer >> 20} MiB transfer':>16} {'MB/s':>7}"
             f" {f'{args.tiny} tiny tasks':>16}"
         )
         for row in rows:
             print(
                 f"{row['protocol'] + '://':10} {row['workload_s']:9.1f}s "
                 f"{row['moved_bytes'] / 2**20:6.0f}MiB {row['transfer_s'] * 1e3:14.0f}ms "
-                f"{TRANSFER / row['transfer_s'] / 1e6:7.1f} {row['tiny_s']:15.1f}s"
+                f"{args.transfer / row['transfer_s'] / 1e6:7.1f} {row['tiny_s']:15.1f}s"
             )
 
 
