@@ -159,3 +159,17 @@ def test_a_changed_pxd_makes_the_build_stale(tmp_path: Path) -> None:
     with_pxd = _compiled.source_digest(str(tmp_path / "mod.py"))
     (tmp_path / "mod.pxd").write_text("cdef long x\n")
     assert len({alone, with_pxd, _compiled.source_digest(str(tmp_path / "mod.py"))}) == 3
+
+
+def test_the_pure_path_run_tests_every_per_message_module() -> None:
+    """``./dev test`` runs ``PURE_TESTS`` with ``AIORDMA_PURE=1``: it must
+    hold the tests of every module that can run either way (tests mirror
+    the package: ``aiordma/verbs/_lane.py`` is ``tests/verbs/test_lane.py``)."""
+    root = Path(__file__).resolve().parent.parent
+    dev = (root / "dev").read_text()
+    listed = dev.split('PURE_TESTS="', 1)[1].split('"', 1)[0].split()
+    assert all((root / path).exists() for path in listed), listed
+    for module in _compiled.MODULES:
+        *package, name = module.split(".")[1:]
+        mirror = "/".join(["tests", *package, f"test_{name.lstrip('_')}.py"])
+        assert mirror in listed, f"{module}: {mirror} is not in dev's PURE_TESTS"
