@@ -1,8 +1,11 @@
-"""Shared test set-up: the lab's RDMA device and the event loops every async test runs on.
+"""Shared test set-up: the lab's RDMA device, the event loops async tests run on, slow tests.
 
 Tests that take the ``lab`` fixture need a real RDMA device and are marked
 ``rdma``. Without a device they fail (never skip): run them with
 ``./dev test``, which provides one, or deselect them with ``-m "not rdma"``.
+Async tests run on uvloop, and on asyncio's loop too where the loop is
+their subject (:data:`LOOP_SUBJECTS`). Tests marked ``slow`` are
+deselected unless ``--slow`` is given.
 """
 
 from __future__ import annotations
