@@ -173,3 +173,23 @@ def test_the_pure_path_run_tests_every_per_message_module() -> None:
         *package, name = module.split(".")[1:]
         mirror = "/".join(["tests", *package, f"test_{name.lstrip('_')}.py"])
         assert mirror in listed, f"{module}: {mirror} is not in dev's PURE_TESTS"
+
+
+def test_every_file_a_stamp_hashes_is_installed_with_the_package() -> None:
+    """An installed package compares each extension's stamp with the digest
+    of the installed ``.py`` and ``.pxd``: one left out of the package data
+    makes every per-message module run interpreted (issue 41)."""
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    data = pyproject["tool"]["setuptools"]["package-data"]["aiordma"]
+
+    for module in _compiled.MODULES:
+        pxd = root / (module.replace(".", "/") + ".pxd")
+        if pxd.exists():
+            relative = str(pxd.relative_to(root / "aiordma"))
+            assert any(fnmatch.fnmatch(relative, glob) for glob in data), (
+                f"{relative} is hashed by the stamp but not package data"
+            )

@@ -24,5 +24,5 @@ def per_message_path() -> str:
     if built == total:
         modules = f" and {total} per-message module{'s' * (total != 1)}" if total else ""
         return f"compiled (aiordma.verbs._driver._core{modules})"
-    why = "stale build: rebuild with ./dev setup" if _compiled.stale else "not built"
+    why = f"stale build: {_driver.REBUILD}" if _compiled.stale else "not built"
     return f"{_driver.path}; {total - built} of {total} per-message modules interpreted ({why})"

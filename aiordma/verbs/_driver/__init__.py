@@ -31,6 +31,10 @@ ABI: Final = 3
 """The ``_core`` interface version this side expects."""
 
 
+REBUILD: Final = "reinstall aiordma with pip, which rebuilds it, or run ./dev setup in a checkout"
+"""What to do about a build older than its source, for pip users and checkouts alike."""
+
+
 def _load() -> tuple[ModuleType | None, str]:
     if forced_pure():
         return None, f"pure Python (forced by {PURE_ENV})"
@@ -40,7 +44,7 @@ def _load() -> tuple[ModuleType | None, str]:
     except ImportError as exc:
         return None, f"pure Python (the compiled core is not built: {exc})"
     if getattr(_core, "ABI", None) != ABI:
-        return None, "pure Python (the compiled core is stale: rebuild with ./dev setup)"
+        return None, f"pure Python (the compiled core is stale: {REBUILD})"
     return _core, "compiled (aiordma.verbs._driver._core)"
 
 
