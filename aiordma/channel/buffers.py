@@ -57,6 +57,30 @@ def check_into(into: object) -> Into:
     return into
 
 
+def body_length(body: object) -> int:
+    """Bytes in a message body, checked before anything is sent: TypeError
+    naming what is wrong unless ``body`` is a registered region or segment,
+    or a C-contiguous bytes-like object (the bytes are copied or read in
+    one piece, as they lie in memory)."""
+    if isinstance(body, MemoryRegion | Segment):
+        return body.length
+    try:
+        view = memoryview(body)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            "a message body must be a bytes-like object or a registered "
+            f"MemoryRegion/Segment, not {type(body).__name__}"
+        ) from None
+    with view:
+        if not view.c_contiguous:
+            raise TypeError(
+                f"a message body must be C-contiguous, and this {type(body).__name__} "
+                "is a strided view: send a contiguous copy (bytes(view), or "
+                "numpy.ascontiguousarray for an array)"
+            )
+        return view.nbytes
+
+
 def buffer_length(buffer: Body) -> int:
     """Bytes in a message body or receive buffer (a region's or segment's length)."""
     if isinstance(buffer, MemoryRegion | Segment):

@@ -31,7 +31,14 @@ from types import TracebackType
 from typing import Any
 
 from aiordma.channel._tasks import spawn
-from aiordma.channel.buffers import Body, Into, buffer_length, buffer_view, check_into
+from aiordma.channel.buffers import (
+    Body,
+    Into,
+    body_length,
+    buffer_length,
+    buffer_view,
+    check_into,
+)
 from aiordma.channel.credits import CONTROL_BASE, DataCredits
 from aiordma.channel.link import Link
 from aiordma.channel.packets import Packets
@@ -695,7 +702,10 @@ class MessageChannel(Closable):
         ``exposure_timeout`` (:class:`ExposureTimeoutError`), revokes it:
         its memory stops being readable and the peer's receive of it raises
         :class:`MessageRevokedError`. Raises :class:`MessageTooLargeError`
-        for a message larger than this side's or the peer's ``max_message``.
+        for a message larger than this side's or the peer's ``max_message``,
+        and :class:`TypeError` for a body that is not a C-contiguous buffer
+        (a strided view: send a contiguous copy), before anything is sent:
+        the channel stays usable.
 
         ``head`` travels in the message's first packet, whatever the body's
         size, and at most ``eager_limit`` bytes; the receiver gets it from
@@ -756,7 +766,7 @@ class MessageChannel(Closable):
         """Check and post a message: None once a copied one is posted, or a
         large one's id, exposure and size once its announcement is."""
         check_loop(self._loop)
-        size = len(data) if type(data) is bytes or type(data) is bytearray else buffer_length(data)
+        size = len(data) if type(data) is bytes or type(data) is bytearray else body_length(data)
         if size > self.max_message:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds this channel's max_message of {self.max_message}"

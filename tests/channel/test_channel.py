@@ -172,6 +172,27 @@ async def test_oversized_message_is_refused_and_the_channel_stays_usable(lab: La
 
 
 @pytest.mark.asyncio
+async def test_a_body_that_is_not_one_contiguous_buffer_is_refused_and_the_channel_stays_usable(
+    lab: Lab,
+) -> None:
+    """Issue 41: a strided view was half-sent, and the channel failed every
+    later send. Each size takes another path (one packet, pieces, rendezvous)."""
+    async with channel_to(lab, echo) as channel:
+        for size in (100, 20_000, 400_000):
+            strided = memoryview(bytearray(size))[::2]
+            with pytest.raises(TypeError, match="C-contiguous"):
+                await channel.send_message(strided)
+            with pytest.raises(TypeError, match="C-contiguous"):
+                await channel.post_message(strided)
+            with pytest.raises(TypeError, match="bytes-like"):
+                await channel.send_message("text")  # type: ignore[arg-type]
+            whole = _payload(size, size // 2)
+            await channel.send_message(whole)
+            assert await asyncio.wait_for(channel.recv_message(), 30) == whole
+        assert not channel.is_closing()
+
+
+@pytest.mark.asyncio
 async def test_receiving_into_registered_memory(lab: Lab) -> None:
     async with channel_to(lab, echo) as channel:
         region = channel.conn.alloc(1 << 20)
