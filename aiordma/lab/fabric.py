@@ -36,6 +36,7 @@ from aiordma.lab.vm import (
     GUEST_DEVICE,
     PASSTHROUGH,
     GuestConfig,
+    check_host_tools,
     find_kernel,
     find_vng,
     guest_script,
@@ -106,6 +107,7 @@ class _Fabric:
     def __init__(self, cmd: list[str], guest: GuestConfig, cfg: FabricConfig, cwd: Path) -> None:
         self.kernel = guest.kernel or find_kernel()
         self.vng = find_vng()
+        check_host_tools()
         self.kvm = kvm_works(self.kernel) if guest.kvm is None else guest.kvm
         self.control = Path(tempfile.mkdtemp(prefix="aiordma-fabric-"))
         (self.control / "jobs").mkdir()

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -36,6 +36,8 @@ GUEST_ADDR6 = "2001:db8::1"
 
 KVM_PROBE_TIMEOUT = 40.0
 """A KVM guest boots in a few seconds; a broken nested KVM hangs forever."""
+TCG_PROBE_TIMEOUT = 180.0
+"""A trivial guest under software emulation boots in 25-70 s."""
 
 # Variables worth carrying into the guest, whose environment starts empty.
 PASSTHROUGH = re.compile(r"^(AIORDMA_|PYTEST_|PY|CI$|TERM$|COLUMNS$|LANG$|LC_|NO_COLOR$)")
@@ -75,6 +77,46 @@ def find_vng() -> str:
     if not found:
         raise LabError("virtme-ng is not installed: pip install 'aiordma[lab]' (or ./dev setup)")
     return found
+
+
+def _qemu_package(machine: str) -> str:
+    return {"x86_64": "qemu-system-x86", "aarch64": "qemu-system-arm"}.get(machine, "qemu-system")
+
+
+def missing_host_tools(
+    which: Callable[[str], str | None] = shutil.which,
+    isfile: Callable[[str], bool] = os.path.isfile,
+    machine: str | None = None,
+) -> list[str]:
+    """The distribution packages (Debian's names) the host lacks to boot a guest.
+
+    virtme-ng needs a QEMU for this architecture and a busybox to build the
+    guest's initramfs (a static one: the initramfs has no libraries). It looks
+    for them by these names, on ``PATH`` and in the usual ``bin`` directories.
+    """
+    machine = machine or os.uname().machine
+
+    def found(*names: str) -> bool:
+        dirs = ("/usr/local/bin", "/usr/local/sbin", "/usr/bin", "/usr/sbin", "/bin", "/sbin")
+        return any(which(n) or any(isfile(f"{d}/{n}") for d in dirs) for n in names)
+
+    missing = []
+    if not found(f"qemu-system-{machine}", "qemu-kvm"):
+        missing.append(_qemu_package(machine))
+    if not found("busybox-static", "busybox.static", "busybox"):
+        missing.append("busybox-static")
+    return missing
+
+
+def check_host_tools() -> None:
+    """Raise :class:`LabError` naming each distribution package the lab lacks."""
+    missing = missing_host_tools()
+    if missing:
+        raise LabError(
+            f"the lab cannot boot a guest: install {' '.join(missing)} "
+            f"(Debian/Ubuntu: sudo apt-get install {' '.join(missing)}; or run ./dev setup "
+            "in a checkout); docs/lab.md, 'What the lab needs', lists everything"
+        )
 
 
 def _cache_dir() -> Path:
@@ -234,17 +276,49 @@ def kvm_works(kernel: Path, *, refresh: bool = False) -> bool:
         verdicts = {}
     if not refresh and key in verdicts:
         return verdicts[key]
+    vng = find_vng()
     log(f"probing whether KVM works here (up to {KVM_PROBE_TIMEOUT:.0f} s, once per host)")
-    argv = vng_argv(find_vng(), kernel, GuestConfig(cpus=1, memory="512M"), True, "true")
-    try:
-        ok = run_group(argv, vng_env() | {"TERM": "dumb"}, KVM_PROBE_TIMEOUT) == 0
-    except subprocess.TimeoutExpired:
-        ok = False
+
+    def boot(kvm: bool) -> int | None:
+        cfg = GuestConfig(cpus=1, memory="512M")
+        timeout = KVM_PROBE_TIMEOUT if kvm else TCG_PROBE_TIMEOUT
+        try:
+            argv = vng_argv(vng, kernel, cfg, kvm, "true")
+            return run_group(argv, vng_env() | {"TERM": "dumb"}, timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    ok = probe_kvm(boot)
     log(f"KVM {'works' if ok else 'does not work here; using TCG (software emulation)'}")
     verdicts[key] = ok
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(verdicts, indent=1))
     return ok
+
+
+def probe_kvm(boot: Callable[[bool], int | None]) -> bool:
+    """Decide from trial boots whether KVM works; raise if no verdict can be had.
+
+    ``boot(kvm)`` boots a trivial guest and returns its exit status, or None
+    if it timed out. A KVM guest that hangs is the failure being probed for.
+    One that exits with an error may have failed for any reason (a missing
+    tool, a broken kernel image), so the same guest is tried under TCG: only
+    if that one boots is KVM to blame. If it fails too, the probe said
+    nothing about KVM, and no verdict may be cached from it.
+    """
+    status = boot(True)
+    if status == 0:
+        return True
+    if status is None:
+        return False
+    tcg = boot(False)
+    if tcg == 0:
+        return False
+    raise LabError(
+        f"a trivial guest failed to boot both with KVM (exit status {status}) and without "
+        f"({'timed out' if tcg is None else f'exit status {tcg}'}): the cause is not KVM; "
+        "see virtme-ng's output above (nothing was cached)"
+    )
 
 
 def lab_environment() -> dict[str, str]:
@@ -265,6 +339,7 @@ def run_in_guest(
         raise LabError("no command given to run in the lab")
     kernel = cfg.kernel or find_kernel()
     vng = find_vng()
+    check_host_tools()
     cwd = (cwd or Path.cwd()).resolve()
     kvm = kvm_works(kernel) if cfg.kvm is None else cfg.kvm
     scripts = Path(tempfile.mkdtemp(prefix="aiordma-lab-"))  # the guest's command

@@ -7,13 +7,14 @@ import select
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from aiordma.cli import build_parser
 from aiordma.exceptions import LabError
-from aiordma.lab.vm import find_kernel, guest_script
+from aiordma.lab.vm import find_kernel, guest_script, missing_host_tools, probe_kvm
 
 
 def _kernel(boot: Path, modules: Path, version: str, rxe: bool) -> None:
@@ -36,6 +37,53 @@ def test_find_kernel_picks_newest_with_rxe(tmp_path: Path) -> None:
 def test_find_kernel_explains_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(LabError, match="linux-image-amd64"):
         find_kernel(tmp_path, tmp_path)
+
+
+def test_missing_host_tools_are_named_by_their_distribution_packages() -> None:
+    def nothing(_: str) -> None:
+        return None
+
+    def no_file(_: str) -> bool:
+        return False
+
+    assert missing_host_tools(nothing, no_file, "x86_64") == ["qemu-system-x86", "busybox-static"]
+    assert missing_host_tools(nothing, no_file, "aarch64")[0] == "qemu-system-arm"
+    # virtme-ng finds busybox by any of its names, on PATH or in the usual bin directories.
+    on_path = {"qemu-system-x86_64": "/usr/bin/qemu-system-x86_64", "busybox": "/opt/bin/busybox"}
+    assert missing_host_tools(on_path.get, no_file, "x86_64") == []
+    in_sbin = {"/usr/bin/qemu-kvm", "/sbin/busybox.static"}
+    assert missing_host_tools(nothing, in_sbin.__contains__, "x86_64") == []
+
+
+def _boots(results: dict[bool, int | None]) -> tuple[list[bool], Callable[[bool], int | None]]:
+    tried: list[bool] = []
+
+    def boot(kvm: bool) -> int | None:
+        tried.append(kvm)
+        return results[kvm]
+
+    return tried, boot
+
+
+def test_the_kvm_probe_blames_kvm_only_when_the_same_guest_boots_without_it() -> None:
+    tried, boot = _boots({True: 0, False: 0})
+    assert probe_kvm(boot) is True
+    assert tried == [True]
+    tried, boot = _boots({True: None, False: 0})  # a nested KVM that hangs
+    assert probe_kvm(boot) is False
+    assert tried == [True]
+    tried, boot = _boots({True: 1, False: 0})  # KVM fails, TCG boots: KVM's fault
+    assert probe_kvm(boot) is False
+    assert tried == [True, False]
+
+
+@pytest.mark.parametrize("tcg", [1, None])
+def test_a_guest_that_fails_with_and_without_kvm_gives_no_verdict(tcg: int | None) -> None:
+    # What a host without busybox-static did: vng failed at once, and the
+    # failure was cached as "KVM does not work here".
+    _, boot = _boots({True: 1, False: tcg})
+    with pytest.raises(LabError, match="the cause is not KVM"):
+        probe_kvm(boot)
 
 
 def test_import_without_pyverbs_says_how_to_install() -> None:
