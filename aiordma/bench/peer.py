@@ -25,8 +25,9 @@ from typing import Any
 import aiordma
 from aiordma import Access, rpc
 from aiordma.bench import tcp
-from aiordma.channel.channel import DEFAULT_MAX_MESSAGE, MessageChannel
+from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import channel_factory, prepare_channel
+from aiordma.channel.options import DEFAULT_MAX_MESSAGE
 
 
 class StudyPeer:

@@ -17,7 +17,7 @@ import aiordma
 from aiordma import RemoteBuffer, rpc
 from aiordma.bench import tcp
 from aiordma.bench.stats import Latency, Result
-from aiordma.channel.channel import DEFAULT_MAX_MESSAGE
+from aiordma.channel.options import DEFAULT_MAX_MESSAGE
 from aiordma.lab.remote import Fabric
 from aiordma.verbs.queue_pair import Read, Send, Write
 

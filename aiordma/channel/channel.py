@@ -39,14 +39,22 @@ from aiordma.channel.buffers import (
     buffer_view,
     check_into,
 )
-from aiordma.channel.credits import CONTROL_BASE, DataCredits
+from aiordma.channel.credits import DataCredits
 from aiordma.channel.link import Link
+from aiordma.channel.options import (
+    DEFAULT_EXPOSURE_TIMEOUT,
+    DEFAULT_MAX_MESSAGE,
+    DEFAULT_MEDIUM_LIMIT,
+    DEFAULT_REGISTRATION_CACHE,
+    DEFAULT_WINDOW,
+    ChannelOptions,
+)
 from aiordma.channel.packets import Packets
 from aiordma.channel.pool import SharedReceiveQueue
-from aiordma.channel.registrations import DEFAULT_CAPACITY, RegistrationCache
-from aiordma.channel.rendezvous import MIN_READ_PIECE, READ_PIECE, Exposure, Exposures, Reader
+from aiordma.channel.registrations import RegistrationCache
+from aiordma.channel.rendezvous import READ_PIECE, Exposure, Exposures, Reader
 from aiordma.channel.state import Arrival, ChannelState
-from aiordma.channel.wire import HEADER_SIZE, MIN_BUFFER, Hello, Kind
+from aiordma.channel.wire import HEADER_SIZE, Hello, Kind
 from aiordma.cm.connection import Connection
 from aiordma.exceptions import (
     BufferTooSmallError,
@@ -65,27 +73,6 @@ from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
 
 log = logging.getLogger(__name__)
 
-DEFAULT_WINDOW = 32
-DEFAULT_CONTROL_WINDOW = 8
-DEFAULT_BUFFER = 8192
-SHARED_SEND_SLOTS = 8
-"""Send slots of a channel receiving from a shared queue, by default: few,
-since such a channel is one of many (a channel of its own has one per
-receive buffer)."""
-DEFAULT_MAX_MESSAGE = 64 << 20
-DEFAULT_MEDIUM_LIMIT = 256 << 10
-"""Bodies up to this size (above the eager limit) are copied through the
-registered slots in pieces, by default; larger ones go by rendezvous
-(docs/decisions/0006)."""
-DEFAULT_REGISTRATION_CACHE = DEFAULT_CAPACITY
-"""Bytes of plain buffers a channel keeps registered each way
-(:mod:`aiordma.channel.registrations`)."""
-DEFAULT_MAX_EXPOSED = 256 << 20
-"""Bytes of large messages a channel holds exposed at once, by default
-(raised to ``max_message`` when that is larger)."""
-DEFAULT_EXPOSURE_TIMEOUT = 60.0
-"""Seconds a large message stays readable for the peer, by default; unread
-by then, it is revoked and the send fails with :class:`ExposureTimeoutError`."""
 Chooser = Callable[[bytes, int], "Into | None"]
 
 Deliver = Callable[[bytes, memoryview], bool]
@@ -139,6 +126,9 @@ class MessageChannel(Closable):
     it may borrow). Each side announces its ``buffer_size`` in its HELLO,
     and neither sends a packet larger than the other's buffers, so the two
     need not match.
+    ``window`` is at least 2, ``control_window`` at least 4 and
+    ``buffer_size`` at least 128 bytes (:class:`~aiordma.channel.options.ChannelOptions`
+    checks them, also before :func:`open_channel` connects).
 
     ``protocol`` names what the channel carries (``""``: plain messages;
     :mod:`aiordma.rpc` and ``aiordma.streams`` set their own). Both sides
@@ -163,13 +153,25 @@ class MessageChannel(Closable):
         registration_cache: int = DEFAULT_REGISTRATION_CACHE,
         read_piece: int = READ_PIECE,
     ) -> None:
-        max_exposed = check_limits(max_message, max_exposed, exposure_timeout)
-        if medium_limit < 0:
-            raise ValueError(f"medium_limit must not be negative, not {medium_limit}")
-        if read_piece < MIN_READ_PIECE:
-            raise ValueError(
-                f"read_piece must be at least {MIN_READ_PIECE} bytes, not {read_piece}"
+        qp = conn.qp
+        shared = qp.shared_receive
+        if shared is not None and not isinstance(shared, SharedReceiveQueue):
+            raise TypeError(
+                f"a message channel draws on an aiordma.SharedReceiveQueue, not {shared!r}"
             )
+        layout = ChannelOptions(
+            window=window, control_window=control_window, buffer_size=buffer_size,
+            max_message=max_message, max_exposed=max_exposed, exposure_timeout=exposure_timeout,
+            send_slots=send_slots, protocol=protocol, medium_limit=medium_limit,
+            registration_cache=registration_cache, read_piece=read_piece,
+        ).layout(
+            qp.options.recv_depth, qp.options.send_depth,
+            None if shared is None else shared.buffer_size,
+        )  # fmt: skip
+        buffer_size, control_window, send_slots = (
+            layout.buffer_size, layout.control_window, layout.send_slots,
+        )  # fmt: skip
+        buffers = window + control_window
         # Kept registrations of the application's buffers: local only for
         # reads into them; a window exposes a kept one being sent.
         self._stats = Stats("channel", self._gauges)
@@ -177,39 +179,6 @@ class MessageChannel(Closable):
             conn, Access.LOCAL_WRITE, registration_cache, self._stats
         )
         self._kept_from = RegistrationCache(conn, Access.MW_BIND, registration_cache, self._stats)
-        qp = conn.qp
-        shared = qp.shared_receive
-        if shared is not None:
-            if not isinstance(shared, SharedReceiveQueue):
-                raise TypeError(
-                    f"a message channel draws on an aiordma.SharedReceiveQueue, not {shared!r}"
-                )
-            if buffer_size is not None and buffer_size != shared.buffer_size:
-                raise ValueError(
-                    f"buffer_size ({buffer_size}) must be that of the shared receive "
-                    f"queue the connection receives from ({shared.buffer_size})"
-                )
-            buffer_size = shared.buffer_size
-            control_window = CONTROL_BASE if control_window is None else control_window
-            send_slots = SHARED_SEND_SLOTS if send_slots is None else send_slots
-        else:
-            buffer_size = DEFAULT_BUFFER if buffer_size is None else buffer_size
-            control_window = DEFAULT_CONTROL_WINDOW if control_window is None else control_window
-        if buffer_size < MIN_BUFFER:
-            raise ValueError(f"buffer_size must be at least {MIN_BUFFER} bytes, not {buffer_size}")
-        hello = Hello(buffer_size, protocol).pack()  # a name too long fails here, not once up
-        buffers = window + control_window
-        send_slots = buffers if send_slots is None else send_slots
-        if shared is None and buffers > qp.options.recv_depth:
-            raise ValueError(
-                f"window + control_window ({buffers}) exceeds the queue pair's "
-                f"receive depth ({qp.options.recv_depth})"
-            )
-        if send_slots > qp.options.send_depth:
-            raise ValueError(
-                f"send_slots ({send_slots}, by default window + control_window) exceeds "
-                f"the queue pair's send depth ({qp.options.send_depth})"
-            )
         self.link: Link = conn
         """The connection (or other :class:`~aiordma.channel.link.Link`) the channel runs on."""
         self.max_message = max_message
@@ -222,7 +191,7 @@ class MessageChannel(Closable):
         self._qp = qp
         self._loop = qp.loop
         self._size = buffer_size
-        self._hello = hello
+        self._hello = layout.hello
         """Our HELLO's head: our buffer size and protocol."""
         self._shared = shared
         data: DataCredits | None = None
@@ -232,7 +201,7 @@ class MessageChannel(Closable):
         else:
             self._recv_mr = conn.alloc(buffers * buffer_size)
         self._state = ChannelState(
-            window, control_window, max_exposed, send_slots=send_slots, data=data
+            window, control_window, layout.max_exposed, send_slots=send_slots, data=data
         )
         self._send_mr = conn.alloc(send_slots * buffer_size)
         # Views of both regions for the channel's life (the receive one until
@@ -487,6 +456,14 @@ class MessageChannel(Closable):
         """
         check_loop(self._loop)
         await self._next_arrival()
+
+    def next_length(self) -> int | None:
+        """The body length of the next message to be received, if it has
+        arrived (after :meth:`wait_message`); None if none has. Its body has
+        not been read yet when it is large: a receiver may decide from this
+        whether to take it now."""
+        ready = self._state.ready
+        return ready[0].header.length if ready else None
 
     async def recv_message_with_head(
         self, choose: Chooser | None = None
@@ -941,19 +918,3 @@ class MessageChannel(Closable):
     async def wait_closed(self) -> None:
         """Wait until the channel's connection is closed."""
         await self.link.wait_closed()
-
-
-def check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:
-    """The effective ``max_exposed``; ValueError for limits that cannot work together."""
-    if max_message < 0:
-        raise ValueError("max_message must not be negative")
-    if exposure_timeout is not None and exposure_timeout <= 0:
-        raise ValueError("exposure_timeout must be positive (or None)")
-    if max_exposed is None:
-        return max(DEFAULT_MAX_EXPOSED, max_message)
-    if max_exposed < max_message:
-        raise ValueError(
-            f"max_exposed ({max_exposed}) must be at least max_message ({max_message}), "
-            "or a message of max_message bytes could never be sent"
-        )
-    return max_exposed

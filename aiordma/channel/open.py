@@ -11,15 +11,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any
 
-from aiordma.channel.channel import (
-    DEFAULT_EXPOSURE_TIMEOUT,
-    DEFAULT_MAX_MESSAGE,
-    MessageChannel,
-    check_limits,
-)
+from aiordma.channel.channel import MessageChannel
 from aiordma.channel.link import Link
+from aiordma.channel.options import ChannelOptions
 from aiordma.channel.pool import SharedReceiveQueue
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connect import connect as connect_rdma
@@ -50,9 +46,10 @@ def channel_factory(
     with ``options`` (its keyword arguments) in ``conn.prepared``, then runs
     ``then`` if given (which sees the channel there; its result is discarded).
 
-    The options are checked now, once, not per connection.
+    The options are checked now, once, not per connection (those that
+    depend on the queue pair's sizes only when a connection has one).
     """
-    check_options(options)
+    ChannelOptions.of(options).layout(None, None, None)
 
     async def prepare(conn: Connection) -> MessageChannel:
         channel = MessageChannel(conn, **options)
@@ -67,33 +64,22 @@ def channel_factory(
     return prepare
 
 
-_OPTIONS: Final = frozenset(
-    {"window", "control_window", "buffer_size", "max_message", "max_exposed", "exposure_timeout",
-     "send_slots", "protocol", "medium_limit", "registration_cache",
-     "read_piece"}
-)  # fmt: skip
-
-
-def check_options(options: dict[str, Any]) -> None:
-    """Refuse bad channel options when a server or client is set up, not per connection."""
-    unknown = sorted(set(options) - _OPTIONS)
-    if unknown:
-        raise TypeError(f"unknown MessageChannel option(s): {', '.join(unknown)}")
-    check_limits(
-        options.get("max_message", DEFAULT_MAX_MESSAGE),
-        options.get("max_exposed"),
-        options.get("exposure_timeout", DEFAULT_EXPOSURE_TIMEOUT),
+def check_options(
+    options: dict[str, Any],
+    qp_options: QueuePairOptions | None = None,
+    shared: SharedReceiveQueue | None = None,
+) -> None:
+    """Refuse bad channel options before anything connects (TypeError or
+    ValueError naming the option), checking the sizes against ``qp_options``
+    (the defaults if None) and ``shared`` when given."""
+    qp_options = qp_options or QueuePairOptions()
+    if shared is not None and not isinstance(shared, SharedReceiveQueue):
+        raise TypeError(f"shared_receive must be an aiordma.SharedReceiveQueue, not {shared!r}")
+    ChannelOptions.of(options).layout(
+        qp_options.recv_depth,
+        qp_options.send_depth,
+        None if shared is None else shared.buffer_size,
     )
-
-
-def check_shared(shared: SharedReceiveQueue | None, options: dict[str, Any]) -> None:
-    """Refuse a ``buffer_size`` the shared receive queue's buffers do not have."""
-    size = options.get("buffer_size")
-    if shared is not None and size is not None and size != shared.buffer_size:
-        raise ValueError(
-            f"buffer_size ({size}) must be that of the shared receive queue's "
-            f"buffers ({shared.buffer_size}), or left out"
-        )
 
 
 async def open_channel(
@@ -128,7 +114,7 @@ async def open_channel(
     :class:`ProtocolMismatchError`, and no HELLO within ``timeout``
     ``TimeoutError``; the connection is closed in each case.
     """
-    check_shared(shared_receive, channel_options)
+    check_options(channel_options, options, shared_receive)
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     conn = await connect_rdma(
@@ -194,7 +180,7 @@ async def start_channel_server(
     of clients (see the flow-control guide). ``handshake_timeout`` is
     :func:`aiordma.start_server`'s.
     """
-    check_shared(shared_receive, channel_options)
+    check_options(channel_options, options, shared_receive)
     prepare_both = channel_factory(prepare, **channel_options)
 
     def handle(conn: Connection) -> Awaitable[object] | None:

@@ -13,8 +13,9 @@ from typing import Any
 
 from aiordma import metrics
 from aiordma.channel.buffers import Into, buffer_length, buffer_view, check_into
-from aiordma.channel.channel import DEFAULT_MAX_MESSAGE, MessageChannel
+from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import channel_of, open_channel
+from aiordma.channel.options import DEFAULT_MAX_MESSAGE
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connection import Connection, Prepare
 from aiordma.exceptions import (

@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 from aiordma import metrics
-from aiordma.channel.channel import DEFAULT_MAX_MESSAGE, MessageChannel
+from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import channel_of, start_channel_server
+from aiordma.channel.options import DEFAULT_MAX_MESSAGE
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connection import Connection, Prepare
 from aiordma.cm.server import Accept, Server
@@ -43,6 +44,8 @@ as the service's codec decodes and encodes them."""
 H = TypeVar("H", bound=Handler)
 
 DEFAULT_MAX_CONCURRENCY = 256
+DEFAULT_MAX_HELD = 64 << 20
+"""Bytes of requests and results one connection's calls hold at once, by default."""
 
 
 _serving: contextvars.ContextVar[MessageChannel] = contextvars.ContextVar("aiordma.rpc.serving")
@@ -82,13 +85,27 @@ class Service:
     """
 
     def __init__(
-        self, *, codec: Codec | None = None, max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+        self,
+        *,
+        codec: Codec | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        max_held: int = DEFAULT_MAX_HELD,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        if max_held < 1:
+            raise ValueError(f"max_held must be at least 1 byte, not {max_held}")
         self.codec: Codec = codec or RawCodec()
         self.max_concurrency = max_concurrency
         """Calls run at once per connection; further requests wait (and so does their sender)."""
+        self.max_held = max_held
+        """Bytes the calls of one connection may hold before the next request
+        is read: a call holds its request until it returns and its result
+        until the client has it. A request that would take the total past
+        this waits unread (and so does its sender) until calls end, unless
+        nothing is held (a larger request runs alone). Results made after
+        their request was admitted come on top: a connection's calls hold at
+        most ``max_held`` of requests, plus their results."""
         self._handlers: dict[str, Handler] = {}
 
     def add(self, name: str, handler: Handler) -> None:
@@ -147,15 +164,14 @@ class Service:
         that delivered them; large ones, and requests beyond
         ``max_concurrency``, wait in the channel's queue for this task.
         """
-        stats = Stats("rpc_server")
         link = channel.link
-        channel.link.add_stats(stats)
-        calls = _Calls(self, channel, stats)
+        calls = _Calls(self, channel)
+        channel.link.add_stats(calls.stats)
         channel.deliver_to(calls.on_message)
         try:
             while True:
                 await channel.wait_message()
-                await calls.room()
+                await calls.room(channel.next_length())
                 try:
                     head, body = await channel.recv_message_with_head()
                 except MessageRevokedError as exc:  # the caller withdrew a large request
@@ -175,9 +191,8 @@ class Service:
             channel.deliver_to(None)
             await calls.cancel_all()
 
-    async def _run(
-        self, channel: MessageChannel, frame: Frame, body: bytes | bytearray, stats: Stats
-    ) -> None:
+    async def _run(self, calls: _Calls, frame: Frame, body: bytes | bytearray) -> None:
+        channel, stats = calls.channel, calls.stats
         _serving.set(channel)  # this call's own context (a task's, or start_eagerly's copy)
         handler = self._handlers.get(frame.method)
         head = Frame(FrameKind.REPLY, frame.call_id).pack()
@@ -187,6 +202,8 @@ class Service:
             if handler is None:
                 raise _Unknown(f"no method named {frame.method!r}")
             result = self.codec.encode(await handler(self.codec.decode(body)))
+            if result is not body:
+                calls.hold_result(frame.call_id, _size(result))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -219,27 +236,50 @@ class _Unknown(Exception):
     pass
 
 
-class _Calls:
-    """The calls running on one connection, at most ``max_concurrency`` at once."""
+def _size(result: object) -> int:
+    """Bytes a result holds (0 for what is not a buffer: the send will refuse it)."""
+    try:
+        return memoryview(result).nbytes  # type: ignore[arg-type]
+    except TypeError:
+        return 0
 
-    def __init__(self, service: Service, channel: MessageChannel, stats: Stats) -> None:
+
+class _Calls:
+    """The calls running on one connection: at most ``max_concurrency`` at
+    once, holding at most about ``max_held`` bytes."""
+
+    def __init__(self, service: Service, channel: MessageChannel) -> None:
         self._service = service
-        self._channel = channel
-        self._stats = stats
+        self.channel = channel
+        self.stats = Stats("rpc_server", self._gauges)
         self._loop = channel.link.qp.loop
         self._running: dict[int, asyncio.Task[None]] = {}
+        self._holding: dict[int, tuple[int, int]] = {}
+        """Bytes each running call holds: its request, its result."""
+        self._requests = 0
+        self._results = 0
         self._freed: asyncio.Future[None] | None = None
+
+    def _gauges(self) -> dict[str, int]:
+        return {
+            "requests_held_bytes": self._requests,
+            "results_held_bytes": self._results,
+            "calls_running": len(self._running),
+        }
 
     def on_message(self, head: bytes, body: memoryview) -> bool:
         frame = Frame.unpack(head)
-        if frame.kind == FrameKind.REQUEST and self._full():
+        if frame.kind == FrameKind.REQUEST and self._full(len(body)):
             return False  # stays queued: its credit comes back only when a call ends
         self.dispatch(frame, bytes(body))
         return True
 
     def dispatch(self, frame: Frame, body: bytes | bytearray) -> None:
         if frame.kind == FrameKind.REQUEST:
-            coro = self._service._run(self._channel, frame, body, self._stats)
+            call_id = frame.call_id
+            self._holding[call_id] = (len(body), 0)
+            self._requests += len(body)
+            coro = self._service._run(self, frame, body)
             if self._running:
                 # Other calls (or cancellations) are scheduled: queue behind them.
                 task: asyncio.Task[None] | None = self._loop.create_task(coro)
@@ -247,26 +287,44 @@ class _Calls:
                 # Started now, from the receive completion: a handler that
                 # does not suspend has replied before this returns, no task.
                 task = start_eagerly(self._loop, coro)
-            if task is not None:
-                self._running[frame.call_id] = task
-                task.add_done_callback(functools.partial(self._finished, frame.call_id))
+            if task is None:
+                self._release(call_id)
+            else:
+                self._running[call_id] = task
+                task.add_done_callback(functools.partial(self._finished, call_id))
         elif frame.kind == FrameKind.CANCEL:
             if (victim := self._running.get(frame.call_id)) is not None:
                 victim.cancel()
         else:
             raise ProtocolError(f"a client sent a {frame.kind.name} frame")
 
-    def _full(self) -> bool:
-        return len(self._running) >= self._service.max_concurrency
+    def hold_result(self, call_id: int, size: int) -> None:
+        """Count a result of ``size`` bytes against the call ``call_id`` until it ends."""
+        request, result = self._holding.get(call_id, (0, 0))
+        self._holding[call_id] = (request, result + size)
+        self._results += size
 
-    async def room(self) -> None:
-        """Wait until another call may start."""
-        while self._full():
+    def _release(self, call_id: int) -> None:
+        request, result = self._holding.pop(call_id, (0, 0))
+        self._requests -= request
+        self._results -= result
+
+    def _full(self, size: int) -> bool:
+        """Whether a request of ``size`` bytes must wait for a call to end."""
+        if len(self._running) >= self._service.max_concurrency:
+            return True
+        held = self._requests + self._results
+        return held > 0 and held + size > self._service.max_held
+
+    async def room(self, size: int | None) -> None:
+        """Wait until a request of ``size`` bytes may start (None: a small one)."""
+        while self._full(size or 0):
             self._freed = self._loop.create_future()
             await self._freed
 
     def _finished(self, call_id: int, _: object) -> None:
         self._running.pop(call_id, None)
+        self._release(call_id)
         if self._freed is not None and not self._freed.done():
             self._freed.set_result(None)
 

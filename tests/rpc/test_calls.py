@@ -405,6 +405,70 @@ async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
             await exposures_ended(server_channel)  # each REVOKE answered
 
 
+@pytest.mark.asyncio
+async def test_a_client_that_floods_large_requests_makes_the_server_hold_at_most_max_held(
+    lab: Lab,
+) -> None:
+    # Issue 41: a client sent 24 large requests and read no reply; the server
+    # read them all (its concurrency allowed 256 calls) and held 24x what the
+    # client had committed. Here: 12 requests of 1 MiB, each answered with a
+    # copy (2 MiB held per call), against max_held = 4 MiB.
+    size, max_held, count = 1 << 20, 4 << 20, 12
+    service = rpc.Service(max_held=max_held)
+    started: list[int] = []
+
+    @service.method()
+    async def copy(payload: bytes) -> bytes:
+        started.append(len(payload))
+        return bytes(payload)
+
+    channels: list[aiordma.MessageChannel] = []
+    server = await rpc.start_server(
+        service,
+        lab.addr,
+        0,
+        prepare=lambda conn: channels.append(conn.prepared),
+        exposure_timeout=1.0,  # unread replies are revoked, and their calls end
+        medium_limit=0,
+    )
+    async with server:
+        port = server.addresses[0][1]
+        async with await aiordma.open_channel(
+            lab.addr, port, medium_limit=0, max_exposed=4 << 20, max_message=4 << 20
+        ) as channel:
+            (server_channel,) = channels
+
+            def held() -> tuple[int, int]:
+                gauges = server_channel.conn.stats()["gauges"]
+                return gauges["requests_held_bytes"], gauges["results_held_bytes"]
+
+            peaks: list[tuple[int, int, int]] = []  # (requests, results, calls started)
+            server_channel._exposures.watchers.append(
+                lambda _: peaks.append((*held(), len(started)))
+            )
+            body = bytes(size)
+
+            async def post_all() -> None:  # posting waits for the client's exposure room
+                for call_id in range(1, count + 1):
+                    head = Frame(FrameKind.REQUEST, call_id, "copy").pack()
+                    await channel.post_message(body, head=head)
+
+            poster = asyncio.create_task(post_all())
+            # Every request is served in the end: its reply announced, then revoked.
+            async with asyncio.timeout(TIMEOUT * 2):
+                while len(channel._state.ready) < count or not all(
+                    a.revoked for a in channel._state.ready
+                ):
+                    await channel._changed()
+            await poster
+            assert started == [size] * count
+            # Requests were read only while the calls held less than max_held:
+            # four at most (before fix: all twelve, as soon as they came).
+            assert peaks[0][2] <= max_held // size, peaks
+            assert max(requests for requests, _, _ in peaks) <= max_held, peaks
+            assert max(results for _, results, _ in peaks) <= max_held, peaks
+
+
 BIG = 8 << 20
 
 

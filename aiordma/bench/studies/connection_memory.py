@@ -25,7 +25,7 @@ import os
 import aiordma
 from aiordma.bench.peer import StudyPeer, answer, requests
 from aiordma.bench.studies import lab_address
-from aiordma.channel.channel import DEFAULT_BUFFER, DEFAULT_CONTROL_WINDOW, DEFAULT_WINDOW
+from aiordma.channel.options import DEFAULT_BUFFER, DEFAULT_CONTROL_WINDOW, DEFAULT_WINDOW
 from aiordma.verbs.discovery import find_roce_endpoint
 
 

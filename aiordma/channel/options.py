@@ -1,0 +1,179 @@
+"""A message channel's options, checked before anything connects.
+
+:class:`ChannelOptions` holds :class:`~aiordma.MessageChannel`'s keyword
+arguments; :meth:`ChannelOptions.layout` checks them against the queue
+pair's sizes (or a shared receive queue) and resolves the defaults that
+depend on those. :func:`~aiordma.open_channel`,
+:func:`~aiordma.start_channel_server` and the layers above them call it
+before connecting, so a bad option is a ``ValueError`` at once, never a
+connection that fails during set-up; the channel calls it again with its
+queue pair's actual sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from aiordma.channel.credits import CONTROL_BASE
+from aiordma.channel.registrations import DEFAULT_CAPACITY
+from aiordma.channel.rendezvous import MIN_READ_PIECE, READ_PIECE
+from aiordma.channel.wire import MIN_BUFFER, Hello
+
+DEFAULT_WINDOW = 32
+MIN_WINDOW = 2
+"""Data receive buffers a channel needs at least: one may wait for the
+application while the other takes the credit update that frees it."""
+DEFAULT_CONTROL_WINDOW = 8
+DEFAULT_BUFFER = 8192
+SHARED_SEND_SLOTS = 8
+"""Send slots of a channel receiving from a shared queue, by default: few,
+since such a channel is one of many (a channel of its own has one per
+receive buffer)."""
+DEFAULT_MAX_MESSAGE = 64 << 20
+DEFAULT_MEDIUM_LIMIT = 256 << 10
+"""Bodies up to this size (above the eager limit) are copied through the
+registered slots in pieces, by default; larger ones go by rendezvous
+(docs/decisions/0006)."""
+DEFAULT_REGISTRATION_CACHE = DEFAULT_CAPACITY
+"""Bytes of plain buffers a channel keeps registered each way
+(:mod:`aiordma.channel.registrations`)."""
+DEFAULT_MAX_EXPOSED = 256 << 20
+"""Bytes of large messages a channel holds exposed at once, by default
+(raised to ``max_message`` when that is larger)."""
+DEFAULT_EXPOSURE_TIMEOUT = 60.0
+"""Seconds a large message stays readable for the peer, by default; unread
+by then, it is revoked and the send fails with :class:`ExposureTimeoutError`."""
+
+
+class Layout(NamedTuple):
+    """The options resolved for one queue pair: what the channel allocates."""
+
+    buffer_size: int
+    window: int
+    control_window: int
+    send_slots: int
+    max_exposed: int
+    hello: bytes
+    """Our HELLO's head: the buffer size and protocol name."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelOptions:
+    """:class:`~aiordma.MessageChannel`'s keyword arguments (its docstring
+    says what each does); the types are checked by :meth:`of`."""
+
+    window: int = DEFAULT_WINDOW
+    control_window: int | None = None
+    buffer_size: int | None = None
+    max_message: int = DEFAULT_MAX_MESSAGE
+    max_exposed: int | None = None
+    exposure_timeout: float | None = DEFAULT_EXPOSURE_TIMEOUT
+    send_slots: int | None = None
+    protocol: str = ""
+    medium_limit: int = DEFAULT_MEDIUM_LIMIT
+    registration_cache: int = DEFAULT_REGISTRATION_CACHE
+    read_piece: int = READ_PIECE
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> ChannelOptions:
+        """The options given as keywords; TypeError for an unknown one."""
+        unknown = sorted(set(options) - _NAMES)
+        if unknown:
+            raise TypeError(f"unknown MessageChannel option(s): {', '.join(unknown)}")
+        return cls(**options)
+
+    def layout(
+        self, recv_depth: int | None, send_depth: int | None, shared_buffer_size: int | None
+    ) -> Layout:
+        """Check every option; resolve the defaults that depend on the queue pair.
+
+        ``recv_depth``/``send_depth`` are the queue pair's (None: not known
+        yet, not checked); ``shared_buffer_size`` is the shared receive
+        queue's buffer size when the channel draws on one. ValueError (or
+        TypeError) names the first option that cannot work.
+        """
+        for name in ("window", "max_message", "medium_limit", "registration_cache", "read_piece"):
+            _check_int(name, getattr(self, name))
+        for name in ("control_window", "buffer_size", "max_exposed", "send_slots"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int(name, value)
+        if not isinstance(self.protocol, str):
+            raise TypeError(f"protocol must be a str, not {type(self.protocol).__name__}")
+        max_exposed = check_limits(self.max_message, self.max_exposed, self.exposure_timeout)
+        if self.medium_limit < 0:
+            raise ValueError(f"medium_limit must not be negative, not {self.medium_limit}")
+        if self.registration_cache < 0:
+            raise ValueError(
+                f"registration_cache must not be negative, not {self.registration_cache}"
+            )
+        if self.read_piece < MIN_READ_PIECE:
+            raise ValueError(
+                f"read_piece must be at least {MIN_READ_PIECE} bytes, not {self.read_piece}"
+            )
+        if self.window < MIN_WINDOW:
+            raise ValueError(f"window must be at least {MIN_WINDOW} buffers, not {self.window}")
+        if shared_buffer_size is not None:
+            if self.buffer_size is not None and self.buffer_size != shared_buffer_size:
+                raise ValueError(
+                    f"buffer_size ({self.buffer_size}) must be that of the shared receive "
+                    f"queue the connection receives from ({shared_buffer_size}), or left out"
+                )
+            buffer_size = shared_buffer_size
+            control_window = CONTROL_BASE if self.control_window is None else self.control_window
+            slots: int | None = SHARED_SEND_SLOTS if self.send_slots is None else self.send_slots
+        else:
+            buffer_size = DEFAULT_BUFFER if self.buffer_size is None else self.buffer_size
+            control_window = (
+                DEFAULT_CONTROL_WINDOW if self.control_window is None else self.control_window
+            )
+            slots = self.send_slots
+        if buffer_size < MIN_BUFFER:
+            raise ValueError(f"buffer_size must be at least {MIN_BUFFER} bytes, not {buffer_size}")
+        if control_window < CONTROL_BASE:
+            raise ValueError(
+                f"control_window must be at least {CONTROL_BASE} buffers, not {control_window}"
+            )
+        hello = Hello(buffer_size, self.protocol).pack()  # a name too long fails here
+        buffers = self.window + control_window
+        send_slots = buffers if slots is None else slots
+        if send_slots < 1:
+            raise ValueError(f"send_slots must be at least 1, not {send_slots}")
+        if shared_buffer_size is None and recv_depth is not None and buffers > recv_depth:
+            raise ValueError(
+                f"window + control_window ({buffers}) exceeds the queue pair's "
+                f"receive depth ({recv_depth})"
+            )
+        if send_depth is not None and send_slots > send_depth:
+            raise ValueError(
+                f"send_slots ({send_slots}, by default window + control_window) exceeds "
+                f"the queue pair's send depth ({send_depth})"
+            )
+        return Layout(buffer_size, self.window, control_window, send_slots, max_exposed, hello)
+
+
+_NAMES = frozenset(field.name for field in dataclasses.fields(ChannelOptions))
+
+
+def _check_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+
+
+def check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:
+    """The effective ``max_exposed``; ValueError for limits that cannot work together."""
+    if max_message < 0:
+        raise ValueError("max_message must not be negative")
+    if exposure_timeout is not None and exposure_timeout <= 0:
+        raise ValueError("exposure_timeout must be positive (or None)")
+    if max_exposed is None:
+        return max(DEFAULT_MAX_EXPOSED, max_message)
+    if max_exposed < max_message:
+        raise ValueError(
+            f"max_exposed ({max_exposed}) must be at least max_message ({max_message}), "
+            "or a message of max_message bytes could never be sent"
+        )
+    return max_exposed

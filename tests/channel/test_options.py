@@ -1,0 +1,128 @@
+"""A channel's options are checked before anything connects (host only).
+
+The entry points below are given an address where nothing listens: an
+option they checked only after connecting would show up as a connection
+error (or, with a server there, as a connection failing during set-up, as
+issue 41 saw), not as the ValueError or TypeError naming the option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+import aiordma
+from aiordma import rpc, streams
+from aiordma.channel.options import (
+    DEFAULT_BUFFER,
+    DEFAULT_CONTROL_WINDOW,
+    DEFAULT_WINDOW,
+    SHARED_SEND_SLOTS,
+    ChannelOptions,
+)
+from aiordma.channel.wire import MIN_BUFFER
+
+NOWHERE = ("192.0.2.99", 9)
+"""An address nothing listens on (TEST-NET-1), on the host and in the lab."""
+
+
+def test_the_defaults_resolve_to_the_documented_sizes() -> None:
+    layout = ChannelOptions().layout(128, 128, None)
+    assert layout.buffer_size == DEFAULT_BUFFER
+    assert (layout.window, layout.control_window) == (DEFAULT_WINDOW, DEFAULT_CONTROL_WINDOW)
+    assert layout.send_slots == DEFAULT_WINDOW + DEFAULT_CONTROL_WINDOW
+
+
+def test_a_shared_receive_queue_sets_the_buffer_size_and_fewer_send_slots() -> None:
+    layout = ChannelOptions(window=64).layout(8, 128, 4096)  # no receive depth needed
+    assert layout.buffer_size == 4096
+    assert layout.send_slots == SHARED_SEND_SLOTS
+    with pytest.raises(ValueError, match=r"buffer_size \(8192\) must be that of the shared"):
+        ChannelOptions(buffer_size=8192).layout(8, 128, 4096)
+
+
+BAD = [
+    ({"window": 1}, ValueError, "window must be at least 2"),
+    ({"buffer_size": 16}, ValueError, f"buffer_size must be at least {MIN_BUFFER}"),
+    ({"control_window": 2}, ValueError, "control_window must be at least"),
+    ({"window": 200}, ValueError, r"window \+ control_window \(208\) exceeds"),
+    ({"send_slots": 500}, ValueError, r"send_slots \(500.*send depth"),
+    ({"send_slots": 0}, ValueError, "send_slots must be at least 1"),
+    ({"max_message": -1}, ValueError, "max_message must not be negative"),
+    ({"max_exposed": 10, "max_message": 100}, ValueError, r"max_exposed \(10\) must be"),
+    ({"exposure_timeout": 0}, ValueError, "exposure_timeout must be positive"),
+    ({"medium_limit": -1}, ValueError, "medium_limit must not be negative"),
+    ({"registration_cache": -1}, ValueError, "registration_cache must not be negative"),
+    ({"read_piece": 100}, ValueError, "read_piece must be at least"),
+    ({"protocol": "x" * 200}, ValueError, "protocol name"),
+    ({"window": "32"}, TypeError, "window must be an int, not str"),
+    ({"buffer_size": 4096.0}, TypeError, "buffer_size must be an int, not float"),
+    ({"windw": 4}, TypeError, "unknown MessageChannel option.*windw"),
+]
+
+
+@pytest.mark.parametrize(("options", "error", "match"), BAD, ids=lambda v: str(v)[:40])
+def test_each_bad_option_is_named(options: dict[str, Any], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        ChannelOptions.of(options).layout(128, 128, None)
+
+
+def _open_channel(**kw: Any) -> Awaitable[object]:
+    return aiordma.open_channel(*NOWHERE, timeout=5, **kw)
+
+
+def _channel_server(**kw: Any) -> Awaitable[object]:
+    return aiordma.start_channel_server(lambda ch: None, NOWHERE[0], 0, **kw)
+
+
+def _rpc_connect(**kw: Any) -> Awaitable[object]:
+    return rpc.connect(*NOWHERE, timeout=5, **kw)
+
+
+def _rpc_server(**kw: Any) -> Awaitable[object]:
+    return rpc.start_server(rpc.Service(), NOWHERE[0], 0, **kw)
+
+
+def _stream_connect(**kw: Any) -> Awaitable[object]:
+    return streams.open_connection(*NOWHERE, timeout=5, **kw)
+
+
+def _stream_server(**kw: Any) -> Awaitable[object]:
+    return streams.start_stream_server(lambda r, w: None, NOWHERE[0], 0, **kw)
+
+
+ENTRY_POINTS: list[Callable[..., Awaitable[object]]] = [
+    _open_channel, _channel_server, _rpc_connect, _rpc_server, _stream_connect, _stream_server,
+]  # fmt: skip
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("entry", ENTRY_POINTS, ids=lambda f: f.__name__.lstrip("_"))
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [({"window": 1}, "window must be at least 2"), ({"buffer_size": 16}, "buffer_size must be")],
+    ids=["window=1", "buffer_size=16"],
+)
+async def test_a_bad_option_is_refused_before_connecting(
+    entry: Callable[..., Awaitable[object]], options: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        await entry(**options)
+
+
+@pytest.mark.asyncio
+async def test_sizes_are_checked_against_the_queue_pair_options_given() -> None:
+    small = aiordma.QueuePairOptions(recv_depth=16, send_depth=16)
+    with pytest.raises(ValueError, match=r"window \+ control_window \(40\) exceeds .* \(16\)"):
+        await aiordma.open_channel(*NOWHERE, timeout=5, options=small)
+    with pytest.raises(ValueError, match=r"send_slots \(12.*send depth \(8\)"):
+        await aiordma.start_channel_server(
+            lambda ch: None,
+            NOWHERE[0],
+            0,
+            options=aiordma.QueuePairOptions(send_depth=8),
+            window=8,
+            control_window=4,
+        )
