@@ -206,9 +206,9 @@ class MessageChannel(Closable):
         self._send_mr = conn.alloc(send_slots * buffer_size)
         # Views of both regions for the channel's life (the receive one until
         # it fails): one view per packet would cost more than the copy.
-        self._recv_view = self._recv_mr.view()
+        self._recv_view = self._recv_mr.view(scoped=shared is None)
         self._packets = Packets(
-            self, self._state, self._send_mr.view(), self._recv_view, buffer_size,
+            self, self._state, self._send_mr.view(scoped=True), self._recv_view, buffer_size,
             max_message, self._stats, shared, self._loop,
         )  # fmt: skip
         # Packets go out of, and land in, fixed slots of the two regions.

@@ -122,6 +122,8 @@ class MemoryRegion(Closable):
         self._close_waiters = CloseWaiters()
         self._windows: set[Revocable] = set()
         """Memory windows bound over this region: revoked before it is deregistered."""
+        self._scoped: list[memoryview] = []
+        """Views released when the region is deregistered (``view(scoped=True)``)."""
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"lkey={self.lkey:#x} rkey={self.rkey:#x}"
@@ -155,10 +157,20 @@ class MemoryRegion(Closable):
         """Number of posted work requests that still use this region."""
         return self._inflight
 
-    def view(self) -> memoryview:
-        """A byte-wise view of the registered memory (no copy)."""
+    def view(self, *, scoped: bool = False) -> memoryview:
+        """A byte-wise view of the registered memory (no copy).
+
+        A ``scoped`` view is released when the region is deregistered, so
+        memory the region allocated (:meth:`Device.alloc`) is unmapped then,
+        not whenever the garbage collector finds the view's last holder;
+        using it afterwards raises ``ValueError``. For views an owner keeps
+        for the region's whole life (a message channel's slots).
+        """
         self._check_open()
-        return memoryview(self.obj).cast("B")
+        view = memoryview(self.obj).cast("B")
+        if scoped:
+            self._scoped.append(view)
+        return view
 
     def segment(self, offset: int = 0, length: int | None = None) -> Segment:
         """The local segment ``[offset, offset + length)`` (to the end by default)."""
@@ -225,6 +237,10 @@ class MemoryRegion(Closable):
         finally:
             self._close_waiters.closed()
             self._export.release()
+            scoped, self._scoped = self._scoped, []
+            for view in scoped:
+                with contextlib.suppress(BufferError):  # a view of it is in use: later
+                    view.release()
             owned, self._owned = self._owned, None
             if owned is not None:
                 # If views of it are still alive, it is unmapped when the last one goes.
