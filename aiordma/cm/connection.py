@@ -253,6 +253,13 @@ class Connection(Closable):
             self._keepalive.cancel()
             self._keepalive = None
         self._task = self._loop.create_task(self._shutdown(disconnect))
+        # A task cancelled before its first step never runs its body (the
+        # loop's shutdown cancels every task): release then, or whoever
+        # awaits the close would wait forever.
+        self._task.add_done_callback(self._shutdown_ended)
+
+    def _shutdown_ended(self, _: asyncio.Task[None]) -> None:
+        self._release()  # idempotent: done already unless the task never ran
 
     async def _shutdown(self, disconnect: bool) -> None:
         try:

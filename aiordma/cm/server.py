@@ -314,6 +314,8 @@ class Server(Closable):
         task = self._loop.create_task(self._run_callback(conn))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
+        # Closed also if the task is cancelled before it runs (at loop shutdown).
+        task.add_done_callback(lambda _: conn._start_close(disconnect=True))
 
     @staticmethod
     async def _established(
