@@ -192,6 +192,7 @@ class MessageChannel(Closable):
         self._loop = qp.loop
         self._size = buffer_size
         self._hello = layout.hello
+        self._peer_protocol: str | None = None
         """Our HELLO's head: our buffer size and protocol."""
         self._shared = shared
         data: DataCredits | None = None
@@ -280,6 +281,12 @@ class MessageChannel(Closable):
     def max_exposed(self) -> int:
         """Bytes of large messages this side may hold exposed to the peer at once."""
         return self._state.max_exposed
+
+    @property
+    def peer_protocol(self) -> str | None:
+        """What the peer's channel said it carries (``""``: plain messages);
+        None until its HELLO has come."""
+        return self._peer_protocol
 
     @property
     def peer_max_message(self) -> int | None:
@@ -403,6 +410,7 @@ class MessageChannel(Closable):
 
     def _heard(self, hello: Hello) -> None:
         """The peer's HELLO: check its protocol; fit our packets to its buffers."""
+        self._peer_protocol = hello.protocol
         self._state.heard(hello, self.protocol, self._peer_name())
         self._packets.eager_limit = min(self._size, hello.buffer_size) - HEADER_SIZE
 

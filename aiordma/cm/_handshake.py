@@ -36,6 +36,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.verbs.device import Device
+from aiordma.verbs.discovery import known_devices
 from aiordma.verbs.endpoint import gid_to_str
 from aiordma.verbs.memory import Segment
 from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
@@ -138,22 +139,28 @@ def create_qp_for(
         raise DeviceError(
             errno.EXDEV, f"the route goes through RDMA device {name}, not {device.name}"
         )
-    init, _ = _rdmacm.init_qp_attr(cm_id.id, _ibv.QPS_INIT)
+    init, _ = _qp_attr(cm_id, _ibv.QPS_INIT)
     opts = dataclasses.replace(options or QueuePairOptions(), port=init.port_num)
     return device.create_qp(opts, shared_receive)
+
+
+def _qp_attr(cm_id: CMId, state: int) -> tuple[_rdmacm.QpAttr, int]:
+    """rdma_cm's QP attributes for ``state``; ConnectionLostError once the
+    peer's side is gone (EINVAL: it cancelled its connect, or it died)."""
+    try:
+        return _rdmacm.init_qp_attr(cm_id.id, state)
+    except OSError as exc:
+        peer = "{}:{}".format(*cm_id.peer_address)
+        raise ConnectionLostError(
+            f"{peer} abandoned the connection while it was being set up ({exc.strerror})"
+        ) from exc
 
 
 def move_to_rts(qp: QueuePair, cm_id: CMId) -> None:
     """Apply rdma_cm's RTR and RTS attributes for this connection to ``qp``."""
     opts = qp.options
-    try:
-        rtr, rtr_mask = _rdmacm.init_qp_attr(cm_id.id, _ibv.QPS_RTR)
-        rts, rts_mask = _rdmacm.init_qp_attr(cm_id.id, _ibv.QPS_RTS)
-    except OSError as exc:  # EINVAL: the peer's cm_id is gone (it cancelled, or it died)
-        peer = "{}:{}".format(*cm_id.peer_address)
-        raise ConnectionLostError(
-            f"{peer} abandoned the connection while it was being set up ({exc.strerror})"
-        ) from exc
+    rtr, rtr_mask = _qp_attr(cm_id, _ibv.QPS_RTR)
+    rts, rts_mask = _qp_attr(cm_id, _ibv.QPS_RTS)
     rts_attr = _to_pyverbs(rts, opts)
     rts_attr.timeout = opts.timeout
     qp._move_to_rts(
@@ -303,6 +310,22 @@ async def handshake_message(cm_id: CMId, arrival: asyncio.Future[bytes]) -> byte
     if not arrival.done() or arrival.exception() is not None:
         return None
     return arrival.result()
+
+
+def rdma_addresses() -> str:
+    """The IP addresses of this host's RDMA devices, for an error message."""
+    found = sorted(
+        {
+            f"{gid.ip} ({dev.name})"
+            for dev in known_devices()
+            for port in dev.ports
+            for gid in port.gids
+            if gid.ip is not None and not gid.ip.is_link_local
+        }
+    )
+    if not found:
+        return "this host has no RDMA device with an IP address ('aiordma devices' lists them)"
+    return "RDMA addresses here: " + ", ".join(found)
 
 
 async def resolve_address(host: str, port: int) -> tuple[str, int]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import ipaddress
 import logging
 from typing import TYPE_CHECKING, Final
 
@@ -22,6 +24,7 @@ from aiordma.cm._handshake import (
     handshake_message,
     move_to_rts,
     post_handshake_receive,
+    rdma_addresses,
     resolve_address,
     run_prepare,
 )
@@ -146,10 +149,15 @@ async def _connect(
     qp: QueuePair | None = None
     conn: Connection | None = None
     try:
-        _rdmacm.resolve_addr(cm_id.id, dst, _ms_left(deadline))
-        await expect(cm_id, EventType.ADDR_RESOLVED, where)
-        _rdmacm.resolve_route(cm_id.id, _ms_left(deadline))
-        await expect(cm_id, EventType.ROUTE_RESOLVED, where)
+        try:
+            _rdmacm.resolve_addr(cm_id.id, dst, _ms_left(deadline))
+            await expect(cm_id, EventType.ADDR_RESOLVED, where)
+            _rdmacm.resolve_route(cm_id.id, _ms_left(deadline))
+            await expect(cm_id, EventType.ROUTE_RESOLVED, where)
+        except OSError as exc:
+            if exc.errno not in (errno.ENODEV, errno.EADDRNOTAVAIL, errno.ENETUNREACH):
+                raise
+            raise DeviceError(exc.errno, _no_route(host, dst[0], exc)) from exc
         name = cm_id.device_name
         if name is None:
             raise DeviceError(errno.ENODEV, f"no RDMA device routes to {where}")
@@ -174,6 +182,18 @@ async def _connect(
     except BaseException:
         abandon_setup(cm_id, qp, conn)
         raise
+
+
+def _no_route(host: str, addr: str, exc: OSError) -> str:
+    """Why no RDMA device reaches ``addr``, and which addresses would work."""
+    why = exc.strerror or str(exc)
+    hint = ""
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(addr.split("%")[0]).is_loopback:
+            hint = " (a loopback address is on no RDMA device: use the device's own address)"
+    return (
+        f"cannot connect to {host}: no RDMA device routes there ({why}){hint}; {rdma_addresses()}"
+    )
 
 
 def _establish(cm_id: CMId, where: str) -> None:

@@ -34,6 +34,7 @@ from aiordma.cm._handshake import (
     handshake_message,
     move_to_rts,
     post_handshake_receive,
+    rdma_addresses,
     resolve_address,
     run_prepare,
     setup_refusal,
@@ -65,7 +66,6 @@ from aiordma.metrics import Stats, merged
 from aiordma.verbs import Closable
 from aiordma.verbs.completion import check_loop
 from aiordma.verbs.device import Device
-from aiordma.verbs.discovery import known_devices
 from aiordma.verbs.memory import MemoryRegion
 from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
 
@@ -179,7 +179,7 @@ class Server(Closable):
             raise OSError(
                 errno.EADDRNOTAVAIL,
                 f"cannot listen on {host}:{port}: {host} is on no RDMA device, so no client "
-                f"could ever connect; {_rdma_addresses()}",
+                f"could ever connect; {rdma_addresses()}",
             )
         cm_id.set_handler(self._on_cm_event)
         self._listeners.append(cm_id)
@@ -611,22 +611,6 @@ async def start_server(
 
 def _is_wildcard(host: str) -> bool:
     return host.split("%")[0] in ("0.0.0.0", "::")
-
-
-def _rdma_addresses() -> str:
-    """The IP addresses of this host's RDMA devices, for an error message."""
-    found = sorted(
-        {
-            f"{gid.ip} ({dev.name})"
-            for dev in known_devices()
-            for port in dev.ports
-            for gid in port.gids
-            if gid.ip is not None and not gid.ip.is_link_local
-        }
-    )
-    if not found:
-        return "this host has no RDMA device with an IP address ('aiordma devices' lists them)"
-    return "RDMA addresses here: " + ", ".join(found)
 
 
 __all__ = ["ConnectionRequest", "RejectConnection", "Server", "start_server"]

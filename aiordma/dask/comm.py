@@ -34,7 +34,7 @@ from aiordma.dask.addresses import rdma_host
 from aiordma.dask.config import Settings, settings
 from aiordma.dask.landing import DEFAULT_CAPACITY as DEFAULT_POOL
 from aiordma.dask.landing import frame_for
-from aiordma.exceptions import ConnectionRejectedError, RdmaError
+from aiordma.exceptions import AuthenticationError, ConnectionRejectedError, RdmaError
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,8 @@ class RdmaConnector(Connector):
 
     async def connect(self, address: str, deserialize: bool = True, **connection_args: Any) -> Comm:
         """Connect to ``address`` (``host:port``); raises ``OSError`` to be
-        retried, ``FatalCommClosedError`` for a peer that is no Dask comm."""
+        retried, ``FatalCommClosedError`` for a peer that is no Dask comm or
+        one that does not hold the same ``auth-key``."""
         _check_encryption(address, connection_args)
         host, port = parse_host_port(address)
         config = settings()
@@ -296,6 +297,13 @@ class RdmaConnector(Connector):
                 host, port, private_data=HELLO, timeout=None, auth=config.auth,
                 **config.channel_options(),
             )  # fmt: skip
+        except AuthenticationError as exc:
+            # Not retryable: distributed retries an OSError until its
+            # connect timeout, and would report only that it timed out.
+            raise FatalCommClosedError(
+                f"{PREFIX}{address}: {exc} (distributed.comm.rdma.auth-key must be the "
+                "same on both sides)"
+            ) from exc
         except ConnectionRejectedError as exc:
             if not _says(exc.private_data, REFUSAL):
                 raise  # refused for another reason: distributed retries until its timeout

@@ -22,6 +22,7 @@ from aiordma.exceptions import (
     BufferTooSmallError,
     MessageRevokedError,
     ProtocolError,
+    ProtocolMismatchError,
     ResourceClosedError,
 )
 from aiordma.metrics import Stats
@@ -98,7 +99,9 @@ class Client(Closable):
         handler raised (or its result could not be sent, such as one larger
         than ``max_message``), :class:`UnknownMethodError` if there is no
         such method, ``TimeoutError`` naming the method after ``timeout``
-        seconds (a late reply is then discarded), and ``ValueError`` or
+        seconds (a late reply is then discarded; a ``timeout`` of 0 or less
+        has expired already, as for :func:`asyncio.timeout`, and nothing is
+        sent), and ``ValueError`` or
         ``TypeError``, before sending anything, for an empty or too long
         method name or an ``into`` nothing can land in. Cancelling a call
         leaves the other calls alone and asks the server to cancel its handler.
@@ -113,10 +116,14 @@ class Client(Closable):
         if timeout is not None:
             if not isinstance(timeout, int | float) or isinstance(timeout, bool):
                 raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-            if not timeout > 0:
-                raise ValueError(f"timeout must be positive, not {timeout!r}")
+            if timeout != timeout:
+                raise ValueError("timeout must be a number of seconds, not NaN")
         if into is not None:
             check_into(into)
+        if timeout is not None and timeout <= 0:  # expired already, as for asyncio.timeout()
+            raise TimeoutError(
+                f"call {method!r} was not sent: its timeout ({timeout} s) had expired"
+            )
         call_id = next(self._ids)
         head = Frame(FrameKind.REQUEST, call_id, method).pack()
         body = self._codec.encode(payload)
@@ -198,6 +205,17 @@ class Client(Closable):
             self._complete(call, frame.kind, len(body))
         return True
 
+    def _mismatch(self, exc: ProtocolError) -> ProtocolError:
+        """``exc``, or the mismatch it shows: a plain channel server (which
+        accepts any peer) answering with what is not an RPC frame."""
+        theirs = self._channel.peer_protocol
+        if isinstance(exc, ProtocolMismatchError) or theirs is None or theirs == PROTOCOL:
+            return exc
+        peer = "{}:{}".format(*self._channel.conn.peer_address)
+        mismatch = ProtocolMismatchError(PROTOCOL, theirs, peer)
+        mismatch.__cause__ = exc
+        return mismatch
+
     @staticmethod
     def _reply_frame(head: bytes) -> Frame:
         frame = Frame.unpack(head)
@@ -223,9 +241,10 @@ class Client(Closable):
                     continue  # the caller gave up: a late reply
                 self._complete(call, frame.kind, body)
         except ProtocolError as exc:
-            log.warning("closing %r: %s", self._channel.link, exc)
+            error = self._mismatch(exc)
+            log.warning("closing %r: %s", self._channel.link, error)
             self._channel.close()
-            self._fail(exc)
+            self._fail(error)
         except BaseException as exc:
             self._fail(exc)
 

@@ -138,6 +138,27 @@ async def test_a_stream_client_of_an_rpc_server_fails_naming_both(lab: Lab) -> N
 
 
 @pytest.mark.asyncio
+async def test_an_rpc_client_of_a_plain_channel_server_is_told_it_speaks_plain_messages(
+    lab: Lab,
+) -> None:
+    # Issue 41: the call failed with "RPC frame of 0 bytes is too short". A
+    # plain channel accepts any peer (rpc.Service.serve may run on one), so
+    # the client learns of the mismatch from the first answer that is not RPC.
+    async def echo(channel: aiordma.MessageChannel) -> None:
+        async for message in channel:
+            await channel.send_message(message)
+
+    async with await aiordma.start_channel_server(echo, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with asyncio.timeout(30), await rpc.connect(lab.addr, port) as client:
+            assert client._channel.peer_protocol == ""
+            with pytest.raises(aiordma.ProtocolMismatchError) as info:
+                await client.call("anything", b"x")
+    assert (info.value.ours, info.value.theirs) == ("aiordma.rpc", "")
+    assert "plain messages" in str(info.value)
+
+
+@pytest.mark.asyncio
 async def test_a_channel_client_of_a_server_without_channels_is_told_so(lab: Lab) -> None:
     """The server posts no receive: the client's HELLO meets none, and
     open_channel raises the completion error whose message asks whether both

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import signal
 import time
@@ -157,6 +158,18 @@ async def test_oversized_private_data_is_refused_before_sending(lab: Lab) -> Non
 async def test_unresolvable_host_is_an_oserror(lab: Lab) -> None:
     with pytest.raises(OSError, match="cannot resolve"):
         await aiordma.connect("no-such-host.invalid", 7471)
+
+
+@pytest.mark.asyncio
+async def test_an_address_no_rdma_device_reaches_names_the_ones_that_would(lab: Lab) -> None:
+    # Issue 41: this said only "rdma_resolve_route: No such device".
+    with pytest.raises(aiordma.DeviceError) as info:
+        await aiordma.connect("127.0.0.1", 7471)
+    message = str(info.value)
+    assert "cannot connect to 127.0.0.1: no RDMA device routes there" in message
+    assert "loopback" in message
+    assert f"RDMA addresses here: {lab.addr} ({lab.device})" in message
+    assert info.value.errno == errno.ENODEV
 
 
 @pytest.mark.asyncio

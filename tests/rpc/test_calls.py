@@ -307,6 +307,11 @@ async def test_a_timeout_names_the_method_and_the_seconds(lab: Lab, rpc_port: in
     async with await rpc.connect(lab.addr, rpc_port) as client:
         with pytest.raises(TimeoutError, match=r"call 'wait' got no reply within 0.2 s"):
             await client.call("wait", timeout=0.2)
+        # As asyncio.timeout(): a timeout of 0 or less has expired (it was a ValueError).
+        for expired in (0, -1, -0.5):
+            with pytest.raises(TimeoutError, match=r"call 'echo' was not sent: its timeout"):
+                await client.call("echo", b"x", timeout=expired)
+        assert await asyncio.wait_for(client.call("echo", b"alive"), TIMEOUT) == b"alive"
 
 
 @pytest.mark.asyncio
