@@ -212,7 +212,16 @@ def format_exposition(text: str) -> str:
         except ValueError:
             continue
         groups.setdefault(source or "(process)", {})[name.removeprefix("aiordma_")] = value
+    process = groups.get("(process)", {})
+    sources = process.pop("sources", None)
+    if not process:
+        groups.pop("(process)", None)
     if not groups:
+        if sources is not None:
+            return (
+                "aiordma is exported there, but has nothing to show: no server, client "
+                "connection or pool is open (yet, or any more)"
+            )
         return "no aiordma metrics there (is aiordma.prometheus.register() called?)"
     out = []
     for source in sorted(groups):

@@ -19,7 +19,9 @@ yields them as metric families:
 - ``aiordma_<name>_seconds`` histograms for latencies (awaited verbs, RPC
   calls and handlers);
 - ``aiordma_<gauge>`` gauges (connections, exposed bytes, a pool's free
-  buffers).
+  buffers);
+- ``aiordma_sources``, how many servers, client connections and pools
+  there are (0: aiordma is exported, but nothing is open yet, or any more).
 
 Nothing is exported per connection of a server (their number is not
 bounded): a server's figures are summed over its connections.
@@ -99,6 +101,11 @@ class AiordmaCollector(Collector):
         yield from counters.values()
         yield from gauges.values()
         yield from histograms.values()
+        yield GaugeMetricFamily(
+            "aiordma_sources",
+            "aiordma servers, client connections and pools exported now",
+            value=len(sources),
+        )
 
 
 _registered: dict[int, AiordmaCollector] = {}

@@ -62,6 +62,17 @@ def test_each_sample_is_labelled_by_its_own_source(recording: None) -> None:
     assert "pool=pool-1" in table
 
 
+def test_a_scrape_with_nothing_open_says_so() -> None:
+    # Issue 41: `aiordma stats URL` printed nothing once no connection was open.
+    registry = CollectorRegistry()
+    aiordma.prometheus.register(registry)
+    text = generate_latest(registry).decode()
+    assert "aiordma_sources 0.0" in text
+    assert "no server, client connection or pool is open" in metrics.format_exposition(text)
+    unregistered = generate_latest(CollectorRegistry()).decode()
+    assert "register() called?" in metrics.format_exposition(unregistered)
+
+
 def test_histogram_buckets_and_quantiles() -> None:
     h = Histogram()
     assert h.quantile(0.5) is None
