@@ -228,6 +228,8 @@ def setup_error(event: Event, where: str) -> OSError:
             event.private_data,
             status,
         )
+    if kind == EventType.DISCONNECTED:
+        return ConnectionLostError(f"{where} disconnected while the connection was being set up")
     code = -status if status < 0 else 0
     if kind == EventType.UNREACHABLE and code in (0, errno.ETIMEDOUT):
         return TimeoutError(errno.ETIMEDOUT, f"{where} did not answer the connection request")

@@ -57,6 +57,7 @@ from aiordma.cm.connection import Connection, Prepare
 from aiordma.exceptions import (
     AuthenticationError,
     ConnectionLostError,
+    ConnectionRejectedError,
     DeviceError,
     RdmaError,
     ResourceClosedError,
@@ -351,7 +352,14 @@ class Server(Closable):
             closed.cancel()
         if closed.done() and not closed.cancelled():
             raise ConnectionLostError(f"the connection from {where} closed during set-up")
-        established.result()
+        try:
+            established.result()
+        except AuthenticationError:
+            raise
+        except ConnectionRejectedError as exc:  # the client's connect was cancelled or timed out
+            raise ConnectionLostError(
+                f"{where} gave the connection up during set-up (it rejected the accept)"
+            ) from exc
 
     def _handshake(self, child: CMId, data: bytes, where: str) -> ServerHandshake | None:
         """The handshake a request starts; None when it started none (it is then rejected)."""
@@ -502,8 +510,14 @@ class Server(Closable):
     async def serve_forever(self) -> None:
         """Serve until closed or cancelled (cancelling closes the server).
 
-        Raises the error that stopped the server, if one did.
+        Raises the error that stopped the server, if one did, and
+        ``RuntimeError`` if it was closed already (as asyncio's servers do).
         """
+        self._check_loop()
+        if self._error is not None:
+            raise self._error
+        if self.is_closing():
+            raise RuntimeError(f"{self!r} is closed")
         try:
             await asyncio.shield(self._stopped)
         except asyncio.CancelledError:

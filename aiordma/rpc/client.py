@@ -290,8 +290,10 @@ class Client(Closable):
         work.
         """
         self._fail(ResourceClosedError("RPC client closed"))
-        self._channel.close()
-        return asyncio.ensure_future(self.wait_closed())
+        closing = self._channel.close()
+        if self._loop.is_closed():  # nothing runs there any more: what the connection returned
+            return closing
+        return self._loop.create_task(self.wait_closed())
 
     def is_closing(self) -> bool:
         """True once the client (or its connection) is closing or closed."""

@@ -431,6 +431,7 @@ class QueuePair(Closable):
             raise TypeError(f"not a send-side operation (Send, Write or Read): {op!r}")
         segments = as_segments(op.local)
         check_segments(segments, self.options.max_send_sge)
+        self._check_device(segments)
         if isinstance(op, Send):
             _check_imm(op.imm)
             opcode = _ibv.WR_SEND if op.imm is None else _ibv.WR_SEND_WITH_IMM
@@ -778,7 +779,21 @@ class QueuePair(Closable):
         for segs in seglists:
             check_segments(segs, self.options.max_recv_sge)
             check_writable(segs, "post_recv")
+            self._check_device(segs)
         return seglists
+
+    def _check_device(self, segments: tuple[Segment, ...]) -> None:
+        """ValueError for memory registered on another device (or another
+        :class:`Device` of the same one): its lkey means nothing in this
+        queue pair's protection domain, and the adapter would fail the work."""
+        device = self.device
+        for seg in segments:
+            if not device._holds(seg.mr):
+                raise ValueError(
+                    f"{seg.mr!r} is registered on another Device than this queue pair's "
+                    f"({device.name}): register it on the connection's device "
+                    "(conn.register(), or conn.device.register())"
+                )
 
     async def post_recv_batch(
         self, locals_: Sequence[Local]

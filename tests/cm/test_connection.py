@@ -7,6 +7,7 @@ import errno
 import ipaddress
 import signal
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -95,6 +96,31 @@ def test_keepalive_must_be_positive_or_none() -> None:
     for bad in (0, -1.0):
         with pytest.raises(ValueError, match="keepalive must be a positive"):
             aiordma.QueuePairOptions(keepalive=bad)
+
+
+@pytest.mark.asyncio
+async def test_memory_of_another_device_object_is_refused_before_posting(
+    lab: Lab, peer_server: int
+) -> None:
+    # Issue 41: it was accepted and posted. Another Device (even of the same
+    # adapter) is another protection domain: its lkey means nothing here.
+    async with (
+        aiordma.Device(lab.device) as other,
+        await aiordma.connect(lab.addr, peer_server) as conn,
+    ):
+        foreign = other.alloc(64)
+        remote = RemoteBuffer.from_bytes(conn.peer_private_data[: RemoteBuffer.SIZE])
+        posts: list[Callable[[], Awaitable[object]]] = [
+            lambda: conn.post_send(foreign),
+            lambda: conn.rdma_read(foreign[:13], remote[:13]),
+            lambda: conn.rdma_write([conn.alloc(8), foreign[:8]], remote[:16]),
+            lambda: conn.post_recv(foreign),
+        ]
+        for post in posts:
+            with pytest.raises(ValueError, match="registered on another Device"):
+                await post()
+        data = b"still fine"  # nothing was posted: the queue pair did not fail
+        assert await _echo(conn, data) == data
 
 
 @pytest.mark.asyncio

@@ -167,7 +167,7 @@ async def test_failing_handler_is_logged_and_closes_only_its_connection(
 
 @pytest.mark.asyncio
 @pytest.mark.both_loops("cancellation")
-async def test_serve_forever_returns_when_closed_and_closes_when_cancelled(lab: Lab) -> None:
+async def test_serve_forever_closes_when_cancelled_and_refuses_a_closed_server(lab: Lab) -> None:
     server = await aiordma.start_server(lambda conn: None, lab.addr, 0)
     task = asyncio.create_task(server.serve_forever())
     await asyncio.sleep(0)
@@ -176,7 +176,8 @@ async def test_serve_forever_returns_when_closed_and_closes_when_cancelled(lab: 
         await task
     assert not server.is_serving()
     await server.wait_closed()
-    await server.serve_forever()  # already closed: returns at once
+    with pytest.raises(RuntimeError, match="is closed"):  # as asyncio's servers (issue 41)
+        await server.serve_forever()
 
 
 @pytest.mark.asyncio

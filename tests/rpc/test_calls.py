@@ -529,6 +529,11 @@ async def second():
 
 asyncio.run(first())
 asyncio.run(second())
+try:  # closing once its loop has closed releases it (issue 41: RuntimeError)
+    made["client"].close()
+    print("client.close() after its loop closed: no error")
+except Exception as exc:
+    print("client.close() after its loop closed:", repr(exc))
 gc.collect()
 print("\\n".join(w for w in caught if "_reap_handlers" in w or "never awaited" in w))
 """
@@ -546,6 +551,7 @@ def test_objects_used_from_a_second_asyncio_run_raise_wrong_loop_error(lab: Lab)
         "close WrongLoopError",
         "close_clients WrongLoopError",
         "wait_closed WrongLoopError",
+        "client.close() after its loop closed: no error",
     ], proc.stdout + proc.stderr  # and no warning of a coroutine never awaited
     assert "_reap_handlers" not in proc.stderr
 
