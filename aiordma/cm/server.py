@@ -316,7 +316,7 @@ class Server(Closable):
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
         # Closed also if the task is cancelled before it runs (at loop shutdown).
-        task.add_done_callback(lambda _: conn._start_close(disconnect=True))
+        task.add_done_callback(lambda _: conn.close())
 
     @staticmethod
     async def _established(

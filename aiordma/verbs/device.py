@@ -212,7 +212,8 @@ class Device(Closable):
             f"its locked-memory limit is {shown}: the usual cause is that limit ('ulimit -l'; "
             "raise it with 'ulimit -l unlimited', systemd's LimitMEMLOCK= or "
             "/etc/security/limits.conf, or grant CAP_IPC_LOCK). Each message channel pins "
-            "2 x (window + control_window) x buffer_size bytes (640 KiB by default).",
+            "2 x (window + control_window) x buffer_size bytes (640 KiB by default), and "
+            "each connection a page more for its keepalive probes.",
             requested,
             registered,
             limit,
