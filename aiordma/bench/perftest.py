@@ -69,8 +69,14 @@ PORT = 18515
 """The port perftest's first server listens on (each retry takes the next:
 a server left hanging by a failed attempt cannot catch its successor's client)."""
 
-CLIENT_TIMEOUT = 120.0
-"""Seconds one perftest client run may take before it is given up."""
+
+def client_timeout(size: int, iterations: int) -> float:
+    """Seconds one perftest client run may take before it is given up: 30 s
+    for the connection, plus 10 ms per iteration and its bytes at 5 MB/s,
+    both far slower than the slowest lab link (a hung client, which the
+    two-host lab's link now and then causes, is retried the sooner)."""
+    return 30.0 + iterations * (0.01 + 2 * max(size, 4096) / 5e6)
+
 
 ATTEMPTS = 3
 """Server and client pairs tried before a reference row is given up (across
@@ -110,7 +116,8 @@ def run(
     if not mode.endswith("_lat"):
         base += ["-t", str(depth)]
     for attempt in range(ATTEMPTS):
-        output = _client_output(tool, [*base, "-p", str(PORT + attempt)], addr, start_server)
+        argv = [*base, "-p", str(PORT + attempt)]
+        output = _client_output(tool, argv, addr, start_server, client_timeout(size, iterations))
         if output is not None:
             break
         if attempt + 1 < ATTEMPTS:
@@ -126,6 +133,7 @@ def _client_output(
     base: list[str],
     addr: str,
     start_server: Callable[[list[str]], Callable[[], None]],
+    timeout: float,
 ) -> str | None:
     """One perftest server and its client's output (None: no result)."""
     stop = start_server(base)
@@ -133,11 +141,11 @@ def _client_output(
         for _ in range(50):  # the server needs a moment to listen; the client retries
             try:
                 client = subprocess.run(
-                    [*base, addr], capture_output=True, text=True, timeout=CLIENT_TIMEOUT,
+                    [*base, addr], capture_output=True, text=True, timeout=timeout,
                     check=False,
                 )  # fmt: skip
             except subprocess.TimeoutExpired:
-                _no_result(tool, f"its client did not finish within {CLIENT_TIMEOUT:.0f} s")
+                _no_result(tool, f"its client did not finish within {timeout:.0f} s")
                 return None
             if client.returncode == 0:
                 return client.stdout
