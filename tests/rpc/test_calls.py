@@ -9,6 +9,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -358,6 +359,26 @@ async def test_private_data_reaches_accept_and_prepare_runs_on_both_sides(lab: L
     assert sorted(prepared) == ["client MessageChannel", "server MessageChannel"]
 
 
+async def _server_keeping_channels(
+    service: rpc.Service, lab: Lab, **options: Any
+) -> tuple[aiordma.Server, list[aiordma.MessageChannel]]:
+    """An RPC server on the lab device, and the list its connections'
+    channels are put in as they are prepared (before they are accepted)."""
+    channels: list[aiordma.MessageChannel] = []
+    server = await rpc.start_server(
+        service, lab.addr, 0, prepare=lambda conn: channels.append(conn.prepared), **options
+    )
+    return server, channels
+
+
+async def _replies_revoked(channel: aiordma.MessageChannel, count: int, seconds: float) -> None:
+    """Wait until ``count`` replies have arrived on a raw client ``channel``
+    and every one was revoked (its sender's exposure_timeout passed)."""
+    async with asyncio.timeout(seconds):
+        while len(channel._state.ready) < count or not all(a.revoked for a in channel._state.ready):
+            await channel._changed()
+
+
 @pytest.mark.asyncio
 async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
     lab: Lab,
@@ -369,12 +390,9 @@ async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
     async def big(payload: bytes) -> bytes:
         return bytes(size)
 
-    channels: list[aiordma.MessageChannel] = []
-    server = await rpc.start_server(
+    server, channels = await _server_keeping_channels(
         service,
-        lab.addr,
-        0,
-        prepare=lambda conn: channels.append(conn.prepared),
+        lab,
         max_exposed=bound,
         max_message=bound,
         exposure_timeout=1.0,
@@ -394,11 +412,7 @@ async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
                     b"", head=Frame(FrameKind.REQUEST, call_id, "big").pack()
                 )
             # Every reply is announced, then revoked once its deadline passed.
-            async with asyncio.timeout(TIMEOUT):
-                while len(channel._state.ready) < 5 or not all(
-                    a.revoked for a in channel._state.ready
-                ):
-                    await channel._changed()
+            await _replies_revoked(channel, 5, TIMEOUT)
             revoked: list[int] = []
             for _ in range(5):
                 with pytest.raises(aiordma.MessageRevokedError) as info:
@@ -427,12 +441,9 @@ async def test_a_client_that_floods_large_requests_makes_the_server_hold_at_most
         started.append(len(payload))
         return bytes(payload)
 
-    channels: list[aiordma.MessageChannel] = []
-    server = await rpc.start_server(
+    server, channels = await _server_keeping_channels(
         service,
-        lab.addr,
-        0,
-        prepare=lambda conn: channels.append(conn.prepared),
+        lab,
         exposure_timeout=1.0,  # unread replies are revoked, and their calls end
         medium_limit=0,
     )
@@ -460,11 +471,7 @@ async def test_a_client_that_floods_large_requests_makes_the_server_hold_at_most
 
             poster = asyncio.create_task(post_all())
             # Every request is served in the end: its reply announced, then revoked.
-            async with asyncio.timeout(TIMEOUT * 2):
-                while len(channel._state.ready) < count or not all(
-                    a.revoked for a in channel._state.ready
-                ):
-                    await channel._changed()
+            await _replies_revoked(channel, count, TIMEOUT * 2)
             await poster
             assert started == [size] * count
             # Requests were read only while the calls held less than max_held:
