@@ -6,60 +6,46 @@ once, and sent into one of the peer's pre-posted receive buffers against a
 credit (see :mod:`aiordma.channel.credits`), so no send ever meets an empty
 receive queue. A receive buffer is re-posted, and its credit returned, only
 once the application has taken the message out of it: a slow receiver holds
-the sender back instead of queueing without bound. Larger messages go by
-rendezvous (:mod:`aiordma.channel.rendezvous`). Each side announces its
+the sender back instead of queueing without bound. Medium messages go in
+pieces through the same slots (:mod:`aiordma.channel.medium`), larger ones
+by rendezvous (:mod:`aiordma.channel.rendezvous`). Each side announces its
 ``max_message`` once the connection is established, so a sender learns the
 peer's limit before it sends anything too large for it.
 
-:class:`MessageChannel` does the I/O; what may be sent, what arrived and
-which credit update is due are decided by its
-:class:`~aiordma.channel.state.ChannelState`. One side's packets, in order:
-``start -> HELLO -> (EAGER | CREDIT | CONTROL_CREDIT | RENDEZVOUS -> (DONE
-| REVOKE -> DONE))* -> FAIL | CLOSE``. Per message it calls the state once
-on each side: ``send`` (a slot and a stamped header, then one post),
-``arrived`` (from the completion drain) and ``take`` (when the application
-or the delivery hook takes the message).
+:class:`MessageChannel` is the async shell: the public API, argument
+checks, waiting, locks and tasks. Below it,
+:class:`~aiordma.channel.packets.Packets` does everything per packet (and
+alone drives the :class:`~aiordma.channel.state.ChannelState`); it reports
+what the shell must do as :class:`~aiordma.channel.packets.Event` values.
+One side's packets, in order: ``start -> HELLO -> (EAGER | MEDIUM PIECE* |
+CREDIT | CONTROL_CREDIT | RENDEZVOUS -> (DONE | REVOKE -> DONE))* -> FAIL |
+CLOSE``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiordma.channel._tasks import spawn
-from aiordma.channel.buffers import (
-    Body,
-    Into,
-    body_length,
-    buffer_length,
-    buffer_view,
-    check_into,
-)
+from aiordma.channel.buffers import Body, Into, body_length, check_into
 from aiordma.channel.credits import DataCredits
 from aiordma.channel.link import Link
-from aiordma.channel.options import (
-    DEFAULT_EXPOSURE_TIMEOUT,
-    DEFAULT_MAX_MESSAGE,
-    DEFAULT_MEDIUM_LIMIT,
-    DEFAULT_REGISTRATION_CACHE,
-    DEFAULT_WINDOW,
-    ChannelOptions,
-)
-from aiordma.channel.packets import Packets
+from aiordma.channel.medium import send_medium
+from aiordma.channel.options import ChannelKeywords, ChannelOptions
+from aiordma.channel.packets import Event, Packets
 from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.receiver import Chooser, Receiver
 from aiordma.channel.registrations import RegistrationCache
-from aiordma.channel.rendezvous import READ_PIECE, Exposure, Exposures, Reader
-from aiordma.channel.state import Arrival, ChannelState
-from aiordma.channel.wire import HEADER_SIZE, Hello, Kind
+from aiordma.channel.rendezvous import Exposure, Exposures, Reader
+from aiordma.channel.sender import Sender
+from aiordma.channel.wire import Hello, Kind
 from aiordma.cm.connection import Connection
 from aiordma.exceptions import (
-    BufferTooSmallError,
     ConnectionLostError,
-    MessageRevokedError,
     MessageTooLargeError,
     ProtocolError,
     ProtocolMismatchError,
@@ -69,11 +55,12 @@ from aiordma.exceptions import (
 from aiordma.metrics import Stats
 from aiordma.verbs import Closable
 from aiordma.verbs.completion import check_loop
-from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
+from aiordma.verbs.memory import Access, MemoryRegion, Segment
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
-
-Chooser = Callable[[bytes, int], "Into | None"]
 
 Deliver = Callable[[bytes, memoryview], bool]
 """Takes a small message as it arrives: its head and a view of its body,
@@ -86,149 +73,96 @@ class MessageChannel(Closable):
     Create it in the connection's ``prepare`` hook on both sides (see
     :func:`prepare_channel`), or use :func:`open_channel` and
     :func:`start_channel_server`, so its receive buffers are posted before
-    the peer can send. The channel owns the connection's receive queue.
-    Each side announces its ``max_message`` when the connection is
-    established; sending a message larger than the peer's raises
-    :class:`MessageTooLargeError` on the sending side.
+    the peer can send. The channel owns the connection's receive queue (or
+    draws on its :class:`~aiordma.SharedReceiveQueue`). ``options`` (a
+    :class:`~aiordma.channel.options.ChannelOptions`), or its fields as
+    keyword arguments over it, size it and say what it carries; they are
+    checked at once.
 
     Every message may carry a small ``head`` besides its body (see
     :meth:`send_message` and :meth:`recv_message_with_head`): protocols
     built on the channel, such as :mod:`aiordma.rpc`, put their framing
     there, so the body can still land, unsplit and uncopied, in the
-    receiver's own buffer.
-
-    Messages too large for one packet but at most ``medium_limit`` bytes
-    (256 KiB by default; 0: none) are copied through the registered slots
-    in several packets, against the same credits, so nothing is registered
-    or exposed for them. Larger ones, and bodies in registered memory
-    (:class:`MemoryRegion`, :class:`Segment`), are read by the peer where
-    they are: exposed through a memory window or a registration of their
-    own, for at most ``exposure_timeout`` seconds (None: until read), and at most
-    ``max_exposed`` bytes at once (further large sends wait). By default
-    that is 60 s, and 256 MiB or ``max_message`` if larger.
-
-    A plain buffer that a second large message is received into or sent
-    from keeps its registration (local only; a sent one is exposed through
-    a memory window where the device has them), up to
-    ``registration_cache`` bytes each way (64 MiB by default; 0: none),
-    least recently used evicted first. Such a buffer cannot be resized or
-    closed until it is evicted, :meth:`forget_buffer` is called, or the
-    channel fails or closes. This side reads large messages in RDMA reads
-    of ``read_piece`` bytes (64 KiB by default), four at a time.
-
-    The channel posts ``window`` data and ``control_window`` control
-    receive buffers of ``buffer_size`` bytes (32, 8 and 8 KiB by default),
-    and keeps ``send_slots`` packets in flight (as many as it has receive
-    buffers). On a connection made with a
-    :class:`~aiordma.SharedReceiveQueue` it posts none: it draws its
-    buffers from the pool (``buffer_size`` is the pool's; the control
-    window defaults to 4, ``send_slots`` to 8, and ``window`` bounds what
-    it may borrow). Each side announces its ``buffer_size`` in its HELLO,
-    and neither sends a packet larger than the other's buffers, so the two
-    need not match.
-    ``window`` is at least 2, ``control_window`` at least 4 and
-    ``buffer_size`` at least 128 bytes (:class:`~aiordma.channel.options.ChannelOptions`
-    checks them, also before :func:`open_channel` connects).
-
-    ``protocol`` names what the channel carries (``""``: plain messages;
-    :mod:`aiordma.rpc` and ``aiordma.streams`` set their own). Both sides
-    announce it; when both name one and they differ, the channel fails on
-    both sides with :class:`ProtocolMismatchError` and the connection
-    closes. A plain channel accepts any peer (the layer above it decides).
+    receiver's own buffer. Small messages take one packet; larger ones up
+    to ``medium_limit`` several, copied; larger ones and registered memory
+    (:class:`MemoryRegion`, :class:`Segment`) are read by the peer where
+    they are, exposed for at most ``exposure_timeout`` and within
+    ``max_exposed``. A plain buffer that a second large message is
+    received into or sent from keeps its registration (see
+    :meth:`forget_buffer`).
     """
 
     def __init__(
-        self,
-        conn: Link,
-        *,
-        window: int = DEFAULT_WINDOW,
-        control_window: int | None = None,
-        buffer_size: int | None = None,
-        max_message: int = DEFAULT_MAX_MESSAGE,
-        max_exposed: int | None = None,
-        exposure_timeout: float | None = DEFAULT_EXPOSURE_TIMEOUT,
-        send_slots: int | None = None,
-        protocol: str = "",
-        medium_limit: int = DEFAULT_MEDIUM_LIMIT,
-        registration_cache: int = DEFAULT_REGISTRATION_CACHE,
-        read_piece: int = READ_PIECE,
-    ) -> None:
+        self, conn: Link, options: ChannelOptions | None = None, /,
+        **keywords: Unpack[ChannelKeywords],
+    ) -> None:  # fmt: skip
         qp = conn.qp
         shared = qp.shared_receive
         if shared is not None and not isinstance(shared, SharedReceiveQueue):
             raise TypeError(
                 f"a message channel draws on an aiordma.SharedReceiveQueue, not {shared!r}"
             )
-        layout = ChannelOptions(
-            window=window, control_window=control_window, buffer_size=buffer_size,
-            max_message=max_message, max_exposed=max_exposed, exposure_timeout=exposure_timeout,
-            send_slots=send_slots, protocol=protocol, medium_limit=medium_limit,
-            registration_cache=registration_cache, read_piece=read_piece,
-        ).layout(
+        options = ChannelOptions.of(keywords, options or ChannelOptions())
+        layout = options.layout(
             qp.options.recv_depth, qp.options.send_depth,
             None if shared is None else shared.buffer_size,
         )  # fmt: skip
-        buffer_size, control_window, send_slots = (
-            layout.buffer_size, layout.control_window, layout.send_slots,
-        )  # fmt: skip
-        buffers = window + control_window
-        # Kept registrations of the application's buffers: local only for
-        # reads into them; a window exposes a kept one being sent.
-        self._stats = Stats("channel", self._gauges)
-        self._kept_into = RegistrationCache(
-            conn, Access.LOCAL_WRITE, registration_cache, self._stats
-        )
-        self._kept_from = RegistrationCache(conn, Access.MW_BIND, registration_cache, self._stats)
+        window, max_message = options.window, options.max_message
+        size, control_window = layout.buffer_size, layout.control_window
         self.link: Link = conn
         """The connection (or other :class:`~aiordma.channel.link.Link`) the channel runs on."""
         self.max_message = max_message
-        self.protocol = protocol
+        self.protocol = options.protocol
         """What this channel carries (``""``: plain messages, any peer)."""
-        self.exposure_timeout = exposure_timeout
+        self.exposure_timeout = options.exposure_timeout
         """Seconds a large message stays readable for the peer (None: no limit)."""
-        self.medium_limit = medium_limit
+        self.medium_limit = options.medium_limit
         """Bodies up to this size travel by copy in several packets, not by rendezvous."""
         self._qp = qp
         self._loop = qp.loop
-        self._size = buffer_size
         self._hello = layout.hello
         self._peer_protocol: str | None = None
-        """Our HELLO's head: our buffer size and protocol."""
         self._shared = shared
+        self._error: BaseException | None = None
+        self._error_tb: TracebackType | None = None
+        self._stats = Stats("channel", self._gauges)
+        # Kept registrations of the application's buffers: local only for
+        # reads into them; a window exposes a kept one being sent.
+        self._kept_into = RegistrationCache(
+            conn, Access.LOCAL_WRITE, options.registration_cache, self._stats
+        )
+        self._kept_from = RegistrationCache(
+            conn, Access.MW_BIND, options.registration_cache, self._stats
+        )
         data: DataCredits | None = None
         if shared is not None:
             data = shared.join(qp, self._on_packet, self._fail, window, control_window)
             self._recv_mr = shared.mr
         else:
-            self._recv_mr = conn.alloc(buffers * buffer_size)
-        self._state = ChannelState(
-            window, control_window, layout.max_exposed, send_slots=send_slots, data=data
-        )
-        self._send_mr = conn.alloc(send_slots * buffer_size)
+            self._recv_mr = conn.alloc((window + control_window) * size)
+        self._send_mr = conn.alloc(layout.send_slots * size)
         # Views of both regions for the channel's life (the receive one until
         # it fails): one view per packet would cost more than the copy.
-        self._recv_view = self._recv_mr.view(scoped=shared is None)
         self._packets = Packets(
-            self, self._state, self._send_mr.view(scoped=True), self._recv_view, buffer_size,
+            self._on_event, window, control_window, layout.send_slots, data,
+            self._send_mr.view(scoped=True), self._recv_mr.view(scoped=shared is None), size,
             max_message, self._stats, shared, self._loop,
         )  # fmt: skip
         # Packets go out of, and land in, fixed slots of the two regions.
-        own_buffers = 0 if shared is not None else buffers
         self._lane = qp.open_lane(
-            self._send_mr, send_slots, None if shared is not None else self._recv_mr,
-            own_buffers, buffer_size, self._packets.sent, self._packets.arrived, self._fail,
+            self._send_mr, layout.send_slots, None if shared is not None else self._recv_mr,
+            0 if shared is not None else window + control_window, size,
+            self._packets.sent, self._packets.arrived, self._fail,
         )  # fmt: skip
         self._packets.attach(self._lane)
-        self._send_lock = asyncio.Lock()
-        self._recv_lock = asyncio.Lock()
-        self._error: BaseException | None = None
-        self._error_tb: TracebackType | None = None
+        self._sender = Sender(self._packets, qp, self._stats, self._check)
         self._exposures = Exposures(
-            conn, self._state, exposure_timeout, self._stats, check=self._check,
-            changed=self._changed, wake=self._wake, send_control=self._send_control_soon,
+            conn, layout.max_exposed, options.exposure_timeout, self._stats, check=self._check,
+            changed=self._changed, wake=self._packets.wake, send_control=self._sender.control_soon,
             cache=self._kept_from,
         )  # fmt: skip
-        self._reader = Reader(conn, self._state, self._answer_revokes, self._kept_into, read_piece)
+        self._reader = Reader(conn, self._answer_revokes, self._kept_into, options.read_piece)
+        self._receiver = Receiver(self._packets, self._reader, self._check, self._answer_revokes)
         conn.add_stats(self._stats)
 
     def stats(self) -> dict[str, Any]:
@@ -244,23 +178,15 @@ class MessageChannel(Closable):
 
     def _gauges(self) -> dict[str, int]:
         return {
-            "exposed_bytes": self._state.exposed_bytes,
+            "exposed_bytes": self._exposures.ledger.exposed_bytes,
             "exposures": len(self._exposures),
             "kept_registrations": len(self._kept_into) + len(self._kept_from),
             "kept_bytes": self._kept_into.kept_bytes + self._kept_from.kept_bytes,
         }
 
-    def _count_sent(self, size: int, large: bool) -> None:
-        self._stats.count("messages_sent", "bytes_sent", size)
-        if large:
-            self._stats.add("large_sent")
-
     def __repr__(self) -> str:
-        state = (
-            f"failed: {self._error!r}"
-            if self._error
-            else f"credits={self._state.data.available}+{self._state.control.available}"
-        )
+        data, control = self._packets.credits()
+        state = f"failed: {self._error!r}" if self._error else f"credits={data}+{control}"
         return f"<MessageChannel {self.link!r} {state}>"
 
     @property
@@ -280,7 +206,7 @@ class MessageChannel(Closable):
     @property
     def max_exposed(self) -> int:
         """Bytes of large messages this side may hold exposed to the peer at once."""
-        return self._state.max_exposed
+        return self._exposures.ledger.max_exposed
 
     @property
     def peer_protocol(self) -> str | None:
@@ -291,64 +217,96 @@ class MessageChannel(Closable):
     @property
     def peer_max_message(self) -> int | None:
         """The peer's ``max_message``, once its announcement arrived."""
-        return self._state.peer_max_message
+        return self._packets.peer_max_message
 
     @property
     def exposed_bytes(self) -> int:
         """Bytes of large messages currently exposed to the peer by this side."""
-        return self._state.exposed_bytes
+        return self._exposures.ledger.exposed_bytes
+
+    # -- HELLO -------------------------------------------------------------
 
     async def _start(self) -> None:
         if self._shared is None:  # a shared queue's buffers are posted already
-            for index in range(self._state.buffers):
-                self._lane.recv(index)
+            self._packets.post_receives()
         self.link.on_established(self._say_hello)
 
     def _say_hello(self) -> None:
-        """Announce our max_message and windows, and grant our first credits
-        (both peers' receives are posted by now). It goes at once: nothing
-        else may go before it (see :meth:`ChannelState.send`)."""
+        """Announce our max_message, windows and buffer size, and grant our
+        first credits (both peers' receives are posted by now). It goes at
+        once: nothing else may go before it."""
         if self._error is not None and not isinstance(self._error, ProtocolMismatchError):
             return
-        if not self._lane.send_room():  # cannot be, on a fresh queue pair; but never lose it
-            spawn(self._post_hello_later())
-            return
-        packet = self._state.hello(self.max_message, len(self._hello))
-        assert packet is not None  # the first packet: a slot and a credit are there
-        with contextlib.suppress(RdmaError, ResourceClosedError):  # the channel failed
-            self._packets.post(*packet, self._hello, None)
+        try:
+            if not self._packets.send_hello(self.max_message, self._hello):
+                spawn(self._post_hello_later())  # cannot be, on a fresh queue pair; never lose it
+                return
+        except (RdmaError, ResourceClosedError):
+            pass  # the channel failed
         self._hello_went()
 
     def _hello_went(self) -> None:
         if isinstance(self._error, ProtocolMismatchError):
             self.link.close()  # the peer now learns of the mismatch from our HELLO too
-        self._wake()
+        self._packets.wake()
 
     async def _post_hello_later(self) -> None:
         try:
             await self._qp.wait_send_room()
-            packet = self._state.hello(self.max_message, len(self._hello))
-            assert packet is not None
-            self._packets.post(*packet, self._hello, None)
+            if not self._packets.send_hello(self.max_message, self._hello):
+                raise ResourceClosedError("no room in the send queue for the channel's HELLO")
         except (RdmaError, ResourceClosedError) as exc:
             self._fail(exc)
         self._hello_went()
 
     async def _peer_limit(self) -> int:
         """The peer's max_message (waiting for its announcement if need be)."""
-        while self._state.peer_max_message is None:
+        while (limit := self._packets.peer_max_message) is None:
             self._check()
             await self._changed()
-        return self._state.peer_max_message
+        return limit
 
-    # -- events ------------------------------------------------------------
+    def _heard(self, hello: Hello) -> None:
+        """The peer's HELLO: its protocol must be ours, if both name one."""
+        self._peer_protocol = hello.protocol
+        peer = getattr(self.link, "peer_address", None)  # optional for a Link
+        hello.check_protocol(self.protocol, f"{peer[0]}:{peer[1]}" if peer else "the peer")
+
+    # -- what the packets report -------------------------------------------
+
+    def _on_event(self, event: Event, value: object) -> None:
+        """What :class:`Packets` says must be done (see :class:`Event`)."""
+        try:
+            if event == Event.DONE_DUE:
+                self._sender.control_soon(Kind.DONE, value)  # type: ignore[arg-type]
+            elif event == Event.ANSWER:
+                self._answer_revokes()
+            elif event == Event.ENDED:
+                self._exposures.ended(value)  # type: ignore[arg-type]
+            elif event == Event.WAIT_ROOM:
+                self._sender.update_later()
+            elif event == Event.HEARD:
+                self._heard(value)  # type: ignore[arg-type]
+            elif event == Event.FAILED:
+                self._fail(value)  # type: ignore[arg-type]
+            else:
+                self._protocol_error(value)  # type: ignore[arg-type]
+        except (ProtocolError, ValueError) as exc:
+            self._protocol_error(exc)
+
+    def _answer_revokes(self) -> None:
+        """Tell the sender, by DONE, that revoked messages will not be read,
+        once no read is in flight (so no read can meet a revoked key)."""
+        if self._reader.busy or self._error is not None:
+            return
+        for msg_id in self._packets.acks():
+            self._sender.control_soon(Kind.DONE, msg_id)
+
+    # -- failing -------------------------------------------------------------
 
     async def _changed(self) -> None:
         """Wait until credits, send slots, arrivals or the channel's state change."""
         await self._packets.changed()  # callers checked the loop
-
-    def _wake(self) -> None:
-        self._packets.wake()
 
     def _check(self) -> None:
         if self._error is not None:
@@ -360,32 +318,11 @@ class MessageChannel(Closable):
         if self._error is not None:
             return
         self._error, self._error_tb = exc, exc.__traceback__
-        self._state.fail()
-        whole = self._recv_view
-        if not self._recv_mr.closed:  # keep what already arrived readable, as TCP does
-            for arrival in self._state.ready:
-                kind = arrival.header.kind
-                if kind == Kind.EAGER:
-                    start = arrival.slot * self._size
-                    arrival.saved = bytes(whole[start + HEADER_SIZE : start + arrival.size])
-                elif (  # whole, and not being taken now
-                    kind == Kind.MEDIUM
-                    and arrival.missing == 0
-                    and (arrival.slot >= 0 or arrival.taken is not None)
-                ):
-                    arrival.saved = self._medium_bytes(arrival)
-        self._packets.fail()  # nothing reads packets from now on
-        if self._shared is not None:  # a shared buffer goes back to the pool now
-            for arrival in self._state.ready:
-                if arrival.slot >= 0:
-                    self._shared.repost(arrival.slot)
-                    arrival.slot = -1
-                while arrival.pieces:
-                    self._shared.repost(arrival.pieces.popleft()[0])
+        self._packets.fail()  # keeps what arrived whole; nothing reads packets from now on
         self._exposures.fail(exc)
         self._kept_into.clear()
         self._kept_from.clear()
-        self._wake()
+        self._packets.wake()
 
     def _protocol_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc))
@@ -395,11 +332,9 @@ class MessageChannel(Closable):
             self.link.close()
             return
         log.warning("closing %r: %s", self.link, error)
-        if self._state.said_hello:
+        if self._packets.said_hello:
             self.link.close()
         # else: once our HELLO went (see _say_hello), so that the peer fails as we do
-
-    # -- receiving ---------------------------------------------------------
 
     def _on_packet(self, index: int, error: BaseException | None, size: int) -> None:
         """A packet landed in shared receive buffer ``index``, or failed to."""
@@ -408,15 +343,7 @@ class MessageChannel(Closable):
             return
         self._packets.arrived(index, size)
 
-    def _heard(self, hello: Hello) -> None:
-        """The peer's HELLO: check its protocol; fit our packets to its buffers."""
-        self._peer_protocol = hello.protocol
-        self._state.heard(hello, self.protocol, self._peer_name())
-        self._packets.eager_limit = min(self._size, hello.buffer_size) - HEADER_SIZE
-
-    def _peer_name(self) -> str:
-        peer = getattr(self.link, "peer_address", None)  # optional for a Link
-        return f"{peer[0]}:{peer[1]}" if peer else "the peer"
+    # -- receiving ---------------------------------------------------------
 
     def deliver_to(self, deliver: Deliver | None) -> None:
         """Hand small messages to ``deliver`` as they arrive (None: stop).
@@ -427,34 +354,7 @@ class MessageChannel(Closable):
         task wake-up per message, which is what request/reply protocols
         such as :mod:`aiordma.rpc` pay for latency.
         """
-        self._packets.deliver = deliver
-
-    async def _next_arrival(self) -> Arrival:
-        ready = self._state.ready
-        while True:
-            if ready:
-                arrival = ready[0]
-                if self._error is None or arrival.saved is not None:
-                    return arrival
-            self._check()
-            await self._changed()
-
-    def _answer_revokes(self) -> None:
-        """Tell the sender, by DONE, that revoked messages will not be read,
-        once no read is in flight (so no read can meet a revoked key)."""
-        if self._reader.busy or self._error is not None:
-            return
-        for msg_id in self._state.acks_due:
-            spawn(self._send_control(Kind.DONE, msg_id))
-        self._state.acks_due.clear()
-
-    def _ended(self, msg_id: int) -> None:
-        """The peer's DONE ended the exposure of ``msg_id``."""
-        self._exposures.ended(msg_id)
-
-    def _send_done(self, msg_id: int) -> None:
-        """Tell the sender of ``msg_id`` it was read (or will not be)."""
-        spawn(self._send_control(Kind.DONE, msg_id))
+        self._packets.deliver_to(deliver)
 
     async def wait_message(self) -> None:
         """Wait until a message has arrived, without taking it.
@@ -463,15 +363,15 @@ class MessageChannel(Closable):
         nothing that arrived before is left.
         """
         check_loop(self._loop)
-        await self._next_arrival()
+        await self._receiver.next_arrival()
 
     def next_length(self) -> int | None:
         """The body length of the next message to be received, if it has
         arrived (after :meth:`wait_message`); None if none has. Its body has
         not been read yet when it is large: a receiver may decide from this
         whether to take it now."""
-        ready = self._state.ready
-        return ready[0].header.length if ready else None
+        arrival = self._packets.first()
+        return None if arrival is None else arrival.header.length
 
     async def recv_message_with_head(
         self, choose: Chooser | None = None
@@ -489,126 +389,14 @@ class MessageChannel(Closable):
         """
         check_loop(self._loop)
         packets = self._packets
-        ready = self._state.ready
-        if (
-            ready
-            and ready[0].header.kind == Kind.EAGER
-            and not packets.failed
-            and not packets.receivers
-        ):
-            # A small message is already here: take it without a task switch.
-            arrival = ready[0]
-            head, into = self._chosen(arrival, choose)
+        arrival = packets.eager_first()
+        if arrival is not None:  # a small message is here: taken without a task switch
+            head, into = self._receiver.chosen(arrival, choose)
             small = packets.small_body(arrival, into)
             packets.consumed()
             packets.count_received(arrival.header)
             return head, small
-        packets.receivers += 1
-        try:
-            return await self._recv_in_turn(choose)
-        finally:
-            packets.receivers -= 1
-
-    async def _recv_in_turn(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
-        """:meth:`recv_message_with_head` once earlier receives are done."""
-        async with self._recv_lock:
-            arrival = await self._next_arrival()
-            header = arrival.header
-            head, into = self._chosen(arrival, choose)
-            body: bytes | bytearray | int
-            if arrival.saved is not None or header.kind == Kind.EAGER:
-                body = self._packets.small_body(arrival, into)
-            elif header.kind == Kind.MEDIUM:
-                body = await self._take_pieces(arrival, into)
-            elif into is None:
-                landed = bytearray(header.length)
-                await self._reader.read_body(arrival, landed, keep=False)
-                body = landed
-            else:
-                await self._reader.read_body(arrival, into)
-                body = header.length
-            self._packets.consumed()
-            self._packets.count_received(header)
-            return head, body
-
-    def _chosen(self, arrival: Arrival, choose: Chooser | None) -> tuple[bytes, Into | None]:
-        """The message's head and where its body goes (None: a new object);
-        raises for a revoked message (consuming it) or a buffer too small."""
-        header = arrival.header
-        head = self._packets.head(arrival)
-        if arrival.revoked:
-            self._packets.consumed()
-            raise MessageRevokedError(
-                f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
-                "before it was read: its send was cancelled or it was not read within "
-                "the sender's exposure_timeout",
-                head,
-            )
-        into = choose(head, header.length) if choose is not None else None
-        if into is not None and buffer_length(into) < header.length:
-            raise BufferTooSmallError(header.length, buffer_length(into))
-        return head, into
-
-    async def _take_pieces(self, arrival: Arrival, into: Into | None) -> bytearray | int:
-        """Copy a MEDIUM message's body out piece by piece, each buffer given
-        back (and its credit owed) as soon as it is copied, so a message
-        larger than the window flows. Cancelled, what was copied is kept on
-        the arrival, and the next receive resumes from it."""
-        header = arrival.header
-        head_length = header.head_length
-        landed = bytearray(header.length) if into is None else None
-        target = buffer_view(landed if landed is not None else into)  # type: ignore[arg-type]
-        whole = self._recv_view
-        with target:
-            taken = arrival.taken
-            if taken is not None:  # a cancelled receive copied this much
-                head = taken[:head_length]
-                offset = len(taken) - head_length
-                target[:offset] = memoryview(taken)[head_length:]
-                arrival.taken = None
-            else:
-                start = arrival.slot * self._size + HEADER_SIZE
-                end = start + arrival.size - HEADER_SIZE
-                offset = end - start - head_length
-                target[:offset] = whole[start + head_length : end]
-                head = bytes(whole[start : start + head_length])
-                self._give_back(arrival.slot)
-                arrival.slot = -1
-            pieces = arrival.pieces
-            assert pieces is not None
-            try:
-                while offset < header.length:
-                    self._check()  # failed: the buffers are no longer readable
-                    if not pieces:
-                        await self._changed()
-                        continue
-                    offset = self._packets.take_pieces(arrival, target, offset)
-            except BaseException:
-                if self._error is None:  # cancelled: the next receive resumes
-                    arrival.taken = head + bytes(target[:offset])
-                raise
-        self._packets.pump()
-        return landed if landed is not None else header.length
-
-    def _give_back(self, slot: int) -> None:
-        """A buffer of the MEDIUM message being taken was copied out."""
-        if self._state.piece_taken():
-            self._packets.repost(slot)
-        self._packets.pump()
-
-    def _medium_bytes(self, arrival: Arrival) -> bytes:
-        """A whole MEDIUM message's head and body, copied out of its buffers."""
-        whole = self._recv_view
-        if arrival.taken is not None:
-            parts = [arrival.taken]
-        else:
-            start = arrival.slot * self._size
-            parts = [bytes(whole[start + HEADER_SIZE : start + arrival.size])]
-        assert arrival.pieces is not None
-        for slot, length in arrival.pieces:
-            start = slot * self._size + HEADER_SIZE
-            parts.append(bytes(whole[start : start + length]))
-        return b"".join(parts)
+        return await self._receiver.in_turn(choose)
 
     async def recv_message(self) -> bytes | bytearray:
         """The next message, in the order they were sent.
@@ -623,7 +411,7 @@ class MessageChannel(Closable):
         packets = self._packets
         body: bytes | bytearray | int | None = packets.take_eager(None)  # as recv_message_into does
         while body is None:
-            if packets.receivers or self._state.ready or packets.failed:
+            if packets.needs_turn():
                 _, body = await self.recv_message_with_head()
                 break
             await packets.changed()
@@ -653,7 +441,7 @@ class MessageChannel(Closable):
         # switch and no receive turn; anything else takes the long way.
         n: bytes | bytearray | int | None = packets.take_eager(buffer)
         while n is None:
-            if packets.receivers or self._state.ready or packets.failed:
+            if packets.needs_turn():
                 _, n = await self.recv_message_with_head(lambda _head, _n: buffer)
                 break
             await packets.changed()
@@ -698,16 +486,8 @@ class MessageChannel(Closable):
         deciding where the body goes).
         """
         posted = await self._post(data, head)
-        if posted is None:
-            return
-        msg_id, exposure, size = posted
-        try:
-            await asyncio.shield(exposure.done)
-        except asyncio.CancelledError:
-            if not exposure.done.done():
-                self._exposures.revoke(msg_id, asyncio.CancelledError())
-            raise
-        self._count_sent(size, True)
+        if posted is not None:
+            await self._exposures.read_by_peer(*posted)
 
     async def post_message(self, data: Body, *, head: bytes = b"") -> asyncio.Future[None]:
         """:meth:`send_message`, but return once the message is posted, with a
@@ -721,35 +501,16 @@ class MessageChannel(Closable):
         waits for credit and for room under ``max_exposed``, so a writer that
         does not wait for delivery is held back as by a socket's buffer.
         """
-        delivered: asyncio.Future[None] = self._loop.create_future()
         posted = await self._post(data, head)
-        if posted is None:
-            delivered.set_result(None)
-            return delivered
-        msg_id, exposure, size = posted
-
-        def settle(done: asyncio.Future[None]) -> None:
-            if delivered.done():
-                return
-            if done.cancelled():
-                delivered.cancel()
-            elif done.exception() is not None:
-                delivered.set_exception(done.exception())  # type: ignore[arg-type]
-            else:
-                self._count_sent(size, True)
-                delivered.set_result(None)
-
-        def withdrawn(future: asyncio.Future[None]) -> None:
-            if future.cancelled() and not exposure.done.done():
-                self._exposures.revoke(msg_id, asyncio.CancelledError())
-
-        exposure.done.add_done_callback(settle)
-        delivered.add_done_callback(withdrawn)
+        if posted is not None:
+            return self._exposures.delivery(*posted)
+        delivered: asyncio.Future[None] = self._loop.create_future()
+        delivered.set_result(None)
         return delivered
 
-    async def _post(self, data: Body, head: bytes) -> tuple[int, Exposure, int] | None:
+    async def _post(self, data: Body, head: bytes) -> tuple[int, Exposure] | None:
         """Check and post a message: None once a copied one is posted, or a
-        large one's id, exposure and size once its announcement is."""
+        large one's id and exposure once its announcement is."""
         check_loop(self._loop)
         size = len(data) if type(data) is bytes or type(data) is bytearray else body_length(data)
         if size > self.max_message:
@@ -761,7 +522,7 @@ class MessageChannel(Closable):
         packets = self._packets
         if len(head) > packets.eager_limit:
             raise ValueError(f"message head of {len(head)} bytes exceeds {packets.eager_limit}")
-        peer_limit = self._state.peer_max_message
+        peer_limit = packets.peer_max_message
         if peer_limit is None:
             peer_limit = await self._peer_limit()
             if len(head) > packets.eager_limit:  # the peer's buffers are smaller than ours
@@ -775,137 +536,18 @@ class MessageChannel(Closable):
             # Nobody ahead of us and credit there: posted without a task switch.
             if packets.send_eager(head, data, size):
                 return None
-            await self._send_in_turn(Kind.EAGER, 0, size, None, head, data)
-            self._count_sent(size, False)
+            await self._sender.in_turn(Kind.EAGER, 0, size, None, head, data)
+            self._stats.count("messages_sent", "bytes_sent", size)
             return None
         if (
             size <= self.medium_limit
             and len(head) < self.eager_limit
             and not isinstance(data, MemoryRegion | Segment)  # registered: no copy
         ):
-            await self._send_pieces(head, data, size)
-            self._count_sent(size, False)
+            await send_medium(self._sender, packets, head, data, size)
+            self._stats.count("messages_sent", "bytes_sent", size)
             return None
-        msg_id, exposure = await self._exposures.expose(data, size)
-        try:
-            await self._send_in_turn(Kind.RENDEZVOUS, msg_id, size, exposure.remote, head, None)
-        except BaseException:
-            self._exposures.withdraw(msg_id)
-            exposure.done.cancel()
-            raise
-        self._exposures.posted(msg_id)  # its deadline starts once the peer can know of it
-        return msg_id, exposure, size
-
-    async def _send_pieces(self, head: bytes, data: Body, size: int) -> None:
-        """Send a MEDIUM message: its head and first bytes, then PIECEs, each
-        copied into a send slot as credit allows. Once the first packet went,
-        the message goes whole: cancelled, the rest is copied and sent by a
-        task (which holds the send lock until it is done)."""
-        self._packets.senders += 1
-        handed = False
-        try:
-            await self._send_lock.acquire()
-        except BaseException:
-            self._packets.senders -= 1
-            raise
-        try:
-            with buffer_view(data) as view:
-                offset = 0
-                try:
-                    room = self.eager_limit - len(head)
-                    await self._post_when_possible(Kind.MEDIUM, 0, size, None, head, view[:room])
-                    offset = room
-                    while offset < size:
-                        offset = self._packets.send_pieces(view, offset, size)  # what can go now
-                        if offset < size:  # wait for what it needs, then send one
-                            piece = view[offset : offset + self.eager_limit]
-                            await self._post_when_possible(
-                                Kind.PIECE, 0, len(piece), None, b"", piece
-                            )
-                            offset += len(piece)
-                except asyncio.CancelledError:
-                    if offset:  # begun: the peer must get all of it
-                        rest = bytes(view[offset:size])
-                        spawn(self._finish_pieces(rest))
-                        handed = True
-                    raise
-        finally:
-            if not handed:
-                self._end_turn()
-
-    async def _finish_pieces(self, rest: bytes) -> None:
-        """The end of a MEDIUM message whose send was cancelled; releases the send lock."""
-        try:
-            view, offset = memoryview(rest), 0
-            while offset < len(rest):
-                piece = view[offset : offset + self.eager_limit]
-                await self._post_when_possible(Kind.PIECE, 0, len(piece), None, b"", piece)
-                offset += len(piece)
-        except (RdmaError, ResourceClosedError, ConnectionError) as exc:
-            log.debug("could not finish a cancelled message: %r", exc)
-        finally:
-            self._end_turn()
-
-    async def _send_in_turn(
-        self, kind: Kind, msg_id: int, length: int, remote: RemoteBuffer | None,
-        head: bytes, body: Body | None,
-    ) -> None:  # fmt: skip
-        """:meth:`_post_when_possible` once earlier sends are done."""
-        self._packets.senders += 1
-        try:
-            async with self._send_lock:
-                await self._post_when_possible(kind, msg_id, length, remote, head, body)
-        finally:
-            self._packets.senders -= 1
-
-    def _end_turn(self) -> None:
-        """A send that took its turn by hand (a MEDIUM message) is done."""
-        self._send_lock.release()
-        self._packets.senders -= 1
-
-    async def _post_when_possible(
-        self, kind: Kind, msg_id: int, length: int, remote: RemoteBuffer | None,
-        head: bytes, body: Body | None,
-    ) -> None:  # fmt: skip
-        """Post a packet once send-queue room, a send slot and the credit it costs are there."""
-        stalled = False
-        while True:
-            self._check()
-            if not self._lane.send_room():
-                await self._qp.wait_send_room()
-                continue
-            packet = self._state.send(kind, msg_id, length, remote, len(head))
-            if packet is not None:
-                self._packets.post(*packet, head, body)
-                return
-            if not stalled:
-                stalled = True
-                self._stats.add("credit_stalls")
-            await self._changed()
-
-    def _send_control_soon(self, kind: Kind, msg_id: int) -> None:
-        if self._error is None:
-            spawn(self._send_control(kind, msg_id))
-
-    async def _send_control(self, kind: Kind, msg_id: int) -> None:
-        try:
-            await self._post_when_possible(kind, msg_id, 0, None, b"", None)
-        except (RdmaError, ResourceClosedError, ConnectionResetError) as exc:
-            log.debug("could not send %s for %d: %r", kind.name, msg_id, exc)
-
-    def _wait_room(self) -> None:
-        """A credit update is due and the send queue is full: send it once
-        there is room (the packets call this, and wait for it)."""
-        spawn(self._pump_later())
-
-    async def _pump_later(self) -> None:
-        try:
-            await self._qp.wait_send_room()
-        except BaseException:
-            return
-        finally:
-            self._packets.room_pending = False
-        self._packets.pump()
+        return await self._exposures.announce(self._sender, data, size, head)
 
     def forget_buffer(self, buffer: Any) -> bool:
         """Stop keeping ``buffer``'s registration (see ``registration_cache``),

@@ -35,3 +35,17 @@ class Link(Protocol):
     def on_established(self, callback: Callable[[], None]) -> None: ...
 
     def add_stats(self, stats: Stats) -> None: ...
+
+
+class Lane(Protocol):
+    """What the channel's packet core posts through: fixed send and receive
+    slots of the queue pair (:meth:`~aiordma.QueuePair.open_lane` makes one)."""
+
+    def send(self, slot: int, length: int) -> None:
+        """Post the first ``length`` bytes of send slot ``slot``."""
+
+    def recv(self, slot: int) -> None:
+        """Post receive slot ``slot``."""
+
+    def send_room(self) -> bool:
+        """Whether a send posted now finds room in the send queue."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from aiordma.channel.credits import CONTROL_BASE
 from aiordma.channel.registrations import DEFAULT_CAPACITY
@@ -62,28 +62,60 @@ class Layout(NamedTuple):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChannelOptions:
-    """:class:`~aiordma.MessageChannel`'s keyword arguments (its docstring
-    says what each does); the types are checked by :meth:`of`."""
+    """How a :class:`~aiordma.MessageChannel` is sized and what it carries.
+
+    Every field may also be given to the channel (and to the functions
+    that make one) as a keyword argument; :meth:`of` checks their names and
+    :meth:`layout` their values.
+    """
 
     window: int = DEFAULT_WINDOW
+    """Data receive buffers posted (at least 2); each is a credit the peer
+    spends. On a :class:`~aiordma.SharedReceiveQueue`, what the channel may
+    borrow from the pool."""
     control_window: int | None = None
+    """Receive buffers for control packets (at least 4; 8 by default, 4 on
+    a shared queue)."""
     buffer_size: int | None = None
+    """Bytes of each receive buffer and send slot (at least 128; 8 KiB by
+    default; a shared queue's own). Each side announces it in its HELLO,
+    and neither sends a packet larger than the other's, so the two need
+    not match."""
     max_message: int = DEFAULT_MAX_MESSAGE
+    """The largest message this side accepts, announced to the peer:
+    larger sends raise :class:`~aiordma.MessageTooLargeError` on its side."""
     max_exposed: int | None = None
+    """Bytes of large messages held exposed to the peer at once (further
+    large sends wait); 256 MiB or ``max_message`` if larger by default."""
     exposure_timeout: float | None = DEFAULT_EXPOSURE_TIMEOUT
+    """Seconds a large message stays readable for the peer (None: until
+    read); unread by then it is revoked."""
     send_slots: int | None = None
+    """Packets in flight: as many as receive buffers by default, 8 on a
+    shared queue."""
     protocol: str = ""
+    """What the channel carries (``""``: plain messages, any peer). Both
+    sides announce it; when both name one and they differ, the channel
+    fails on both sides with :class:`~aiordma.ProtocolMismatchError`."""
     medium_limit: int = DEFAULT_MEDIUM_LIMIT
+    """Bodies larger than one packet and at most this size (0: none) are
+    copied through the registered slots in several packets, against the
+    same credits; larger ones, and registered memory, go by rendezvous."""
     registration_cache: int = DEFAULT_REGISTRATION_CACHE
+    """Bytes of plain buffers each way whose registration is kept for the
+    next large message (0: none; least recently used evicted first; see
+    ``MessageChannel.forget_buffer``)."""
     read_piece: int = READ_PIECE
+    """Large messages are read in RDMA reads of this many bytes (at least
+    4096), four at a time."""
 
     @classmethod
-    def of(cls, options: Mapping[str, Any]) -> ChannelOptions:
-        """The options given as keywords; TypeError for an unknown one."""
+    def of(cls, options: Mapping[str, Any], base: ChannelOptions | None = None) -> ChannelOptions:
+        """The options given as keywords (over ``base``'s); TypeError for an unknown one."""
         unknown = sorted(set(options) - _NAMES)
         if unknown:
             raise TypeError(f"unknown MessageChannel option(s): {', '.join(unknown)}")
-        return cls(**options)
+        return cls(**options) if base is None else dataclasses.replace(base, **options)
 
     def layout(
         self, recv_depth: int | None, send_depth: int | None, shared_buffer_size: int | None
@@ -156,6 +188,22 @@ class ChannelOptions:
 
 
 _NAMES = frozenset(field.name for field in dataclasses.fields(ChannelOptions))
+
+
+class ChannelKeywords(TypedDict, total=False):
+    """:class:`ChannelOptions`' fields as keyword arguments (for typing ``**``)."""
+
+    window: int
+    control_window: int | None
+    buffer_size: int | None
+    max_message: int
+    max_exposed: int | None
+    exposure_timeout: float | None
+    send_slots: int | None
+    protocol: str
+    medium_limit: int
+    registration_cache: int
+    read_piece: int
 
 
 def _check_int(name: str, value: object) -> None:

@@ -11,28 +11,32 @@ from aiordma.channel.wire cimport Header, address_of, load_header, store_header
 
 cdef class Packets:
     cdef readonly ChannelState state
-    cdef public object lane
+    cdef readonly object lane
     cdef readonly Py_ssize_t size
     cdef readonly object send_view
     cdef readonly object recv_view
     cdef readonly bint recv_open
     cdef readonly unsigned long long max_message
-    cdef public Py_ssize_t eager_limit
-    cdef public object deliver
-    cdef public bint failed
-    cdef public int senders
-    cdef public int receivers
-    cdef public bint room_pending
+    cdef readonly Py_ssize_t eager_limit
+    cdef readonly object deliver
+    cdef readonly bint failed
+    cdef readonly int senders
+    cdef readonly int receivers
+    cdef readonly bint room_pending
     cdef list waiters
-    cdef object _owner
+    cdef object _report
     cdef object _stats
     cdef object _shared
     cdef object _loop
+    cpdef turn(self, bint send, int step)
     cpdef post(self, int slot, Header header, object head, object body)
+    cpdef int try_send(self, object kind, unsigned long long msg_id, unsigned long long length,
+                       object remote, object head, object body) except? -1
     cpdef bint send_eager(self, object head, object body, Py_ssize_t size) except *
     cpdef Py_ssize_t send_pieces(self, object view, Py_ssize_t offset, Py_ssize_t size)
     cpdef sent(self, int slot)
     cpdef arrived(self, int slot, Py_ssize_t size)
+    cpdef bint needs_turn(self) except *
     cpdef pump(self)
     cpdef wake(self)
     cpdef object changed(self)

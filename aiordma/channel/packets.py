@@ -1,55 +1,49 @@
 # cython: annotation_typing=True
-"""A message channel's packets: out of its send slots, into its receive slots.
+"""A message channel's packet core: everything per packet, below the async shell.
 
-:class:`Packets` is the per-packet half of a
-:class:`~aiordma.MessageChannel`: it stamps and copies a packet into a send
-slot and posts it, and, called by the completion drain, parses what landed
-in a receive slot, applies it to the :class:`~aiordma.channel.state.ChannelState`,
-reposts control buffers, returns owed credits and wakes the task waiting
-for the channel to change. A small message is one call on each side:
+:class:`Packets` owns one side's packets and the
+:class:`~aiordma.channel.state.ChannelState` they drive (nothing else
+touches it): the send and receive slots and their layout, stamping and
+posting a packet, parsing what landed and applying it, arrivals and a
+MEDIUM message's pieces, the eager limit both HELLOs decide, the send and
+receive turns, owed credits, and what is saved of the arrivals when the
+channel fails. A small message is one call on each side:
 :meth:`Packets.send_eager` to send it, :meth:`Packets.take_eager` to take
 it once it arrived. Compiled (``packets.pxd``), those calls run in C with no
-Python frame between the application and the verbs; the channel keeps
-what waits (credit, room, large messages) and how it fails.
+Python frame between the application and the verbs.
 
-Call order: ``attach -> (post | send_eager | sent | arrived | take_eager |
-consumed | pump)* -> fail`` (``fail`` once; afterwards nothing is posted and
-the receive slots are not read).
+Its one I/O dependency is the queue pair's :class:`~aiordma.channel.link.Lane`.
+What the shell must do (fail, check the peer's HELLO, end an exposure,
+answer revocations, send a DONE, wait for send-queue room) it is told
+through one callable, ``report(event, value)`` (see :class:`Event`); it
+never calls back into the shell otherwise.
+
+Call order: ``attach -> post_receives? -> (send_hello | try_send | send_eager
+| sent | arrived | take_eager | consumed | pump)* -> fail`` (``fail`` once;
+afterwards nothing is posted and the receive slots are not read).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+import enum
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiordma.channel.buffers import Body, Into, buffer_view
+from aiordma.channel.credits import DataCredits
 from aiordma.channel.state import Arrival, ChannelState
 from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
 from aiordma.exceptions import ProtocolError, RdmaError, ResourceClosedError
+from aiordma.metrics import Stats
+from aiordma.verbs.memory import RemoteBuffer
 
 if TYPE_CHECKING:
     from typing import Protocol
 
     from aiordma import _cython_shim as cython
-    from aiordma.metrics import Stats
-
-    class Owner(Protocol):
-        """What the packets need of their channel: the rare and slow paths."""
-
-        def _fail(self, exc: BaseException) -> None: ...
-
-        def _heard(self, hello: Hello) -> None: ...
-
-        def _protocol_error(self, exc: Exception) -> None: ...
-
-        def _ended(self, msg_id: int) -> None: ...
-
-        def _answer_revokes(self) -> None: ...
-
-        def _send_done(self, msg_id: int) -> None: ...
-
-        def _wait_room(self) -> None: ...
+    from aiordma.channel.link import Lane
 
     class SharedPool(Protocol):
         def repost(self, index: int) -> None: ...
@@ -59,14 +53,46 @@ else:
     except ImportError:  # no Cython: the declarations below mean nothing
         from aiordma import _cython_shim as cython
 
-# Kinds as C integers (wire.Kind; tests/channel/test_state.py checks state's copies).
-_EAGER = cython.declare(cython.int, 1)
-_RENDEZVOUS = cython.declare(cython.int, 2)
-_HELLO_KIND = cython.declare(cython.int, 7)
-_HEADER_SIZE = cython.declare(cython.Py_ssize_t, 40)  # wire.HEADER_SIZE
+# wire.Kind's codes as C integers, for typed code (derived, not copied).
+_EAGER = cython.declare(cython.int, Kind.EAGER)
+_RENDEZVOUS = cython.declare(cython.int, Kind.RENDEZVOUS)
+_HELLO_KIND = cython.declare(cython.int, Kind.HELLO)
+_MEDIUM = cython.declare(cython.int, Kind.MEDIUM)
+_HEADER_SIZE = cython.declare(cython.Py_ssize_t, HEADER_SIZE)
 
 Bytes = bytes | bytearray
 View = memoryview  # (an alias: typed with it, Cython would check its own memoryview type)
+
+
+class Event(enum.IntEnum):
+    """What :class:`Packets` tells its shell to do, with the value it reports."""
+
+    FAILED = 1
+    """The channel failed (value: the error): a post or repost failed."""
+    BROKEN = 2
+    """The peer broke the protocol (value: the :class:`ProtocolError` or ValueError)."""
+    HEARD = 3
+    """The peer's HELLO came (value: its :class:`~aiordma.channel.wire.Hello`;
+    the eager limit is fitted to it already)."""
+    ENDED = 4
+    """The peer's DONE ended the exposure of a message (value: its id)."""
+    ANSWER = 5
+    """Revocations are due an answer, once no read is in flight (see :meth:`Packets.acks`)."""
+    DONE_DUE = 6
+    """A large message was taken: its sender is owed a DONE (value: its id)."""
+    WAIT_ROOM = 7
+    """A credit update is due and the send queue is full: call
+    :meth:`Packets.room_came` once there is room."""
+
+
+Report = Callable[[Event, object], None]
+
+POSTED = 0
+""":meth:`Packets.try_send`: the packet went."""
+NO_ROOM = 1
+""":meth:`Packets.try_send`: the send queue is full."""
+NO_CREDIT = 2
+""":meth:`Packets.try_send`: no send slot or no credit for it yet."""
 
 
 @cython.cfunc
@@ -78,23 +104,25 @@ def _fits(header: Header) -> cython.bint:
 
 @cython.cclass
 class Packets:
-    """The packets of one channel through its send and receive slots.
+    """The packets of one channel side through its send and receive slots.
 
-    ``send_view`` and ``recv_view`` are views of the channel's two
-    registered regions, held for the channel's life (the receive one until
-    :meth:`fail`): slot ``i`` is bytes ``[i * size, (i + 1) * size)``.
-    ``shared`` is the shared receive queue the receive slots belong to, if
-    any. ``stats`` counts messages and bytes.
+    ``window``, ``control_window`` and ``send_slots`` size the state (``data``
+    replaces its data credits when ``shared``, the shared receive queue the
+    receive slots belong to, lends them). ``send_view`` and ``recv_view``
+    are views of the channel's two registered regions, held for the
+    channel's life (the receive one until :meth:`fail`): slot ``i`` is bytes
+    ``[i * size, (i + 1) * size)``. ``stats`` counts messages and bytes;
+    ``report`` is told what the shell must do.
     """
 
     def __init__(
-        self, owner: Owner, state: ChannelState, send_view: memoryview, recv_view: memoryview,
-        size: int, max_message: int, stats: Stats, shared: SharedPool | None,
+        self, report: Report, window: int, control_window: int, send_slots: int,
+        data: DataCredits | None, send_view: memoryview, recv_view: memoryview, size: int,
+        max_message: int, stats: Stats, shared: SharedPool | None,
         loop: asyncio.AbstractEventLoop,
     ) -> None:  # fmt: skip
-        self.state = state
-        self.lane: Any = None
-        """The queue pair's packet lane, once :meth:`attach` gave it."""
+        self.state = ChannelState(window, control_window, send_slots=send_slots, data=data)
+        self.lane: Lane | None = None
         self.size = size
         self.send_view = send_view
         self.recv_view = recv_view
@@ -103,8 +131,7 @@ class Packets:
         self.eager_limit = size - HEADER_SIZE
         """Head and body bytes a single packet carries (lowered to fit the
         peer's receive buffers once its HELLO came)."""
-        self.deliver: Any = None
-        """Takes small messages as they arrive (see ``MessageChannel.deliver_to``)."""
+        self.deliver: Callable[[bytes, memoryview], bool] | None = None
         self.failed = False
         self.senders = 0
         """Sends holding or waiting for the channel's send turn: while there
@@ -113,17 +140,56 @@ class Packets:
         """Receives holding or waiting for the receive turn (likewise for
         :meth:`take_eager`)."""
         self.room_pending = False
-        """A credit update waits for room in the send queue (the owner's task)."""
+        """A credit update waits for room in the send queue (see :meth:`room_came`)."""
         self.waiters: list[asyncio.Future[None]] = []
-        self._owner = owner
+        self._report = report
         self._stats = stats
         self._shared = shared
         self._loop = loop
 
-    def attach(self, lane: Any) -> None:
+    def attach(self, lane: Lane) -> None:
         """The lane the packets go out through (made with this object's
         :meth:`sent` and :meth:`arrived` as its callbacks)."""
         self.lane = lane
+
+    def post_receives(self) -> None:
+        """Post every receive slot (not on a shared queue: the pool posts those)."""
+        assert self.lane is not None
+        for index in range(self.state.buffers):
+            self.lane.recv(index)
+
+    # -- what the shell reads ----------------------------------------------
+
+    @property
+    def peer_max_message(self) -> int | None:
+        """The peer's ``max_message``, once its HELLO came."""
+        return self.state.peer_max_message
+
+    @property
+    def said_hello(self) -> bool:
+        """Whether our HELLO went."""
+        return self.state.said_hello
+
+    def credits(self) -> tuple[int, int]:
+        """Data and control credits this side may spend now."""
+        return self.state.data.available, self.state.control.available
+
+    # -- turns -------------------------------------------------------------
+
+    @cython.ccall
+    def turn(self, send: cython.bint, step: cython.int) -> None:
+        """A send (``send``) or a receive enters (``step`` 1) or leaves (-1)
+        the line for its turn: while anyone is in it, the one-call paths
+        leave their message to it, so order is kept."""
+        if send:
+            self.senders += step
+        else:
+            self.receivers += step
+
+    def deliver_to(self, deliver: Callable[[bytes, memoryview], bool] | None) -> None:
+        """Offer small messages to ``deliver`` as they arrive (see
+        ``MessageChannel.deliver_to``)."""
+        self.deliver = deliver
 
     # -- sending -----------------------------------------------------------
 
@@ -158,18 +224,49 @@ class Packets:
                     with buffer_view(body) as source:
                         copied = len(source)
                         slot_view[end : end + copied] = source
-            self.lane.send(slot, end + copied)
+            self.lane.send(slot, end + copied)  # type: ignore[union-attr]
         except BaseException as exc:
             self.state.sent(slot)
-            self._owner._fail(exc)
+            self._report(Event.FAILED, exc)
             raise
+
+    def send_hello(self, max_message: int, hello: bytes) -> bool:
+        """Post our HELLO (``max_message``, our windows and first grants, and
+        ``hello`` after the header) now; False if the send queue is full."""
+        assert self.lane is not None
+        if not self.lane.send_room():
+            return False
+        packet = self.state.hello(max_message, len(hello))
+        assert packet is not None  # the first packet: a slot and a credit are there
+        self.post(packet[0], packet[1], hello, None)
+        return True
+
+    @cython.ccall
+    @cython.exceptval(-1, check=True)
+    def try_send(
+        self, kind: Kind, msg_id: cython.ulonglong, length: cython.ulonglong,
+        remote: RemoteBuffer | None, head: Bytes, body: Body | None,
+    ) -> cython.int:  # fmt: skip
+        """Post a packet of ``kind`` now if the send queue, a send slot and the
+        credit it costs are there: :data:`POSTED`, else :data:`NO_ROOM` or
+        :data:`NO_CREDIT` (what to wait for), changing nothing."""
+        if not self.lane.send_room():  # type: ignore[union-attr]
+            return NO_ROOM
+        packet = self.state.send(kind, msg_id, length, remote, len(head))
+        if packet is None:
+            return NO_CREDIT
+        slot: cython.int
+        header: Header
+        slot, header = packet
+        self.post(slot, header, head, body)
+        return POSTED
 
     @cython.ccall
     def send_eager(self, head: Bytes, body: Body, size: cython.Py_ssize_t) -> cython.bint:
         """Send a message of one packet (``head`` and ``body`` of ``size``
         bytes, which fit) now, if nobody waits ahead and the send queue, a
         send slot and a credit are there; False if it must wait its turn."""
-        if self.senders or self.failed or not self.lane.send_room():
+        if self.senders or self.failed or not self.lane.send_room():  # type: ignore[union-attr]
             return False
         packet = self.state.send(Kind.EAGER, 0, size, None, len(head))
         if packet is None:
@@ -193,7 +290,7 @@ class Packets:
         n: cython.Py_ssize_t
         slot: cython.int
         header: Header
-        while offset < size and not self.failed and self.lane.send_room():
+        while offset < size and not self.failed and self.lane.send_room():  # type: ignore[union-attr]
             n = min(limit, size - offset)
             packet = self.state.send(Kind.PIECE, 0, n, None, 0)
             if packet is None:
@@ -231,17 +328,19 @@ class Packets:
             else:
                 header = Header.unpack(self.recv_view[start : start + size], self.max_message)
             if header.code == _HELLO_KIND:
-                self._owner._heard(
-                    Hello.unpack(self.recv_view[start + _HEADER_SIZE : start + size])
-                )
+                hello = Hello.unpack(self.recv_view[start + _HEADER_SIZE : start + size])
+                self.eager_limit = min(self.size, hello.buffer_size) - _HEADER_SIZE
+                self._report(Event.HEARD, hello)
+                if self.failed:  # the shell refused it (another protocol): not applied
+                    return
             ended, offer, repost = state.arrived(slot, header, size)
         except (ProtocolError, ValueError) as err:
-            self._owner._protocol_error(err)
+            self._report(Event.BROKEN, err)
             return
         if ended:
-            self._owner._ended(ended)
+            self._report(Event.ENDED, ended)
         if state.acks_due:
-            self._owner._answer_revokes()
+            self._report(Event.ANSWER, None)
         if repost:
             self.repost(slot)
         elif offer and self.deliver is not None and self._delivered(slot, header):
@@ -262,17 +361,48 @@ class Packets:
         try:
             head = bytes(whole[start:end])
             with whole[end : end + header.length] as body:  # valid during the call only
-                taken = self.deliver(head, body)
+                taken = self.deliver(head, body)  # type: ignore[misc]
             if taken:
                 self.count_received(header)
             return taken
         except ProtocolError as err:
-            self._owner._protocol_error(err)
+            self._report(Event.BROKEN, err)
         except Exception as exc:  # the hook's bug must not stall the channel
             self._loop.call_exception_handler(
                 {"message": "message delivery hook failed", "exception": exc}
             )
         return True
+
+    def first(self) -> Arrival | None:
+        """The first queued message, if one is there and readable (after a
+        failure, only what was saved of it)."""
+        ready = self.state.ready
+        if ready:
+            arrival: Arrival = ready[0]
+            if not self.failed or arrival.saved is not None:
+                return arrival
+        return None
+
+    def eager_first(self) -> Arrival | None:
+        """The first queued message if it is a small one nobody waits ahead
+        for (it may be taken without a turn)."""
+        ready = self.state.ready
+        if ready and not self.failed and not self.receivers:
+            arrival: Arrival = ready[0]
+            if arrival.header.code == _EAGER:
+                return arrival
+        return None
+
+    def queued(self) -> int:
+        """Messages queued (arrived and not taken)."""
+        return len(self.state.ready)
+
+    @cython.ccall
+    def needs_turn(self) -> cython.bint:
+        """Whether a receive that found nothing to take at once must take its
+        turn (someone is ahead, a message is queued, or the channel failed)
+        rather than wait for an arrival."""
+        return self.receivers > 0 or len(self.state.ready) > 0 or self.failed
 
     @cython.ccall
     def take_eager(self, into: Into | None) -> bytes | int | None:
@@ -365,6 +495,57 @@ class Packets:
         self.pump()
         return offset
 
+    def begin_medium(self, arrival: Arrival, target: View) -> tuple[bytes, int]:
+        """Start taking a MEDIUM message into ``target`` (a flat writable view
+        of its body): copy what its first packet carried, or what a cancelled
+        receive kept of it, and give its first buffer back. Returns its head
+        and how far the body is filled."""
+        header: Header = arrival.header
+        head_length: cython.Py_ssize_t = header.head_length
+        offset: cython.Py_ssize_t
+        taken = arrival.taken
+        if taken is not None:  # a cancelled receive copied this much
+            head = taken[:head_length]
+            offset = len(taken) - head_length
+            target[:offset] = memoryview(taken)[head_length:]
+            arrival.taken = None
+            return head, offset
+        whole = self.recv_view
+        start: cython.Py_ssize_t = arrival.slot * self.size + _HEADER_SIZE
+        end: cython.Py_ssize_t = start + arrival.size - _HEADER_SIZE
+        offset = end - start - head_length
+        target[:offset] = whole[start + head_length : end]
+        head = bytes(whole[start : start + head_length])
+        if self.state.piece_taken():
+            self.repost(arrival.slot)
+        arrival.slot = -1
+        self.pump()
+        return head, offset
+
+    def pieces_ready(self, arrival: Arrival) -> bool:
+        """Whether PIECEs of the MEDIUM message being taken wait to be copied."""
+        return bool(arrival.pieces)
+
+    def keep_taken(self, arrival: Arrival, head: bytes, target: View, offset: int) -> None:
+        """A receive taking a MEDIUM message was cancelled with its body filled
+        up to ``offset``: keep that, and the next receive resumes from it."""
+        arrival.taken = head + bytes(target[:offset])
+
+    def read_started(self, arrival: Arrival) -> None:
+        """This side began reading a rendezvous message's body."""
+        arrival.reading = True
+
+    def read_stopped(self, arrival: Arrival) -> None:
+        """The read of ``arrival``'s body failed or was cancelled (it stays
+        queued); a REVOKE that came meanwhile is due an answer now."""
+        self.state.read_stopped(arrival)
+
+    def acks(self) -> list[int]:
+        """Take the ids of the revoked messages due an answer (a DONE each)."""
+        due = self.state.acks_due
+        self.state.acks_due = []
+        return due
+
     @cython.ccall
     def repost(self, slot: cython.int) -> cython.bint:
         """Post receive buffer ``slot`` again; whether its credit may be granted."""
@@ -375,15 +556,15 @@ class Packets:
             try:
                 shared.repost(slot)
             except (RdmaError, ResourceClosedError) as exc:
-                self._owner._fail(exc)
+                self._report(Event.FAILED, exc)
                 return False
             return not self.failed
         if self.failed:
             return False
         try:
-            self.lane.recv(slot)
+            self.lane.recv(slot)  # type: ignore[union-attr]
         except (RdmaError, ResourceClosedError) as exc:
-            self._owner._fail(exc)
+            self._report(Event.FAILED, exc)
             return False
         return True
 
@@ -397,7 +578,7 @@ class Packets:
         if arrival.slot >= 0:  # not a medium message's, given back already
             self.repost(arrival.slot)
         if done_due:
-            self._owner._send_done(arrival.header.msg_id)
+            self._report(Event.DONE_DUE, arrival.header.msg_id)
         self.pump()
 
     @cython.ccall
@@ -412,9 +593,9 @@ class Packets:
     def pump(self) -> None:
         """Return owed credits if an update is due, and wake waiters."""
         if not self.failed and not self.room_pending and self.state.update_due():
-            if not self.lane.send_room():  # the owner tries again once there is room
-                self.room_pending = True
-                self._owner._wait_room()
+            if not self.lane.send_room():  # type: ignore[union-attr]
+                self.room_pending = True  # the shell calls room_came once there is room
+                self._report(Event.WAIT_ROOM, None)
             else:
                 packet = self.state.update()
                 if packet is not None:
@@ -427,6 +608,12 @@ class Packets:
                         pass  # the channel failed
         if self.waiters:
             self.wake()
+
+    def room_came(self) -> None:
+        """The send queue has room again (or never will): the credit update
+        :data:`Event.WAIT_ROOM` held back may go."""
+        self.room_pending = False
+        self.pump()
 
     @cython.ccall
     def wake(self) -> None:
@@ -448,12 +635,63 @@ class Packets:
     # -- failing -----------------------------------------------------------
 
     def fail(self) -> None:
-        """The channel failed: post nothing more, read no receive slot
-        again (the view of them is released, so the region can be unmapped)."""
+        """The channel failed: post nothing more and read no receive slot
+        again. What already arrived whole stays readable, as TCP keeps it:
+        small messages and whole MEDIUM ones are copied out first. Buffers
+        of a shared queue go back to the pool, and the view of the receive
+        slots is released, so the region can be unmapped."""
+        if self.failed:
+            return
         self.failed = True
+        self.state.fail()
+        if self.recv_open and _usable(self.recv_view):
+            for arrival in self.state.ready:
+                kind = arrival.header.code
+                if kind == _EAGER:
+                    start = arrival.slot * self.size
+                    arrival.saved = bytes(
+                        self.recv_view[start + _HEADER_SIZE : start + arrival.size]
+                    )
+                elif (  # whole, and not being taken now
+                    kind == _MEDIUM
+                    and arrival.missing == 0
+                    and (arrival.slot >= 0 or arrival.taken is not None)
+                ):
+                    arrival.saved = self._medium_bytes(arrival)
         self.recv_open = False
+        if self._shared is not None:  # a shared buffer goes back to the pool now
+            for arrival in self.state.ready:
+                if arrival.slot >= 0:
+                    self._shared.repost(arrival.slot)
+                    arrival.slot = -1
+                while arrival.pieces:
+                    self._shared.repost(arrival.pieces.popleft()[0])
         with contextlib.suppress(BufferError):  # a delivery hook still holds a body
             self.recv_view.release()
+        self.wake()
+
+    def _medium_bytes(self, arrival: Arrival) -> bytes:
+        """A whole MEDIUM message's head and body, copied out of its buffers."""
+        whole = self.recv_view
+        parts: list[bytes] = []
+        if arrival.taken is not None:
+            parts.append(arrival.taken)
+        else:
+            start = arrival.slot * self.size
+            parts.append(bytes(whole[start + HEADER_SIZE : start + arrival.size]))
+        assert arrival.pieces is not None
+        for slot, length in arrival.pieces:
+            start = slot * self.size + HEADER_SIZE
+            parts.append(bytes(whole[start : start + length]))
+        return b"".join(parts)
+
+
+def _usable(view: memoryview) -> bool:
+    """Whether ``view`` was not released (its region is still mapped)."""
+    try:
+        return view.nbytes >= 0
+    except ValueError:
+        return False
 
 
 if not cython.compiled:  # packets.pxd's and wire.pxd's C helpers, never called interpreted

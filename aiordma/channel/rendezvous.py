@@ -10,8 +10,8 @@ until the peer answers, since it may be reading them), or when the channel
 fails; the bytes held exposed at once are bounded by ``max_exposed``.
 
 :class:`Exposures` and :class:`Reader` do the I/O; which message may be
-exposed, ended or revoked is decided by the channel's
-:class:`~aiordma.channel.state.ChannelState`. They reach the channel only
+exposed, ended or revoked, and the bytes exposed, are counted by a
+:class:`~aiordma.channel.ledger.Ledger`. They reach the channel only
 through the callbacks they are given.
 
 Call order of one exposure: ``expose -> posted -> (ended | revoke -> (ended
@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 from aiordma.channel._tasks import consume_outcome
 from aiordma.channel.buffers import Body, Into, buffer_view
+from aiordma.channel.ledger import Ledger
 from aiordma.channel.link import Link
 from aiordma.channel.registrations import RegistrationCache, release_mr
-from aiordma.channel.state import Arrival, ChannelState
+from aiordma.channel.sender import Sender
 from aiordma.channel.wire import Kind
 from aiordma.exceptions import ExposureTimeoutError, ResourceBusyError
 from aiordma.metrics import Stats
@@ -94,7 +95,7 @@ class Exposures:
     def __init__(
         self,
         link: Link,
-        state: ChannelState,
+        max_exposed: int,
         exposure_timeout: float | None,
         stats: Stats,
         *,
@@ -106,7 +107,8 @@ class Exposures:
     ) -> None:
         self._link = link
         self._cache = cache
-        self._state = state
+        self.ledger = Ledger(max_exposed)
+        """The exposed messages' ids and the bytes they cover."""
         self._loop = link.qp.loop
         self.exposure_timeout = exposure_timeout
         self._stats = stats
@@ -132,7 +134,7 @@ class Exposures:
         before, where the device has windows); anything else through its own
         registration.
         """
-        while not self._state.room_for(size):
+        while not self.ledger.room_for(size):
             self._check()
             await self._changed()
         self._check()
@@ -150,7 +152,7 @@ class Exposures:
                 key = self._link.register(source, Access.REMOTE_READ)
             except TypeError:  # not contiguous
                 key = self._link.register(bytes(memoryview(source)), Access.REMOTE_READ)
-        msg_id = self._state.expose(size)
+        msg_id = self.ledger.expose(size)
         exposure = Exposure(key, size, self._loop.create_future())
         self._held[msg_id] = exposure
         for watcher in self.watchers:
@@ -176,6 +178,54 @@ class Exposures:
         except (ResourceBusyError, ValueError):  # queue full, or another device's memory
             return None
 
+    async def announce(
+        self, sender: Sender, body: Body, size: int, head: bytes
+    ) -> tuple[int, Exposure]:
+        """Expose ``body`` (``size`` bytes) and send its RENDEZVOUS, with
+        ``head``, in its turn; returns its id and exposure. Its
+        ``exposure_timeout`` starts once the peer can know of it."""
+        msg_id, exposure = await self.expose(body, size)
+        try:
+            await sender.in_turn(Kind.RENDEZVOUS, msg_id, size, exposure.remote, head, None)
+        except BaseException:
+            self.withdraw(msg_id)
+            exposure.done.cancel()
+            raise
+        self.posted(msg_id)
+        return msg_id, exposure
+
+    async def read_by_peer(self, msg_id: int, exposure: Exposure) -> None:
+        """Wait until the peer has read the message; cancelled, it is revoked."""
+        try:
+            await asyncio.shield(exposure.done)
+        except asyncio.CancelledError:
+            if not exposure.done.done():
+                self.revoke(msg_id, asyncio.CancelledError())
+            raise
+
+    def delivery(self, msg_id: int, exposure: Exposure) -> asyncio.Future[None]:
+        """A future of the peer having read the message; cancelling it
+        revokes the message if the peer has not read it."""
+        delivered: asyncio.Future[None] = self._loop.create_future()
+
+        def settle(done: asyncio.Future[None]) -> None:
+            if delivered.done():
+                return
+            if done.cancelled():
+                delivered.cancel()
+            elif (error := done.exception()) is not None:
+                delivered.set_exception(error)
+            else:
+                delivered.set_result(None)
+
+        def withdrawn(future: asyncio.Future[None]) -> None:
+            if future.cancelled() and not exposure.done.done():
+                self.revoke(msg_id, asyncio.CancelledError())
+
+        exposure.done.add_done_callback(settle)
+        delivered.add_done_callback(withdrawn)
+        return delivered
+
     def posted(self, msg_id: int) -> None:
         """The message's announcement went: its ``exposure_timeout`` starts."""
         exposure = self._held.get(msg_id)
@@ -184,19 +234,23 @@ class Exposures:
 
     def withdraw(self, msg_id: int) -> None:
         """The announcement could not be sent: end the exposure (the peer never knew of it)."""
-        if self._state.withdraw(msg_id):
+        if self.ledger.withdraw(msg_id):
             self._unexpose(self._held.pop(msg_id))
 
     def ended(self, msg_id: int) -> None:
-        """The peer said DONE: it read the message, or answered its revocation."""
+        """The peer said DONE: it read the message, or answered its revocation
+        (:class:`ProtocolError` if this side does not hold it exposed)."""
+        self.ledger.done(msg_id)
         exposure = self._held.pop(msg_id, None) or self._withdrawn.pop(msg_id)
         self._unexpose(exposure)
-        if not exposure.done.done():
+        if not exposure.done.done():  # read: the send is done
             exposure.done.set_result(None)
+            self._stats.count("messages_sent", "bytes_sent", exposure.size)
+            self._stats.add("large_sent")
 
     def fail(self, exc: BaseException) -> None:
         """The channel failed: every exposure ends, and its sender gets ``exc``."""
-        for msg_id in self._state.clear_exposures():
+        for msg_id in self.ledger.clear():
             exposure = self._held.pop(msg_id, None) or self._withdrawn.pop(msg_id)
             if not exposure.done.done():
                 exposure.done.set_exception(exc)
@@ -204,7 +258,7 @@ class Exposures:
             self._unexpose(exposure)
 
     def _unexpose(self, exposure: Exposure) -> None:
-        """End an exposure's I/O (the state already stopped counting it): the
+        """End an exposure's I/O (the ledger already stopped counting it): the
         rkey stops working now (or once local work on it is done)."""
         if exposure.timer is not None:
             exposure.timer.cancel()
@@ -220,7 +274,7 @@ class Exposures:
         the bytes stay readable until the peer answers (it may be reading
         them: a revoked key would fail its read and the connection), or for
         ``exposure_timeout`` more at most."""
-        if not self._state.revoke(msg_id):
+        if not self.ledger.revoke(msg_id):
             return
         self._stats.add("large_revoked" if cause is not None else "exposure_timeouts")
         exposure = self._withdrawn[msg_id] = self._held.pop(msg_id)
@@ -245,7 +299,7 @@ class Exposures:
 
     def _forget_withdrawn(self, msg_id: int) -> None:
         """The peer did not answer a REVOKE within ``exposure_timeout``: end the exposure."""
-        if self._state.forget_revoked(msg_id):
+        if self.ledger.forget_revoked(msg_id):
             exposure = self._withdrawn.pop(msg_id)
             exposure.timer = None
             log.warning("%r: the peer did not answer the revocation of message %d within "
@@ -260,14 +314,13 @@ class Reader:
     of its buffer the channel keeps or makes for the message), or through
     one staging buffer.
 
-    ``idle()`` is called when a read stops early and whenever the last read
-    in flight lands: revocations that came meanwhile may be answered then.
+    ``idle()`` is called whenever the last read in flight lands: revocations
+    that came meanwhile may be answered then.
     """
 
     def __init__(
         self,
         link: Link,
-        state: ChannelState,
         idle: Callable[[], None],
         cache: RegistrationCache,
         piece: int = READ_PIECE,
@@ -276,7 +329,6 @@ class Reader:
         self._cache = cache
         self.piece = piece
         """The size of each RDMA read."""
-        self._state = state
         self._idle = idle
         self._reads: set[asyncio.Future[WorkCompletion]] = set()
         """RDMA reads in flight (those of cancelled receives too)."""
@@ -292,22 +344,14 @@ class Reader:
 
     def _landed(self, read: asyncio.Future[WorkCompletion]) -> None:
         self._reads.discard(read)
-        if not self._reads and self._state.acks_due:
+        if not self._reads:
             self._idle()
 
-    async def read_body(self, arrival: Arrival, target: Into, keep: bool = True) -> None:
-        """Read a rendezvous message's body into ``target`` (whose registration
-        may be kept only if ``keep``: not for a buffer made for the message);
-        a REVOKE that came during a read that failed or was cancelled is
-        answered after it."""
-        assert arrival.header.remote is not None
-        arrival.reading = True
-        try:
-            await self._read(target, arrival.header.remote, keep)
-        except BaseException:
-            self._state.read_stopped(arrival)
-            self._idle()
-            raise
+    async def read_body(self, remote: RemoteBuffer, target: Into, keep: bool = True) -> None:
+        """RDMA-read ``remote`` (a rendezvous message's body) into the start of
+        ``target``, whose registration may be kept only if ``keep`` (not for a
+        buffer made for the message)."""
+        await self._read(target, remote, keep)
 
     async def _read(self, target: Into, remote: RemoteBuffer, keep: bool) -> None:
         """RDMA-read ``remote`` into the start of ``target``."""

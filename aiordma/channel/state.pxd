@@ -26,14 +26,8 @@ cdef class ChannelState:
     cdef public bint failed
     cdef public object ready
     cdef public Arrival filling
-    cdef public long long max_exposed
-    cdef public dict exposed
-    cdef public long long exposed_bytes
-    cdef public dict revoked
     cdef public list acks_due
     cdef public object peer_max_message
-    cdef public object peer_buffer_size
-    cdef object _ids
     cpdef object arrived(self, int slot, Header header, Py_ssize_t size)
     cpdef object take(self)
     cpdef bint piece_taken(self) except *

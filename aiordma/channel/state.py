@@ -3,12 +3,12 @@
 
 :class:`ChannelState` holds the protocol state of a
 :class:`~aiordma.MessageChannel`: credits both ways, which send slots are
-free, the messages that arrived and wait to be taken, the large messages
-this side holds exposed (and the bytes they cover), those it revoked, the
-peer's announced ``max_message``, and which credit update, if any, is due.
-The channel does the I/O (receive buffers, posting, RDMA reads,
-registrations, timers and waking tasks), as httpcore drives h11; keeping
-the decisions here lets them be tested on a host without a device.
+free, the messages that arrived and wait to be taken (and the peer's
+revocations of them), the peer's announced ``max_message``, and which
+credit update, if any, is due. Only :class:`~aiordma.channel.packets.Packets`
+drives it, and does the I/O, as httpcore drives h11; keeping the decisions
+here lets them be tested on a host without a device. (The bytes this side
+exposes are counted apart, by :class:`~aiordma.channel.ledger.Ledger`.)
 
 Per message, three events go in and each returns what the channel must do:
 :meth:`~ChannelState.send` (a slot and a stamped header, or not yet),
@@ -21,13 +21,11 @@ and :meth:`~ChannelState.sent` complete the sending side.
 from __future__ import annotations
 
 import collections
-import enum
-import itertools
 from typing import TYPE_CHECKING
 
 from aiordma.channel.credits import CreditWindow, DataCredits
-from aiordma.channel.wire import LAST_CREDIT, Header, Hello, Kind
-from aiordma.exceptions import ProtocolError, ProtocolMismatchError
+from aiordma.channel.wire import HEADER_SIZE, LAST_CREDIT, Header, Kind
+from aiordma.exceptions import ProtocolError
 from aiordma.verbs.memory import RemoteBuffer
 
 if TYPE_CHECKING:
@@ -52,14 +50,6 @@ else:
 def hello_windows(header: Header) -> tuple[int, int]:
     """The data and control windows a HELLO announces (in its ``msg_id``)."""
     return header.msg_id & 0xFFFFFFFF, header.msg_id >> 32
-
-
-class Cost(enum.Enum):
-    """What sending a packet spends (typed code uses ``_cost`` of the kind)."""
-
-    DATA = "a data credit"
-    CONTROL = "a control credit, not the last"
-    CONTROL_UPDATE = "any control credit"
 
 
 @cython.cclass
@@ -98,20 +88,19 @@ class Arrival:
                 f"revoked={self.revoked}, reading={self.reading}, acked={self.acked})")  # fmt: skip
 
 
-# Kinds as C integers (wire.Kind), for typed code (tests/channel/test_state.py
-# checks them against the enum).
-_EAGER = cython.declare(cython.int, 1)
-_RENDEZVOUS = cython.declare(cython.int, 2)
-_DONE = cython.declare(cython.int, 3)
-_CONTROL_CREDIT_KIND = cython.declare(cython.int, 5)
-_REVOKE = cython.declare(cython.int, 6)
-_HELLO_KIND = cython.declare(cython.int, 7)
-_MEDIUM = cython.declare(cython.int, 8)
-_PIECE = cython.declare(cython.int, 9)
+# wire.Kind's codes as C integers, for typed code (derived, not copied).
+_EAGER = cython.declare(cython.int, Kind.EAGER)
+_RENDEZVOUS = cython.declare(cython.int, Kind.RENDEZVOUS)
+_DONE = cython.declare(cython.int, Kind.DONE)
+_CONTROL_CREDIT_KIND = cython.declare(cython.int, Kind.CONTROL_CREDIT)
+_REVOKE = cython.declare(cython.int, Kind.REVOKE)
+_HELLO_KIND = cython.declare(cython.int, Kind.HELLO)
+_MEDIUM = cython.declare(cython.int, Kind.MEDIUM)
+_PIECE = cython.declare(cython.int, Kind.PIECE)
+_HEADER_SIZE = cython.declare(cython.int, HEADER_SIZE)
 
-_HEADER_SIZE = cython.declare(cython.int, 40)  # wire.HEADER_SIZE (checked by the tests)
-
-# What each kind of packet spends (see Cost), as C integers for typed code.
+# What each kind of packet spends: a data credit, a control credit but not
+# the last (kept for updates), or any control credit.
 _DATA = cython.declare(cython.int, 0)
 _CONTROL = cython.declare(cython.int, 1)
 _CONTROL_UPDATE = cython.declare(cython.int, 2)
@@ -141,7 +130,6 @@ class ChannelState:
         self,
         window: int,
         control_window: int,
-        max_exposed: int,
         *,
         send_slots: int | None = None,
         data: DataCredits | None = None,
@@ -155,25 +143,15 @@ class ChannelState:
         self.send_slots = send_slots
         self.free_slots = list(range(send_slots))
         self.said_hello = False
-        self.failed = False
         """Whether our HELLO went: it carries our first grants, so no credit
         update may go before it."""
+        self.failed = False
         self.ready: collections.deque[Arrival] = collections.deque()
         self.filling: Arrival | None = None
         """The MEDIUM message whose pieces are still arriving."""
-        self.max_exposed = max_exposed
-        self.exposed: dict[int, int] = {}
-        """Sizes of the large messages this side holds exposed, by message id."""
-        self.exposed_bytes = 0
-        self.revoked: dict[int, int] = {}
-        """Sizes of the messages this side revoked, by id: readable until the
-        peer's DONE answers the REVOKE (it may be reading them)."""
         self.acks_due: list[int] = []
         """Ids of revoked messages to answer with DONE once no read is in flight."""
         self.peer_max_message: int | None = None
-        self.peer_buffer_size: int | None = None
-        """Bytes of each of the peer's receive buffers, once its HELLO came."""
-        self._ids = itertools.count(1)
 
     # -- the per-message events --------------------------------------------
 
@@ -346,14 +324,9 @@ class ChannelState:
         if code in (_EAGER, _RENDEZVOUS, _MEDIUM, _PIECE):
             data.arrived(header.flags & LAST_CREDIT != 0)
         elif code == _DONE:
-            if header.msg_id in self.exposed:
-                self._unexposed(header.msg_id)
-                return header.msg_id
-            size = self.revoked.pop(header.msg_id, None)
-            if size is None:
-                raise ProtocolError(f"DONE for message {header.msg_id}, which is not exposed")
-            self.exposed_bytes -= size  # read, or the peer answered our REVOKE
-            return header.msg_id
+            if header.msg_id == 0:  # ids start at 1 (see Ledger)
+                raise ProtocolError("DONE for message 0, which no side exposes")
+            return header.msg_id  # the ledger knows whether it was exposed
         elif code == _REVOKE:
             arrival: Arrival
             for arrival in self.ready:
@@ -374,65 +347,3 @@ class ChannelState:
         arrival.reading = False
         if arrival.revoked and not arrival.acked:
             self._ack(arrival)
-
-    def heard(self, hello: Hello, protocol: str, peer: str) -> None:
-        """The peer's HELLO announced ``hello``; ``protocol`` is what this side
-        speaks. Raises :class:`ProtocolMismatchError` if both name a protocol
-        and they differ (a plain channel, ``""``, carries any protocol: the
-        layer above it decides, as ``rpc.Service.serve`` does)."""
-        if protocol and hello.protocol and hello.protocol != protocol:
-            raise ProtocolMismatchError(protocol, hello.protocol, peer)
-        self.peer_buffer_size = hello.buffer_size
-
-    # -- exposures ---------------------------------------------------------
-
-    def room_for(self, size: int) -> bool:
-        """Whether ``size`` more bytes may be exposed under ``max_exposed``."""
-        return self.exposed_bytes + size <= self.max_exposed
-
-    def expose(self, size: int) -> int:
-        """Count a large message of ``size`` bytes as exposed; returns its id."""
-        msg_id = next(self._ids)
-        self.exposed[msg_id] = size
-        self.exposed_bytes += size
-        return msg_id
-
-    def _unexposed(self, msg_id: int) -> int:
-        size = self.exposed.pop(msg_id)
-        self.exposed_bytes -= size
-        return size
-
-    def withdraw(self, msg_id: int) -> bool:
-        """The send of ``msg_id`` failed before the peer learnt of it: forget it.
-        Returns False if it was not exposed."""
-        if msg_id not in self.exposed:
-            return False
-        self._unexposed(msg_id)
-        return True
-
-    def revoke(self, msg_id: int) -> bool:
-        """Revoke an unread exposure: it stays readable (and counted) until the
-        peer's DONE answers the REVOKE, since the peer may be reading it.
-        Returns False if it had already ended."""
-        size = self.exposed.pop(msg_id, None)
-        if size is None:
-            return False
-        self.revoked[msg_id] = size
-        return True
-
-    def forget_revoked(self, msg_id: int) -> bool:
-        """The peer did not answer a REVOKE in time: the exposure ends anyway.
-        Returns False if the answer came."""
-        size = self.revoked.pop(msg_id, None)
-        if size is None:
-            return False
-        self.exposed_bytes -= size
-        return True
-
-    def clear_exposures(self) -> list[int]:
-        """The channel failed: every exposure ends, revoked ones too. Returns their ids."""
-        ids = [*self.exposed, *self.revoked]
-        self.exposed.clear()
-        self.revoked.clear()
-        self.exposed_bytes = 0
-        return ids

@@ -18,7 +18,7 @@ import enum
 import struct
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from aiordma.exceptions import ProtocolError
+from aiordma.exceptions import ProtocolError, ProtocolMismatchError
 from aiordma.verbs.memory import RemoteBuffer
 
 if TYPE_CHECKING:
@@ -262,6 +262,14 @@ class Hello(NamedTuple):
         except UnicodeDecodeError:
             raise ProtocolError("HELLO names its protocol in invalid UTF-8") from None
         return cls(size, protocol)
+
+    def check_protocol(self, ours: str, peer: str) -> None:
+        """Raise :class:`ProtocolMismatchError` if both this HELLO and this side
+        (``ours``) name a protocol and they differ; ``peer`` names the peer.
+        A plain channel (``""``) carries any protocol: the layer above it
+        decides, as ``rpc.Service.serve`` does."""
+        if ours and self.protocol and self.protocol != ours:
+            raise ProtocolMismatchError(ours, self.protocol, peer)
 
 
 if not cython.compiled:  # wire.pxd's C helpers, named here for the interpreter and the type checker

@@ -11,8 +11,9 @@ starts no tasks: :class:`~aiordma.QueuePair` validates arguments and waits
 for queue room (``sq``/``rq``), then calls :meth:`WorkEngine.post_sends` or
 :meth:`WorkEngine.post_recvs`.
 
-It posts only through its queue pair's driver (``aiordma.verbs._driver``),
-compiled or pure, and never asks which.
+It posts through its queue pair's driver (``aiordma.verbs._driver``),
+compiled or pure, and never asks which; only a memory-window bind
+(:meth:`WorkEngine.post_bind`, rare) goes through pyverbs itself.
 """
 
 from __future__ import annotations

@@ -485,8 +485,9 @@ class QueuePair(Closable):
         """Send one registered segment; ``done(error, byte_len)`` is called
         from the completion drain instead of resolving a future.
 
-        The cheapest way to send, and what :class:`~aiordma.MessageChannel`
-        uses per packet: no future, no task, no request object. ``done`` gets
+        The cheapest way to send one segment: no future, no task, no
+        request object (a message channel's packets go through a lane of
+        fixed slots instead, :meth:`open_lane`). ``done`` gets
         ``(None, length)`` on success and ``(error, 0)`` on failure (on the
         loop's next turn if the queue pair is closing); it must not raise.
         With ``signaled=False`` the send may complete silently and ``done``

@@ -260,7 +260,9 @@ async def test_a_receive_cancelled_inside_a_medium_message_leaves_it_whole(lab: 
         receiving.cancel()
         with pytest.raises(asyncio.CancelledError):
             await receiving
-        partial = channel._state.ready[0].taken
+        first = channel._packets.first()
+        assert first is not None
+        partial = first.taken
         assert partial is not None
         assert 0 < len(partial) < 30_000  # cancelled part-way: the rest is still to come
         head, body = await asyncio.wait_for(channel.recv_message_with_head(), 30)
@@ -694,7 +696,7 @@ async def _take_withdrawn_then_next(
     (the outcome of each goes to ``got``)."""
     await channel.wait_message()  # the large message is announced, not yet read
     announced.set()
-    while len(channel._state.ready) < 2:
+    while channel._packets.queued() < 2:
         await channel._changed()
     try:
         got.append(await channel.recv_message())

@@ -1,25 +1,361 @@
-"""The channel's packet path: what can be checked without a device.
+"""The channel's packet core with no device: two :class:`Packets` over fake lanes.
 
-Its behaviour with packets runs on a real device in test_channel.py (on
-both paths, in CI); here, the C constants its source declares.
+Each side's slots are plain bytearrays; a fake lane delivers a posted send
+into the peer's oldest posted receive slot when the test says so, as the
+adapter would (in order, each completion once), and fails the test if a
+packet meets an empty receive queue. These run on whichever path is active
+(compiled in the one-host suite, interpreted in the pure-path set); on a
+device the channel's own tests cover the same paths through the verbs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+from collections.abc import Iterator
+
 import pytest
 
-from aiordma.channel import packets
-from aiordma.channel.wire import HEADER_SIZE, Kind
+from aiordma.channel.packets import NO_CREDIT, NO_ROOM, POSTED, Event, Packets
+from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
+from aiordma.exceptions import ProtocolError, RdmaError
+from aiordma.metrics import Stats
+from aiordma.verbs.memory import RemoteBuffer
+
+MAX_MESSAGE = 1 << 20
 
 
-def test_the_c_constants_match_what_they_stand_for() -> None:
-    # Compiled, they are C integers Python cannot see; the source (which the
-    # build compiles) is checked here.
-    if not hasattr(packets, "_EAGER"):
-        pytest.skip("compiled: the constants are C globals")
-    assert (packets._EAGER, packets._RENDEZVOUS, packets._HELLO_KIND) == (
-        Kind.EAGER,
-        Kind.RENDEZVOUS,
-        Kind.HELLO,
-    )
-    assert packets._HEADER_SIZE == HEADER_SIZE
+class FakeLane:
+    """A queue pair's packet lane, on bytes: sends wait in flight until
+    :meth:`deliver` lands them in the peer's posted receive slots."""
+
+    def __init__(self, send_depth: int) -> None:
+        self.send_depth = send_depth
+        self.posted: collections.deque[int] = collections.deque()
+        self.in_flight: list[tuple[int, bytes]] = []
+        self.side: Side
+        self.peer: FakeLane
+        self.broken = False
+
+    def send(self, slot: int, length: int) -> None:
+        if self.broken:
+            raise RdmaError("the fake queue pair is broken")
+        assert len(self.in_flight) < self.send_depth, "posted past the send queue's room"
+        size = self.side.size
+        self.in_flight.append((slot, bytes(self.side.send[slot * size : slot * size + length])))
+
+    def recv(self, slot: int) -> None:
+        assert slot not in self.posted, f"receive slot {slot} posted twice"
+        self.posted.append(slot)
+
+    def send_room(self) -> bool:
+        return len(self.in_flight) < self.send_depth
+
+    def deliver(self) -> int:
+        """Land every packet in flight at the peer, in order; how many went."""
+        went = self.in_flight
+        self.in_flight = []
+        peer = self.peer.side
+        for slot, data in went:
+            assert self.peer.posted, "a packet met an empty receive queue"
+            landing = self.peer.posted.popleft()
+            start = landing * peer.size
+            peer.recv[start : start + len(data)] = data
+            peer.packets.arrived(landing, len(data))
+            self.side.packets.sent(slot)
+        return len(went)
+
+
+class Side:
+    """One channel side's packet core, its slots, lane and what it reported."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, *, window: int = 4, control: int = 4,
+        size: int = 256, send_slots: int = 8, send_depth: int = 8, refuse_hello: bool = False,
+    ) -> None:  # fmt: skip
+        self.size = size
+        self.refuse_hello = refuse_hello
+        self.send = bytearray(send_slots * size)
+        self.recv = bytearray((window + control) * size)
+        self.events: list[tuple[Event, object]] = []
+        self.packets = Packets(
+            self.report, window, control, send_slots, None, memoryview(self.send),
+            memoryview(self.recv), size, MAX_MESSAGE, Stats("channel"), None, loop,
+        )  # fmt: skip
+        self.lane = FakeLane(send_depth)
+        self.lane.side = self
+        self.packets.attach(self.lane)
+        self.packets.post_receives()
+
+    def report(self, event: Event, value: object) -> None:
+        self.events.append((event, value))
+        if event in (Event.FAILED, Event.BROKEN) or (event == Event.HEARD and self.refuse_hello):
+            self.packets.fail()
+
+    def reported(self, event: Event) -> list[object]:
+        return [value for kind, value in self.events if kind == event]
+
+
+def _pair(
+    loop: asyncio.AbstractEventLoop, b_size: int | None = None, **sizes: int
+) -> tuple[Side, Side]:
+    """Two sides of ``sizes`` (b's buffers of ``b_size`` if given) whose HELLOs went and landed."""
+    a = Side(loop, **sizes)  # type: ignore[arg-type]
+    b = Side(loop, **{**sizes, "size": b_size or sizes.get("size", 256)})  # type: ignore[arg-type]
+    a.lane.peer, b.lane.peer = b.lane, a.lane
+    for side in (a, b):
+        assert side.packets.send_hello(MAX_MESSAGE, Hello(side.size, "").pack())
+    _flush(a, b)
+    return a, b
+
+
+def _settled(side: Side) -> None:
+    """Nothing is lost: every receive slot is posted again, every send slot free."""
+    assert sorted(side.lane.posted) == list(range(len(side.recv) // side.size))
+    assert len(side.packets.state.free_slots) == len(side.send) // side.size
+
+
+def _flush(*sides: Side) -> None:
+    """Deliver until nothing is in flight on any side."""
+    while sum(side.lane.deliver() for side in sides):
+        pass
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def _receive_all(side: Side) -> list[bytes]:
+    got = []
+    while (body := side.packets.take_eager(None)) is not None:
+        assert isinstance(body, bytes)
+        got.append(body)
+    return got
+
+
+def test_hello_fits_each_side_to_the_smaller_buffers_and_announces_the_limit(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    a, b = _pair(loop, size=512, b_size=256)
+    assert a.packets.eager_limit == b.packets.eager_limit == 256 - HEADER_SIZE
+    assert [hello.buffer_size for hello in a.reported(Event.HEARD)] == [256]  # type: ignore[attr-defined]
+    assert [hello.buffer_size for hello in b.reported(Event.HEARD)] == [512]  # type: ignore[attr-defined]
+    assert a.packets.peer_max_message == b.packets.peer_max_message == MAX_MESSAGE
+
+
+def test_small_messages_flow_in_order_and_a_slow_receiver_holds_the_sender(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The sender spends one credit a message and stops when the window is
+    spent; the receiver's takes return the credits and a credit update
+    brings them back. Everything arrives once, in order, and no packet
+    meets an empty receive queue (the fake lane checks)."""
+    a, b = _pair(loop, window=4)
+    sent, got = 0, []
+    for _ in range(30):
+        while a.packets.send_eager(b"", b"m%03d" % sent, 4):
+            sent += 1
+        assert a.packets.try_send(Kind.EAGER, 0, 1, None, b"", b"x") == NO_CREDIT
+        _flush(a, b)
+        got += _receive_all(b)
+        _flush(a, b)  # the credit update
+    assert sent > 30 * 3  # the credits came back every round
+    assert got == [b"m%03d" % i for i in range(sent)]
+    _settled(a)
+    _settled(b)
+    assert a.reported(Event.FAILED) == b.reported(Event.BROKEN) == []
+
+
+def test_a_message_goes_into_the_callers_buffer(loop: asyncio.AbstractEventLoop) -> None:
+    a, b = _pair(loop)
+    assert a.packets.send_eager(b"hd", b"payload", 7)
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None
+    assert b.packets.head(arrival) == b"hd"
+    assert b.packets.take_eager(bytearray(3)) is None  # too short: left queued
+    into = bytearray(10)
+    assert b.packets.take_eager(into) == 7
+    assert into[:7] == b"payload"
+    assert b.packets.first() is None
+
+
+def test_a_full_send_queue_holds_a_packet_and_a_credit_update_waits_for_room(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    a, b = _pair(loop, window=4, send_depth=2)
+    assert a.packets.try_send(Kind.EAGER, 0, 1, None, b"", b"1") == POSTED
+    assert a.packets.try_send(Kind.EAGER, 0, 1, None, b"", b"2") == POSTED
+    assert a.packets.try_send(Kind.EAGER, 0, 1, None, b"", b"3") == NO_ROOM
+    assert not a.packets.send_eager(b"", b"3", 1)
+    _flush(a, b)
+    b.lane.in_flight = [(0, b"")] * 2  # b's send queue is full (nothing real in it)
+    assert _receive_all(b) == [b"1", b"2"]
+    assert b.reported(Event.WAIT_ROOM) == [None]  # half the window is owed
+    assert b.packets.room_pending
+    b.lane.in_flight = []
+    b.packets.room_came()
+    assert not b.packets.room_pending
+    assert [header_kind(data) for _, data in b.lane.in_flight] == [Kind.CREDIT]
+
+
+def header_kind(packet: bytes) -> Kind:
+    return Header.unpack(packet, MAX_MESSAGE).kind
+
+
+def _send_medium(side: Side, body: bytes) -> int:
+    """What :func:`aiordma.channel.medium.send_medium` does while credit
+    lasts: the MEDIUM packet, then PIECEs; returns how far it got."""
+    room = side.packets.eager_limit
+    assert side.packets.try_send(Kind.MEDIUM, 0, len(body), None, b"h", body[: room - 1]) == POSTED
+    return side.packets.send_pieces(memoryview(body), room - 1, len(body))
+
+
+def test_a_medium_message_larger_than_the_window_flows_piece_by_piece(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Ten packets' worth through a window of four: each piece taken gives
+    its buffer back at once, so the rest can come."""
+    a, b = _pair(loop, window=4)
+    body = bytes(range(256)) * 8
+    offset = _send_medium(a, body)
+    assert offset < len(body)  # the window stopped it
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None
+    assert arrival.header.kind == Kind.MEDIUM
+    target = memoryview(bytearray(len(body)))
+    head, filled = b.packets.begin_medium(arrival, target)
+    assert head == b"h"
+    for _ in range(50):
+        filled = b.packets.take_pieces(arrival, target, filled)
+        _flush(a, b)  # credits back to a
+        offset = a.packets.send_pieces(memoryview(body), offset, len(body))
+        _flush(a, b)
+        if filled == len(body):
+            break
+    assert filled == len(body)
+    assert bytes(target) == body
+    b.packets.consumed()
+    assert b.packets.first() is None
+    _flush(a, b)
+    _settled(a)
+    _settled(b)
+
+
+def test_a_cancelled_medium_receive_keeps_what_it_copied(loop: asyncio.AbstractEventLoop) -> None:
+    a, b = _pair(loop, window=8)
+    body = b"abcdefgh" * 100
+    assert _send_medium(a, body) == len(body)
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None
+    target = memoryview(bytearray(len(body)))
+    head, filled = b.packets.begin_medium(arrival, target)
+    b.packets.keep_taken(arrival, head, target, filled)  # cancelled here
+    again = memoryview(bytearray(len(body)))
+    head, resumed = b.packets.begin_medium(arrival, again)
+    assert (head, resumed) == (b"h", filled)
+    assert b.packets.take_pieces(arrival, again, resumed) == len(body)
+    assert bytes(again) == body
+
+
+def test_a_failed_side_keeps_what_arrived_whole(loop: asyncio.AbstractEventLoop) -> None:
+    """Small messages and whole MEDIUM ones stay readable after a failure,
+    as TCP keeps what it received; one still missing pieces does not."""
+    a, b = _pair(loop, window=16, send_slots=16)
+    assert a.packets.send_eager(b"", b"first", 5)
+    whole = b"w" * 600
+    assert _send_medium(a, whole) == len(whole)
+    assert a.packets.send_eager(b"k", b"second", 6)
+    _flush(a, b)
+    partial = b"p" * 2000
+    _send_medium(a, partial)
+    a.lane.in_flight.pop()  # its last piece never comes
+    _flush(a, b)
+    b.packets.fail()
+    assert b.packets.failed
+    bodies = []
+    while (arrival := b.packets.first()) is not None:
+        head = b.packets.head(arrival)
+        bodies.append((head, b.packets.small_body(arrival, None)))
+        b.packets.consumed()
+    assert bodies == [(b"", b"first"), (b"h", whole), (b"k", b"second")]
+    assert b.packets.queued() == 1  # the message missing a piece is not readable
+    assert a.packets.send_eager(b"", b"late", 4)
+    _flush(a, b)
+    assert b.packets.queued() == 1  # nothing is read after the failure
+
+
+def test_a_large_message_taken_owes_its_sender_a_done_that_ends_its_exposure(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    a, b = _pair(loop)
+    remote = RemoteBuffer(0x1000, 5000, 7)
+    assert a.packets.try_send(Kind.RENDEZVOUS, 9, 5000, remote, b"hd", None) == POSTED
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None
+    assert (arrival.header.remote, b.packets.head(arrival)) == (remote, b"hd")
+    b.packets.read_started(arrival)
+    b.packets.consumed()
+    assert b.reported(Event.DONE_DUE) == [9]
+    assert b.packets.try_send(Kind.DONE, 9, 0, None, b"", None) == POSTED
+    _flush(a, b)
+    assert a.reported(Event.ENDED) == [9]
+
+
+def test_a_revoke_during_a_read_is_answered_once_the_read_stops(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    a, b = _pair(loop)
+    remote = RemoteBuffer(0x1000, 5000, 7)
+    assert a.packets.try_send(Kind.RENDEZVOUS, 3, 5000, remote, b"", None) == POSTED
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None
+    b.packets.read_started(arrival)
+    assert a.packets.try_send(Kind.REVOKE, 3, 0, None, b"", None) == POSTED
+    _flush(a, b)
+    assert b.packets.acks() == []  # reading: not answered yet
+    b.packets.read_stopped(arrival)
+    assert b.packets.acks() == [3]
+    assert arrival.revoked
+
+
+def test_a_malformed_packet_is_reported_as_broken(loop: asyncio.AbstractEventLoop) -> None:
+    _, b = _pair(loop)
+    slot = b.lane.posted.popleft()  # a packet lands there: garbage
+    b.recv[slot * b.size : slot * b.size + HEADER_SIZE] = b"\xff" * HEADER_SIZE
+    b.packets.arrived(slot, HEADER_SIZE)
+    (error,) = b.reported(Event.BROKEN)
+    assert isinstance(error, ProtocolError)
+    assert b.packets.failed
+
+
+def test_a_failed_post_fails_the_side_and_frees_its_slot(loop: asyncio.AbstractEventLoop) -> None:
+    a, _ = _pair(loop)
+    a.lane.broken = True
+    free = len(a.packets.state.free_slots)
+    with pytest.raises(RdmaError):
+        a.packets.send_eager(b"", b"x", 1)
+    assert len(a.packets.state.free_slots) == free
+    (error,) = a.reported(Event.FAILED)
+    assert isinstance(error, RdmaError)
+    assert a.packets.failed
+    assert not a.packets.send_eager(b"", b"x", 1)
+
+
+def test_a_hello_the_shell_refuses_is_not_applied(loop: asyncio.AbstractEventLoop) -> None:
+    """A peer speaking another protocol: the shell fails the side when told
+    of its HELLO, and the HELLO's limit and grants are never taken in."""
+    a, b = Side(loop), Side(loop, refuse_hello=True)
+    a.lane.peer, b.lane.peer = b.lane, a.lane
+    assert a.packets.send_hello(MAX_MESSAGE, Hello(a.size, "other").pack())
+    _flush(a, b)
+    assert b.packets.failed
+    assert b.packets.peer_max_message is None
+    assert b.packets.credits() == Side(loop).packets.credits()  # no grant taken in

@@ -43,7 +43,7 @@ async def pool_server(
 
 
 def _credits(channel: MessageChannel) -> SharedDataCredits:
-    data = channel._state.data
+    data = channel._packets.state.data
     assert isinstance(data, SharedDataCredits)
     return data
 

@@ -1,4 +1,4 @@
-"""A message channel's protocol state (no device): arrivals, exposures, credits."""
+"""A message channel's protocol state (no device): arrivals, revocations, credits."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from aiordma.exceptions import ProtocolError, ProtocolMismatchError
 from aiordma.verbs.memory import RemoteBuffer
 
 
-def _fresh(max_exposed: int = 1000) -> ChannelState:
-    return ChannelState(window=8, control_window=4, max_exposed=max_exposed)
+def _fresh() -> ChannelState:
+    return ChannelState(window=8, control_window=4)
 
 
-def _state(max_exposed: int = 1000) -> ChannelState:
+def _state() -> ChannelState:
     """A side that said HELLO and heard the peer's (same windows)."""
-    state = _fresh(max_exposed)
+    state = _fresh()
     slot, _ = _sent(state.hello(1 << 20, 4))
     state.sent(slot)
     _control(state, Header(Kind.HELLO, 8, 4 << 32 | 8, 1 << 20, control_credits=1))
@@ -48,69 +48,12 @@ def _rendezvous(msg_id: int, length: int = 100) -> Header:
     return Header(Kind.RENDEZVOUS, 0, msg_id, length, RemoteBuffer(0x1000, length, 7))
 
 
-def test_done_ends_the_exposure_it_names_and_frees_its_bytes() -> None:
-    state = _state(max_exposed=300)
-    first, second = state.expose(200), state.expose(100)
-    assert state.exposed_bytes == 300
-    assert not state.room_for(1)
-    assert _control(state, Header(Kind.DONE, 0, first)) == first
-    assert state.exposed_bytes == 100
-    assert state.room_for(200)
-    assert not state.room_for(201)
-    assert list(state.exposed) == [second]
-
-
-def test_done_for_a_message_never_exposed_is_a_protocol_error() -> None:
+def test_done_reports_the_message_it_names_and_done_for_zero_is_refused() -> None:
+    """Whether the id was exposed is the ledger's to say (tests/channel/test_ledger.py)."""
     state = _state()
-    with pytest.raises(ProtocolError, match="not exposed"):
-        _control(state, Header(Kind.DONE, 0, 42))
-
-
-def test_a_revoked_message_stays_counted_until_the_peer_answers() -> None:
-    """The peer may be reading a message when its sender revokes it: the
-    exposure ends at the DONE that answers the REVOKE (or crossed it)."""
-    state = _state()
-    msg_id = state.expose(50)
-    assert state.revoke(msg_id)
-    assert state.exposed_bytes == 50
-    assert not state.revoke(msg_id)  # revoked already
-    assert _control(state, Header(Kind.DONE, 0, msg_id)) == msg_id
-    assert state.exposed_bytes == 0
-    with pytest.raises(ProtocolError):  # a second DONE is not accepted
-        _control(state, Header(Kind.DONE, 0, msg_id))
-
-
-def test_an_unanswered_revoke_is_forgotten_once() -> None:
-    state = _state()
-    msg_id = state.expose(50)
-    state.revoke(msg_id)
-    assert state.forget_revoked(msg_id)
-    assert state.exposed_bytes == 0
-    assert not state.forget_revoked(msg_id)
-    with pytest.raises(ProtocolError):
-        _control(state, Header(Kind.DONE, 0, msg_id))
-    other = state.expose(20)
-    state.revoke(other)
-    assert state.clear_exposures() == [other]
-    assert state.exposed_bytes == 0
-
-
-def test_withdrawn_send_stops_counting_without_awaiting_a_done() -> None:
-    state = _state()
-    msg_id = state.expose(70)
-    assert state.withdraw(msg_id)
-    assert state.exposed_bytes == 0
-    assert not state.withdraw(msg_id)
-    with pytest.raises(ProtocolError):
-        _control(state, Header(Kind.DONE, 0, msg_id))
-
-
-def test_clearing_exposures_on_failure_returns_every_id() -> None:
-    state = _state()
-    ids = [state.expose(10) for _ in range(3)]
-    assert sorted(state.clear_exposures()) == ids
-    assert state.exposed_bytes == 0
-    assert state.exposed == {}
+    assert _control(state, Header(Kind.DONE, 0, 42)) == 42
+    with pytest.raises(ProtocolError, match="message 0"):
+        _control(state, Header(Kind.DONE, 0, 0))
 
 
 def test_a_revoke_of_a_message_not_being_read_is_answered_at_once() -> None:
@@ -193,7 +136,7 @@ def test_packets_carry_the_credits_owed_and_spend_theirs() -> None:
     for slot in range(3):
         _queue(state, slot, Header(Kind.EAGER, 0, 0, 5))
         state.take()
-    _control(state, Header(Kind.DONE, 0, state.expose(10)))
+    _control(state, Header(Kind.DONE, 0, 1))
     _, eager = _sent(state.send(Kind.EAGER, 0, 5, None, head_length=2))
     # 3 data buffers; 2 control ones (the peer's HELLO and the DONE)
     assert (eager.kind, eager.length, eager.head_length) == (Kind.EAGER, 5, 2)
@@ -243,7 +186,7 @@ def test_control_credits_go_back_once_half_the_control_window_is_owed() -> None:
     assert state.update() is None
     _control(state, Header(Kind.CONTROL_CREDIT, 0))  # owed 2 of 4, not because of data
     assert state.update() is None
-    _control(state, Header(Kind.DONE, 0, state.expose(1)))
+    _control(state, Header(Kind.DONE, 0, 1))
     _, update = _sent(state.update())
     assert (update.kind, update.control_credits) == (Kind.CONTROL_CREDIT, 3)
 
@@ -292,16 +235,13 @@ def test_after_a_failure_taken_buffers_are_not_counted_back() -> None:
 
 
 def test_peers_naming_different_protocols_are_refused_and_plain_takes_any() -> None:
-    state = _fresh()
     with pytest.raises(ProtocolMismatchError) as info:
-        state.heard(Hello(4096, "aiordma.streams"), "aiordma.rpc", "192.0.2.1:7")
+        Hello(4096, "aiordma.streams").check_protocol("aiordma.rpc", "192.0.2.1:7")
     assert (info.value.ours, info.value.theirs) == ("aiordma.rpc", "aiordma.streams")
     assert "192.0.2.1:7 speaks 'aiordma.streams'" in str(info.value)
     assert "this side 'aiordma.rpc'" in str(info.value)
-    assert state.peer_buffer_size is None
-    state.heard(Hello(4096, "aiordma.streams"), "", "the peer")
-    assert state.peer_buffer_size == 4096
-    _fresh().heard(Hello(256, ""), "aiordma.rpc", "the peer")
+    Hello(4096, "aiordma.streams").check_protocol("", "the peer")
+    Hello(256, "").check_protocol("aiordma.rpc", "the peer")
 
 
 class _Side:
@@ -309,7 +249,7 @@ class _Side:
     and packets sent whose completions have not come."""
 
     def __init__(self, window: int, control_window: int) -> None:
-        self.state = ChannelState(window, control_window, max_exposed=1000)
+        self.state = ChannelState(window, control_window)
         self.posted = window + control_window
         self.unsettled: list[int] = []
         self.to_send = 0
@@ -377,20 +317,6 @@ def test_two_sides_driven_by_the_events_exchange_everything_in_order(seed: int) 
     for side in (a, b):
         assert side.posted == side.state.buffers  # every buffer went back
         assert len(side.state.free_slots) == side.state.send_slots
-
-
-def test_the_c_kind_constants_match_the_enum() -> None:
-    from aiordma.channel import state
-
-    # Compiled, they are C integers Python cannot see; the source is checked here.
-    if not hasattr(state, "_EAGER"):
-        pytest.skip("compiled: the constants are C globals")
-    constants = (state._EAGER, state._RENDEZVOUS, state._DONE, state._CONTROL_CREDIT_KIND,
-                 state._REVOKE, state._HELLO_KIND, state._MEDIUM, state._PIECE)  # fmt: skip
-    kinds = (Kind.EAGER, Kind.RENDEZVOUS, Kind.DONE, Kind.CONTROL_CREDIT, Kind.REVOKE, Kind.HELLO,
-             Kind.MEDIUM, Kind.PIECE)  # fmt: skip
-    assert constants == kinds
-    assert state._HEADER_SIZE == HEADER_SIZE
 
 
 def _medium(state: ChannelState, slot: int, length: int, first: int, head: int = 0) -> None:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -236,11 +235,11 @@ async def test_authenticated_echo(lab: Lab, guarded: Guarded) -> None:
     assert guarded.prepared == [conn.local_address]
 
 
-async def _refused_quickly(lab: Lab, port: int, **kwargs: object) -> aiordma.AuthenticationError:
-    start = time.monotonic()
+async def _refused(lab: Lab, port: int, **kwargs: object) -> aiordma.AuthenticationError:
+    """The handshake's verdict: an AuthenticationError, never the 10 s
+    ``timeout`` (a TimeoutError) of a handshake left hanging."""
     with pytest.raises(aiordma.AuthenticationError) as caught:
         await aiordma.connect(lab.addr, port, timeout=10, **kwargs)  # type: ignore[arg-type]
-    assert time.monotonic() - start < 5
     return caught.value
 
 
@@ -256,9 +255,9 @@ async def test_wrong_key_and_no_key_are_refused(
     lab: Lab, guarded: Guarded, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "aiordma")
-    wrong = await _refused_quickly(lab, guarded.port, auth=OTHER)
+    wrong = await _refused(lab, guarded.port, auth=OTHER)
     assert "did not check" in str(wrong)
-    missing = await _refused_quickly(lab, guarded.port)
+    missing = await _refused(lab, guarded.port)
     assert "requires authentication" in str(missing)
     assert missing.reason == 28  # consumer-defined rejection
     assert guarded.prepared == []
@@ -276,7 +275,7 @@ async def test_wrong_key_and_no_key_are_refused(
 async def test_client_refuses_a_server_without_auth(lab: Lab) -> None:
     served: list[aiordma.Connection] = []
     async with await aiordma.start_server(served.append, lab.addr, 0) as plain:
-        error = await _refused_quickly(lab, plain.addresses[0][1], auth=KEY)
+        error = await _refused(lab, plain.addresses[0][1], auth=KEY)
         assert "offered none" in str(error)
     assert served == []
 
@@ -350,7 +349,7 @@ async def test_replayed_handshake_is_refused_both_ways(
     async with await aiordma.start_server(
         lambda conn: None, lab.addr, 0, accept=lambda request: record["accept"]
     ) as fake:
-        error = await _refused_quickly(lab, fake.addresses[0][1], auth=KEY)
+        error = await _refused(lab, fake.addresses[0][1], auth=KEY)
         assert "did not check" in str(error)
     await _still_serving(lab, guarded)
 
@@ -367,9 +366,10 @@ async def test_unproven_clients_get_nothing(
     """A well-formed request, then no proof, a truncated one or garbage."""
     request = b"aRA\x01" + os.urandom(16) + b"\0"
     intruder = Intruder()
-    start = time.monotonic()
-    await intruder.attempt(lab, guarded.port, request, first)
-    assert time.monotonic() - start < 8  # handshake_timeout is 3 s
+    await intruder.attempt(lab, guarded.port, request, first)  # the server drops it
+    # By its verdict, or (silent) by its handshake_timeout of 3 s: a failed set-up.
+    counters = guarded.server.stats()["counters"]
+    assert counters.get("auth_failed", 0) + counters.get("setup_failed", 0) == 1, counters
     assert intruder.arrived == []
     assert guarded.prepared == []
     assert guarded.served == []
@@ -379,7 +379,7 @@ async def test_unproven_clients_get_nothing(
 @pytest.mark.asyncio
 async def test_garbage_private_data_is_refused(lab: Lab, guarded: Guarded) -> None:
     for garbage in (os.urandom(56), b"aRA\x07" + os.urandom(52), b"aRA\x01" + b"\xff" * 52):
-        error = await _refused_quickly(lab, guarded.port, private_data=garbage)
+        error = await _refused(lab, guarded.port, private_data=garbage)
         assert error.reason == 28
     assert guarded.prepared == []
     assert guarded.served == []

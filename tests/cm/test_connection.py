@@ -6,7 +6,6 @@ import asyncio
 import errno
 import ipaddress
 import signal
-import time
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -153,10 +152,8 @@ async def test_nothing_listening_is_refused(lab: Lab) -> None:
 async def test_unanswered_connect_times_out_and_leaves_nothing(lab: Lab) -> None:
     silent = str(ipaddress.ip_address(lab.addr) + 1)  # on the lab's dummy link: no one answers
     before = rdma_counts(lab.device)
-    started = time.monotonic()
-    with pytest.raises(TimeoutError, match="timed out"):
+    with pytest.raises(TimeoutError, match=r"timed out after 1\.0 s"):  # its own timeout
         await aiordma.connect(silent, 7471, timeout=1.0)
-    assert time.monotonic() - started < 1.0 + 2.0
     assert rdma_counts(lab.device) == before
 
 

@@ -375,7 +375,8 @@ async def _replies_revoked(channel: aiordma.MessageChannel, count: int, seconds:
     """Wait until ``count`` replies have arrived on a raw client ``channel``
     and every one was revoked (its sender's exposure_timeout passed)."""
     async with asyncio.timeout(seconds):
-        while len(channel._state.ready) < count or not all(a.revoked for a in channel._state.ready):
+        ready = channel._packets.state.ready
+        while len(ready) < count or not all(arrival.revoked for arrival in ready):
             await channel._changed()
 
 

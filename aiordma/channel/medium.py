@@ -1,0 +1,67 @@
+"""Sending a MEDIUM message: too large for one packet, copied through the send slots.
+
+Its first packet (MEDIUM) carries the head and the body's first bytes;
+PIECEs bring the rest, each copied into a send slot as credit allows, so
+nothing is registered or exposed for it (larger bodies go by
+:mod:`~aiordma.channel.rendezvous`). The receiving side's half is
+:meth:`~aiordma.channel.packets.Packets.begin_medium` and
+:meth:`~aiordma.channel.packets.Packets.take_pieces`.
+
+Once the first packet went the message goes whole: cancelled, the rest is
+copied and sent by a task that holds the send turn until it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiordma.channel._tasks import spawn
+from aiordma.channel.buffers import Body, buffer_view
+from aiordma.channel.packets import Packets
+from aiordma.channel.sender import Sender
+from aiordma.channel.wire import Kind
+from aiordma.exceptions import RdmaError, ResourceClosedError
+
+log = logging.getLogger(__name__)
+
+
+async def send_medium(sender: Sender, packets: Packets, head: bytes, data: Body, size: int) -> None:
+    """Send ``head`` and ``data`` (``size`` bytes) as one MEDIUM message."""
+    await sender.take_turn()
+    handed = False
+    try:
+        with buffer_view(data) as view:
+            offset = 0
+            try:
+                room = packets.eager_limit - len(head)
+                await sender.post(Kind.MEDIUM, 0, size, None, head, view[:room])
+                offset = room
+                while offset < size:
+                    offset = packets.send_pieces(view, offset, size)  # what can go now
+                    if offset < size:  # wait for what it needs, then send one
+                        piece = view[offset : offset + packets.eager_limit]
+                        await sender.post(Kind.PIECE, 0, len(piece), None, b"", piece)
+                        offset += len(piece)
+            except asyncio.CancelledError:
+                if offset:  # begun: the peer must get all of it
+                    spawn(_finish(sender, packets, bytes(view[offset:size])))
+                    handed = True
+                raise
+    finally:
+        if not handed:
+            sender.end_turn()
+
+
+async def _finish(sender: Sender, packets: Packets, rest: bytes) -> None:
+    """The end of a MEDIUM message whose send was cancelled; ends the send turn."""
+    try:
+        view, offset = memoryview(rest), 0
+        while offset < len(rest):
+            piece = view[offset : offset + packets.eager_limit]
+            await sender.post(Kind.PIECE, 0, len(piece), None, b"", piece)
+            offset += len(piece)
+    except (RdmaError, ResourceClosedError, ConnectionError) as exc:
+        log.debug("could not finish a cancelled message: %r", exc)
+    finally:
+        sender.end_turn()

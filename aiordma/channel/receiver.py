@@ -1,0 +1,135 @@
+"""A message channel's receive turn: taking queued messages, whatever their size.
+
+A small message waiting at the head of the queue is taken without a turn
+(:meth:`~aiordma.channel.packets.Packets.take_eager`, or the channel's
+fast path through :meth:`Receiver.chosen`). Anything else takes the
+receive turn, so messages are taken whole and in order: a small or saved
+one is copied out, a MEDIUM one piece by piece as its PIECEs arrive, a
+large one read by :class:`~aiordma.channel.rendezvous.Reader` where the
+receiver chose.
+
+Call order: ``in_turn`` (any number at once: they queue), or ``chosen ->
+Packets.small_body -> Packets.consumed`` for the head of the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiordma.channel.buffers import Into, buffer_length, buffer_view
+from aiordma.channel.packets import Packets
+from aiordma.channel.rendezvous import Reader
+from aiordma.channel.wire import Kind
+from aiordma.exceptions import BufferTooSmallError, MessageRevokedError
+
+if TYPE_CHECKING:
+    from aiordma.channel.state import Arrival
+
+Chooser = Callable[[bytes, int], "Into | None"]
+"""Where a message's body goes, from its head and length (None: a new object)."""
+
+
+class Receiver:
+    """Takes ``packets``' queued messages in turn; large bodies through
+    ``reader``. ``check()`` raises once the channel failed; ``idle()``
+    answers revocations once no read is in flight."""
+
+    def __init__(
+        self, packets: Packets, reader: Reader, check: Callable[[], None],
+        idle: Callable[[], None],
+    ) -> None:  # fmt: skip
+        self._packets = packets
+        self._reader = reader
+        self._check = check
+        self._idle = idle
+        self._lock = asyncio.Lock()
+
+    async def next_arrival(self) -> Arrival:
+        """The first queued message, once one is there (raises once the
+        channel failed and nothing that arrived before is left)."""
+        packets = self._packets
+        while (arrival := packets.first()) is None:
+            self._check()
+            await packets.changed()
+        return arrival
+
+    async def in_turn(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
+        """The next message as ``(head, body)`` (see
+        ``MessageChannel.recv_message_with_head``), once earlier receives are done."""
+        packets = self._packets
+        packets.turn(False, 1)
+        try:
+            async with self._lock:
+                return await self._take(choose)
+        finally:
+            packets.turn(False, -1)
+
+    async def _take(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
+        packets = self._packets
+        arrival = await self.next_arrival()
+        header = arrival.header
+        head, into = self.chosen(arrival, choose)
+        body: bytes | bytearray | int
+        if arrival.saved is not None or header.kind == Kind.EAGER:
+            body = packets.small_body(arrival, into)
+        elif header.kind == Kind.MEDIUM:
+            body = await self._take_pieces(arrival, into)
+        else:
+            landed = bytearray(header.length) if into is None else None
+            target = landed if landed is not None else into
+            assert header.remote is not None
+            assert target is not None
+            packets.read_started(arrival)
+            try:  # a buffer made for the message keeps no registration
+                await self._reader.read_body(header.remote, target, keep=landed is None)
+            except BaseException:
+                packets.read_stopped(arrival)
+                self._idle()
+                raise
+            body = landed if landed is not None else header.length
+        packets.consumed()
+        packets.count_received(header)
+        return head, body
+
+    def chosen(self, arrival: Arrival, choose: Chooser | None) -> tuple[bytes, Into | None]:
+        """The message's head and where its body goes (None: a new object);
+        raises for a revoked message (consuming it) or a buffer too small."""
+        header = arrival.header
+        head = self._packets.head(arrival)
+        if arrival.revoked:
+            self._packets.consumed()
+            raise MessageRevokedError(
+                f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
+                "before it was read: its send was cancelled or it was not read within "
+                "the sender's exposure_timeout",
+                head,
+            )
+        into = choose(head, header.length) if choose is not None else None
+        if into is not None and buffer_length(into) < header.length:
+            raise BufferTooSmallError(header.length, buffer_length(into))
+        return head, into
+
+    async def _take_pieces(self, arrival: Arrival, into: Into | None) -> bytearray | int:
+        """Copy a MEDIUM message's body out piece by piece, each buffer given
+        back (and its credit owed) as soon as it is copied, so a message
+        larger than the window flows. Cancelled, what was copied is kept,
+        and the next receive resumes from it."""
+        packets = self._packets
+        length = arrival.header.length
+        landed = bytearray(length) if into is None else None
+        with buffer_view(landed if landed is not None else into) as target:  # type: ignore[arg-type]
+            head, offset = packets.begin_medium(arrival, target)
+            try:
+                while offset < length:
+                    self._check()  # failed: the buffers are no longer readable
+                    if not packets.pieces_ready(arrival):
+                        await self._packets.changed()
+                        continue
+                    offset = packets.take_pieces(arrival, target, offset)
+            except BaseException:
+                if not packets.failed:  # cancelled: the next receive resumes
+                    packets.keep_taken(arrival, head, target, offset)
+                raise
+        return landed if landed is not None else length
