@@ -30,18 +30,16 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from aiordma.channel._tasks import spawn
 from aiordma.channel.buffers import Body, Into, body_length, check_into
-from aiordma.channel.credits import DataCredits
 from aiordma.channel.link import Link
 from aiordma.channel.medium import send_medium
 from aiordma.channel.options import ChannelKeywords, ChannelOptions
-from aiordma.channel.packets import Event, Packets
-from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.packets import Event
 from aiordma.channel.receiver import Chooser, Receiver
 from aiordma.channel.registrations import RegistrationCache
-from aiordma.channel.rendezvous import Exposure, Exposures, Reader
+from aiordma.channel.rendezvous import Exposure, Exposures
 from aiordma.channel.sender import Sender
+from aiordma.channel.slots import open_slots
 from aiordma.channel.wire import Hello, Kind
 from aiordma.cm.connection import Connection
 from aiordma.exceptions import (
@@ -49,12 +47,10 @@ from aiordma.exceptions import (
     MessageTooLargeError,
     ProtocolError,
     ProtocolMismatchError,
-    RdmaError,
     ResourceClosedError,
 )
+from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats
-from aiordma.verbs import Closable
-from aiordma.verbs.completion import check_loop
 from aiordma.verbs.memory import Access, MemoryRegion, Segment
 
 if TYPE_CHECKING:
@@ -96,83 +92,45 @@ class MessageChannel(Closable):
         self, conn: Link, options: ChannelOptions | None = None, /,
         **keywords: Unpack[ChannelKeywords],
     ) -> None:  # fmt: skip
-        qp = conn.qp
-        shared = qp.shared_receive
-        if shared is not None and not isinstance(shared, SharedReceiveQueue):
-            raise TypeError(
-                f"a message channel draws on an aiordma.SharedReceiveQueue, not {shared!r}"
-            )
         options = ChannelOptions.of(keywords, options or ChannelOptions())
-        layout = options.layout(
-            qp.options.recv_depth, qp.options.send_depth,
-            None if shared is None else shared.buffer_size,
-        )  # fmt: skip
-        window, max_message = options.window, options.max_message
-        size, control_window = layout.buffer_size, layout.control_window
         self.link: Link = conn
         """The connection (or other :class:`~aiordma.channel.link.Link`) the channel runs on."""
-        self.max_message = max_message
+        self.max_message = options.max_message
         self.protocol = options.protocol
         """What this channel carries (``""``: plain messages, any peer)."""
         self.exposure_timeout = options.exposure_timeout
         """Seconds a large message stays readable for the peer (None: no limit)."""
         self.medium_limit = options.medium_limit
         """Bodies up to this size travel by copy in several packets, not by rendezvous."""
-        self._qp = qp
+        self._qp = qp = conn.qp
         self._loop = qp.loop
-        self._hello = layout.hello
         self._peer_protocol: str | None = None
-        self._shared = shared
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
         self._stats = Stats("channel", self._gauges)
+        slots = open_slots(conn, options, self._stats, self._on_event, self._fail)
+        self._packets, self._shared, self._hello = slots.packets, slots.shared, slots.layout.hello
         # Kept registrations of the application's buffers: local only for
         # reads into them; a window exposes a kept one being sent.
-        self._kept_into = RegistrationCache(
-            conn, Access.LOCAL_WRITE, options.registration_cache, self._stats
-        )
-        self._kept_from = RegistrationCache(
-            conn, Access.MW_BIND, options.registration_cache, self._stats
-        )
-        data: DataCredits | None = None
-        if shared is not None:
-            data = shared.join(qp, self._on_packet, self._fail, window, control_window)
-            self._recv_mr = shared.mr
-        else:
-            self._recv_mr = conn.alloc((window + control_window) * size)
-        self._send_mr = conn.alloc(layout.send_slots * size)
-        # Views of both regions for the channel's life (the receive one until
-        # it fails): one view per packet would cost more than the copy.
-        self._packets = Packets(
-            self._on_event, window, control_window, layout.send_slots, data,
-            self._send_mr.view(scoped=True), self._recv_mr.view(scoped=shared is None), size,
-            max_message, self._stats, shared, self._loop,
-        )  # fmt: skip
-        # Packets go out of, and land in, fixed slots of the two regions.
-        self._lane = qp.open_lane(
-            self._send_mr, layout.send_slots, None if shared is not None else self._recv_mr,
-            0 if shared is not None else window + control_window, size,
-            self._packets.sent, self._packets.arrived, self._fail,
-        )  # fmt: skip
-        self._packets.attach(self._lane)
+        cache = options.registration_cache
+        self._kept_into = RegistrationCache(conn, Access.LOCAL_WRITE, cache, self._stats)
+        self._kept_from = RegistrationCache(conn, Access.MW_BIND, cache, self._stats)
         self._sender = Sender(self._packets, qp, self._stats, self._check)
         self._exposures = Exposures(
-            conn, layout.max_exposed, options.exposure_timeout, self._stats, check=self._check,
-            changed=self._changed, wake=self._packets.wake, send_control=self._sender.control_soon,
-            cache=self._kept_from,
+            conn, slots.layout.max_exposed, options.exposure_timeout, self._stats,
+            check=self._check, changed=self._changed, wake=self._packets.wake,
+            send_control=self._sender.control_soon, cache=self._kept_from,
         )  # fmt: skip
-        self._reader = Reader(conn, self._answer_revokes, self._kept_into, options.read_piece)
-        self._receiver = Receiver(self._packets, self._reader, self._check, self._answer_revokes)
+        self._receiver = Receiver(
+            self._packets, conn, self._kept_into, options.read_piece, self._check,
+            lambda msg_id: self._sender.control_soon(Kind.DONE, msg_id),
+        )  # fmt: skip
+        self._reader = self._receiver.reader
         conn.add_stats(self._stats)
 
     def stats(self) -> dict[str, Any]:
-        """This channel's metrics, as plain data (see :mod:`aiordma.metrics`):
-        ``messages_sent``/``_received``, ``bytes_sent``/``_received`` (bodies),
-        ``large_sent``/``_received`` (by rendezvous), ``credit_stalls`` (sends
-        that waited for credit), ``large_revoked``, ``exposure_timeouts`` and
-        ``registrations_reused`` (large messages that found their buffer's
-        registration kept); gauges ``exposed_bytes``, ``exposures``,
-        ``kept_registrations`` and ``kept_bytes``. The connection's
+        """This channel's metrics, as plain data (see :mod:`aiordma.metrics`;
+        the metrics guide lists them). The connection's
         :meth:`~aiordma.Connection.stats` includes them."""
         return self._stats.snapshot()
 
@@ -235,29 +193,13 @@ class MessageChannel(Closable):
         """Announce our max_message, windows and buffer size, and grant our
         first credits (both peers' receives are posted by now). It goes at
         once: nothing else may go before it."""
-        if self._error is not None and not isinstance(self._error, ProtocolMismatchError):
-            return
-        try:
-            if not self._packets.send_hello(self.max_message, self._hello):
-                spawn(self._post_hello_later())  # cannot be, on a fresh queue pair; never lose it
-                return
-        except (RdmaError, ResourceClosedError):
-            pass  # the channel failed
-        self._hello_went()
+        if self._error is None or isinstance(self._error, ProtocolMismatchError):
+            self._sender.hello(self.max_message, self._hello, self._hello_went, self._fail)
 
     def _hello_went(self) -> None:
         if isinstance(self._error, ProtocolMismatchError):
             self.link.close()  # the peer now learns of the mismatch from our HELLO too
         self._packets.wake()
-
-    async def _post_hello_later(self) -> None:
-        try:
-            await self._qp.wait_send_room()
-            if not self._packets.send_hello(self.max_message, self._hello):
-                raise ResourceClosedError("no room in the send queue for the channel's HELLO")
-        except (RdmaError, ResourceClosedError) as exc:
-            self._fail(exc)
-        self._hello_went()
 
     async def _peer_limit(self) -> int:
         """The peer's max_message (waiting for its announcement if need be)."""
@@ -280,7 +222,7 @@ class MessageChannel(Closable):
             if event == Event.DONE_DUE:
                 self._sender.control_soon(Kind.DONE, value)  # type: ignore[arg-type]
             elif event == Event.ANSWER:
-                self._answer_revokes()
+                self._receiver.answer_revokes()
             elif event == Event.ENDED:
                 self._exposures.ended(value)  # type: ignore[arg-type]
             elif event == Event.WAIT_ROOM:
@@ -294,15 +236,7 @@ class MessageChannel(Closable):
         except (ProtocolError, ValueError) as exc:
             self._protocol_error(exc)
 
-    def _answer_revokes(self) -> None:
-        """Tell the sender, by DONE, that revoked messages will not be read,
-        once no read is in flight (so no read can meet a revoked key)."""
-        if self._reader.busy or self._error is not None:
-            return
-        for msg_id in self._packets.acks():
-            self._sender.control_soon(Kind.DONE, msg_id)
-
-    # -- failing -------------------------------------------------------------
+    # -- waiting and failing -----------------------------------------------
 
     async def _changed(self) -> None:
         """Wait until credits, send slots, arrivals or the channel's state change."""
@@ -335,13 +269,6 @@ class MessageChannel(Closable):
         if self._packets.said_hello:
             self.link.close()
         # else: once our HELLO went (see _say_hello), so that the peer fails as we do
-
-    def _on_packet(self, index: int, error: BaseException | None, size: int) -> None:
-        """A packet landed in shared receive buffer ``index``, or failed to."""
-        if error is not None:
-            self._fail(error)
-            return
-        self._packets.arrived(index, size)
 
     # -- receiving ---------------------------------------------------------
 

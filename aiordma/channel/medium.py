@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiordma.channel._tasks import spawn
 from aiordma.channel.buffers import Body, buffer_view
 from aiordma.channel.packets import Packets
 from aiordma.channel.sender import Sender
 from aiordma.channel.wire import Kind
 from aiordma.exceptions import RdmaError, ResourceClosedError
+from aiordma.lifecycle import spawn
 
 log = logging.getLogger(__name__)
 

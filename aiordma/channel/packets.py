@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from aiordma.channel.link import Lane
 
     class SharedPool(Protocol):
+        @property
+        def closed(self) -> bool: ...
+
         def repost(self, index: int) -> None: ...
 else:
     try:
@@ -644,7 +647,11 @@ class Packets:
             return
         self.failed = True
         self.state.fail()
-        if self.recv_open and _usable(self.recv_view):
+        if (
+            self.recv_open
+            and _usable(self.recv_view)  # a region of its own: released with it
+            and (self._shared is None or not self._shared.closed)  # a pool's
+        ):
             for arrival in self.state.ready:
                 kind = arrival.header.code
                 if kind == _EAGER:

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiordma.channel.buffers import Into, buffer_length, buffer_view
+from aiordma.channel.link import Link
 from aiordma.channel.packets import Packets
+from aiordma.channel.registrations import RegistrationCache
 from aiordma.channel.rendezvous import Reader
 from aiordma.channel.wire import Kind
 from aiordma.exceptions import BufferTooSmallError, MessageRevokedError
@@ -32,19 +34,28 @@ Chooser = Callable[[bytes, int], "Into | None"]
 
 
 class Receiver:
-    """Takes ``packets``' queued messages in turn; large bodies through
-    ``reader``. ``check()`` raises once the channel failed; ``idle()``
-    answers revocations once no read is in flight."""
+    """Takes ``packets``' queued messages in turn; large bodies through its
+    :attr:`reader`, on ``link``, in pieces of ``read_piece`` bytes, keeping
+    registrations in ``cache``. ``check()`` raises once the channel failed;
+    ``send_done(msg_id)`` tells the sender a revoked message will not be read."""
 
     def __init__(
-        self, packets: Packets, reader: Reader, check: Callable[[], None],
-        idle: Callable[[], None],
+        self, packets: Packets, link: Link, cache: RegistrationCache, read_piece: int,
+        check: Callable[[], None], send_done: Callable[[int], None],
     ) -> None:  # fmt: skip
         self._packets = packets
-        self._reader = reader
+        self.reader = Reader(link, self.answer_revokes, cache, read_piece)
         self._check = check
-        self._idle = idle
+        self._send_done = send_done
         self._lock = asyncio.Lock()
+
+    def answer_revokes(self) -> None:
+        """Tell the sender, by DONE, that revoked messages will not be read,
+        once no read is in flight (so no read can meet a revoked key)."""
+        if self.reader.busy or self._packets.failed:
+            return
+        for msg_id in self._packets.acks():
+            self._send_done(msg_id)
 
     async def next_arrival(self) -> Arrival:
         """The first queued message, once one is there (raises once the
@@ -83,10 +94,10 @@ class Receiver:
             assert target is not None
             packets.read_started(arrival)
             try:  # a buffer made for the message keeps no registration
-                await self._reader.read_body(header.remote, target, keep=landed is None)
+                await self.reader.read_body(header.remote, target, keep=landed is None)
             except BaseException:
                 packets.read_stopped(arrival)
-                self._idle()
+                self.answer_revokes()
                 raise
             body = landed if landed is not None else header.length
         packets.consumed()

@@ -35,9 +35,9 @@ import collections
 import sys
 from typing import Any
 
-from aiordma.channel._tasks import spawn
 from aiordma.channel.link import Link
 from aiordma.exceptions import ResourceBusyError
+from aiordma.lifecycle import spawn
 from aiordma.metrics import Stats
 from aiordma.verbs.memory import Access, MemoryRegion, Segment, buffer_span
 

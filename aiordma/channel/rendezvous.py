@@ -27,7 +27,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from aiordma.channel._tasks import consume_outcome
 from aiordma.channel.buffers import Body, Into, buffer_view
 from aiordma.channel.ledger import Ledger
 from aiordma.channel.link import Link
@@ -35,6 +34,7 @@ from aiordma.channel.registrations import RegistrationCache, release_mr
 from aiordma.channel.sender import Sender
 from aiordma.channel.wire import Kind
 from aiordma.exceptions import ExposureTimeoutError, ResourceBusyError
+from aiordma.lifecycle import consume_outcome
 from aiordma.metrics import Stats
 from aiordma.verbs.completion import WorkCompletion
 from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment

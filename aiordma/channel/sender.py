@@ -17,11 +17,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from aiordma.channel._tasks import spawn
 from aiordma.channel.buffers import Body
 from aiordma.channel.packets import NO_ROOM, POSTED, Packets
 from aiordma.channel.wire import Kind
 from aiordma.exceptions import RdmaError, ResourceClosedError
+from aiordma.lifecycle import spawn
 from aiordma.metrics import Stats
 from aiordma.verbs.memory import RemoteBuffer
 from aiordma.verbs.queue_pair import QueuePair
@@ -85,6 +85,33 @@ class Sender:
                 stalled = True
                 self._stats.add("credit_stalls")
             await packets.changed()
+
+    def hello(
+        self, max_message: int, hello: bytes, went: Callable[[], None],
+        failed: Callable[[BaseException], None],
+    ) -> None:  # fmt: skip
+        """Post our HELLO now (or once the send queue has room, which a fresh
+        queue pair always has), then call ``went()``; ``failed`` is told if
+        it cannot go later."""
+        try:
+            if not self._packets.send_hello(max_message, hello):
+                spawn(self._hello_later(max_message, hello, went, failed))
+                return
+        except (RdmaError, ResourceClosedError):
+            pass  # the channel failed (the packets reported it)
+        went()
+
+    async def _hello_later(
+        self, max_message: int, hello: bytes, went: Callable[[], None],
+        failed: Callable[[BaseException], None],
+    ) -> None:  # fmt: skip
+        try:
+            await self._qp.wait_send_room()
+            if not self._packets.send_hello(max_message, hello):
+                raise ResourceClosedError("no room in the send queue for the channel's HELLO")
+        except (RdmaError, ResourceClosedError) as exc:
+            failed(exc)
+        went()
 
     def control_soon(self, kind: Kind, msg_id: int) -> None:
         """Send a DONE or REVOKE from a task of its own."""

@@ -80,12 +80,12 @@ class Kind(enum.IntEnum):
 
 
 # The kinds as C integers, for typed code (compiled, comparing with these is
-# one machine instruction; with the enum, a call).
-_EAGER = cython.declare(cython.int, 1)
-_RENDEZVOUS = cython.declare(cython.int, 2)
-_HELLO_KIND = cython.declare(cython.int, 7)
-_MEDIUM = cython.declare(cython.int, 8)
-_PIECE = cython.declare(cython.int, 9)
+# one machine instruction; with the enum, a call), taken from the enum.
+_EAGER = cython.declare(cython.int, Kind.EAGER)
+_RENDEZVOUS = cython.declare(cython.int, Kind.RENDEZVOUS)
+_HELLO_KIND = cython.declare(cython.int, Kind.HELLO)
+_MEDIUM = cython.declare(cython.int, Kind.MEDIUM)
+_PIECE = cython.declare(cython.int, Kind.PIECE)
 
 LAST_CREDIT: Final = 1
 """Flag: this data packet spent the sender's last data credit (a receiver

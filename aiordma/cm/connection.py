@@ -26,8 +26,8 @@ from aiordma.exceptions import (
     ResourceBusyError,
     ResourceClosedError,
 )
+from aiordma.lifecycle import Closable
 from aiordma.metrics import Stats, merged
-from aiordma.verbs import Closable
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
 from aiordma.verbs.queue_pair import QueuePair, SendOp

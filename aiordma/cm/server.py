@@ -63,9 +63,8 @@ from aiordma.exceptions import (
     ResourceClosedError,
     WrongLoopError,
 )
+from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats, merged
-from aiordma.verbs import Closable
-from aiordma.verbs.completion import check_loop
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import MemoryRegion
 from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions

@@ -25,12 +25,11 @@ from aiordma.exceptions import (
     ProtocolMismatchError,
     ResourceClosedError,
 )
+from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, parse_error_body
-from aiordma.verbs import Closable
-from aiordma.verbs.completion import check_loop
 from aiordma.verbs.device import Device
 from aiordma.verbs.queue_pair import QueuePairOptions
 

@@ -102,8 +102,8 @@ class Frame:
 
 
 _KINDS: Final = {int(k): k for k in FrameKind}
-_REQUEST = cython.declare(cython.int, 1)  # FrameKind.REQUEST
-_FRAME_SIZE = cython.declare(cython.Py_ssize_t, 12)  # _FRAME.size (tests/rpc/test_frames.py)
+_REQUEST = cython.declare(cython.int, FrameKind.REQUEST)  # C integers for typed code
+_FRAME_SIZE = cython.declare(cython.Py_ssize_t, _FRAME.size)
 
 
 def error_body(type_name: str, message: str) -> bytes:

@@ -6,10 +6,7 @@ queues. Nothing here knows rdma_cm or messages; ``_driver`` is the compile
 boundary (the C core or pyverbs), chosen once.
 """
 
-from aiordma.verbs._closing import Closable
-
-Closable.__module__ = __name__  # documented, and linked as a base, from here
-__all__ = ["Closable", "per_message_path"]
+__all__ = ["per_message_path"]
 
 
 def per_message_path() -> str:

@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aiordma import _ibv
 from aiordma.exceptions import DeviceError, ResourceBusyError
 from aiordma.verbs.memory import MemoryRegion
 
@@ -81,8 +82,8 @@ else:
     except ImportError:  # no Cython: the declarations below mean nothing
         from aiordma import _cython_shim as cython
 
-_WR_SEND = cython.declare(cython.int, 2)  # _ibv.WR_SEND
-_SIGNALED = cython.declare(cython.int, 2)  # _ibv.SEND_SIGNALED
+_WR_SEND = cython.declare(cython.int, _ibv.WR_SEND)  # C integers for typed code
+_SIGNALED = cython.declare(cython.int, _ibv.SEND_SIGNALED)
 
 Sent = Callable[[int], None]
 Arrived = Callable[[int, int], None]

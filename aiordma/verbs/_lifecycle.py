@@ -10,7 +10,7 @@ child takes it from its owner once and gives it back once.
 Call order of a child: ``_adopt -> [_lease_cq] -> ... -> _release_cq -> _disown``,
 or ``_adopt -> _owner_closing`` when its device closes first.
 
-How each object closes is :mod:`aiordma.verbs._closing`'s.
+How each object closes is :mod:`aiordma.lifecycle`'s.
 """
 
 from __future__ import annotations

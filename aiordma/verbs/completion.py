@@ -21,7 +21,6 @@ import itertools
 import logging
 import os
 import socket
-import threading
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -36,8 +35,8 @@ from aiordma.exceptions import (
     DeviceError,
     RemoteAccessError,
     ResourceClosedError,
-    WrongLoopError,
 )
+from aiordma.lifecycle import check_loop
 from aiordma.verbs import _driver
 from aiordma.verbs._driver.base import ACK_BATCH, POLL_BATCH
 from aiordma.verbs._driver.handles import create_with_fd
@@ -49,7 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["ACK_BATCH", "DEFAULT_POLL", "DRAIN_BUDGET", "POLL_BATCH", "SPIN_SLICE",
-           "CompletionHandler", "CompletionQueue", "Opcode", "WorkCompletion", "check_loop",
+           "CompletionHandler", "CompletionQueue", "Opcode", "WorkCompletion",
            "completion_error", "to_work_completion"]  # fmt: skip
 
 DRAIN_BUDGET = 256
@@ -104,40 +103,6 @@ class WorkCompletion:
     qp_num: int
     atomic_value: int | None = None
     """For atomics: the 64-bit value the remote word held before the operation."""
-
-
-_checked: tuple[weakref.ref[asyncio.AbstractEventLoop], int] | None = None
-"""The loop :func:`check_loop` last confirmed, and the thread it runs in."""
-
-
-def check_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Raise WrongLoopError unless called from ``loop`` (what a resource is bound to).
-
-    On the per-message path this runs for every operation, and on Python
-    3.11 ``asyncio.get_running_loop()`` makes a ``getpid`` system call each
-    time (tens of microseconds under emulation). So once a loop has been
-    confirmed running in a thread, a call from that thread while that loop
-    is running is taken as coming from it: a thread runs one loop at a time.
-    """
-    global _checked
-    checked = _checked
-    if (
-        checked is not None
-        and checked[0]() is loop
-        and checked[1] == threading.get_ident()
-        and loop.is_running()
-    ):
-        return
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is not loop:
-        raise WrongLoopError(
-            "this object belongs to another event loop; create it (or open the "
-            "device) on the loop that uses it"
-        )
-    _checked = (weakref.ref(loop), threading.get_ident())
 
 
 def _comp_channel(context: Context) -> CompChannel:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, MemoryLimitError, ResourceClosedError
-from aiordma.verbs._closing import Closable, CloseWaiters
+from aiordma.lifecycle import Closable, CloseWaiters
 from aiordma.verbs._lifecycle import Child, Children
 from aiordma.verbs.attributes import DeviceAttributes
 from aiordma.verbs.completion import CompletionQueue

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, overload
 
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import ResourceBusyError, ResourceClosedError
+from aiordma.lifecycle import Closable, CloseWaiters
 from aiordma.verbs._buffer import BufferExport
-from aiordma.verbs._closing import Closable, CloseWaiters
 
 if TYPE_CHECKING:
     from pyverbs.mr import MR

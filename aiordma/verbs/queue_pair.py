@@ -25,7 +25,7 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
-from aiordma.verbs._closing import Closable
+from aiordma.lifecycle import Closable
 from aiordma.verbs._engine import (
     RECV_WR_CACHE,
     SIGNAL_FRACTION,

@@ -27,9 +27,9 @@ from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
+from aiordma.lifecycle import Closable
 from aiordma.metrics import Stats
 from aiordma.verbs import _driver
-from aiordma.verbs._closing import Closable
 from aiordma.verbs._driver.base import QPDriver, SRQDriver
 from aiordma.verbs.completion import CompletionQueue, completion_error
 from aiordma.verbs.device import Device

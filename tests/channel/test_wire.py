@@ -145,19 +145,3 @@ def test_malformed_hello_announcements_are_refused(data: bytes, message: str) ->
 def test_a_protocol_name_is_bounded() -> None:
     with pytest.raises(ValueError, match="exceeds 32 bytes"):
         Hello(4096, "x" * (MAX_PROTOCOL + 1)).pack()
-
-
-def test_the_c_kind_constants_match_the_enum() -> None:
-    from aiordma.channel import wire
-
-    # Typed code compares with these. Compiled, they are C integers Python
-    # cannot see; the source (which the build compiles) is checked here.
-    if not hasattr(wire, "_EAGER"):
-        pytest.skip("compiled: the constants are C globals")
-    assert (wire._EAGER, wire._RENDEZVOUS, wire._HELLO_KIND, wire._MEDIUM, wire._PIECE) == (
-        Kind.EAGER,
-        Kind.RENDEZVOUS,
-        Kind.HELLO,
-        Kind.MEDIUM,
-        Kind.PIECE,
-    )

@@ -1,0 +1,80 @@
+"""Setting up a message channel's packet path: its slots, packet core and lane.
+
+A channel's packets go out of fixed send slots of one registered region and
+land in fixed receive slots of another (or of a shared receive queue's
+pool); :func:`open_slots` sizes both from the channel's options and the
+queue pair (checking them), registers them, and joins a
+:class:`~aiordma.channel.packets.Packets` core to the queue pair's packet
+lane. The channel is what remains: the async shell over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from aiordma.channel.credits import DataCredits
+from aiordma.channel.link import Lane, Link
+from aiordma.channel.options import ChannelOptions, Layout
+from aiordma.channel.packets import Packets, Report
+from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.metrics import Stats
+from aiordma.verbs.memory import MemoryRegion
+
+
+class Slots(NamedTuple):
+    """What :func:`open_slots` set up."""
+
+    packets: Packets
+    lane: Lane
+    layout: Layout
+    shared: SharedReceiveQueue | None
+
+
+def open_slots(
+    conn: Link, options: ChannelOptions, stats: Stats, report: Report,
+    failed: Callable[[BaseException], None],
+) -> Slots:  # fmt: skip
+    """Register ``conn``'s slots for ``options`` and join their packet core
+    (telling ``report`` what the shell must do) to a lane of its queue
+    pair; ``failed`` is told when the lane or the shared receive queue
+    stops. ValueError or TypeError names an option that cannot work."""
+    qp = conn.qp
+    shared = qp.shared_receive
+    if shared is not None and not isinstance(shared, SharedReceiveQueue):
+        raise TypeError(f"a message channel draws on an aiordma.SharedReceiveQueue, not {shared!r}")
+    layout = options.layout(
+        qp.options.recv_depth, qp.options.send_depth,
+        None if shared is None else shared.buffer_size,
+    )  # fmt: skip
+    window, control_window, size = layout.window, layout.control_window, layout.buffer_size
+    data: DataCredits | None = None
+    recv_mr: MemoryRegion | None = None
+
+    def on_packet(index: int, error: BaseException | None, size: int) -> None:
+        """A packet landed in shared receive buffer ``index``, or failed to."""
+        if error is not None:
+            failed(error)
+        else:
+            packets.arrived(index, size)
+
+    if shared is not None:
+        data = shared.join(qp, on_packet, failed, window, control_window)
+        recv_view = shared.mr.view()
+    else:
+        recv_mr = conn.alloc((window + control_window) * size)
+        recv_view = recv_mr.view(scoped=True)
+    send_mr = conn.alloc(layout.send_slots * size)
+    # Views of both regions for the channel's life (the receive one until it
+    # fails): one view per packet would cost more than the copy. Scoped
+    # views are released when their region is, so it can be unmapped.
+    packets = Packets(
+        report, window, control_window, layout.send_slots, data, send_mr.view(scoped=True),
+        recv_view, size, options.max_message, stats, shared, qp.loop,
+    )  # fmt: skip
+    lane = qp.open_lane(
+        send_mr, layout.send_slots, recv_mr, 0 if recv_mr is None else window + control_window,
+        size, packets.sent, packets.arrived, failed,
+    )  # fmt: skip
+    packets.attach(lane)
+    return Slots(packets, lane, layout, shared)
