@@ -110,6 +110,7 @@ class MessageChannel(Closable):
         self._stats = Stats("channel", self._gauges)
         slots = open_slots(conn, options, self._stats, self._on_event, self._fail)
         self._packets, self._shared, self._hello = slots.packets, slots.shared, slots.layout.hello
+        self._regions = slots.regions  # the link deregisters them while they live
         # Kept registrations of the application's buffers: local only for
         # reads into them; a window exposes a kept one being sent.
         cache = options.registration_cache

@@ -29,6 +29,9 @@ class Slots(NamedTuple):
     lane: Lane
     layout: Layout
     shared: SharedReceiveQueue | None
+    regions: tuple[MemoryRegion, ...]
+    """The send and (unless shared) receive regions: their owner keeps them,
+    so they are deregistered with the link, releasing the views of them."""
 
 
 def open_slots(
@@ -77,4 +80,6 @@ def open_slots(
         size, packets.sent, packets.arrived, failed,
     )  # fmt: skip
     packets.attach(lane)
-    return Slots(packets, lane, layout, shared)
+    return Slots(
+        packets, lane, layout, shared, (send_mr,) if recv_mr is None else (send_mr, recv_mr)
+    )
