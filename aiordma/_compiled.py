@@ -16,8 +16,10 @@ instead when
   their source, since compiled modules use each other's C declarations
   (``cimport``), which a module run from source does not have.
 
-Nothing else in the package asks which way a module runs: the two are the
-same code. This module imports nothing of the package (``setup.py`` loads
+The verbs driver core (``aiordma/verbs/_driver/_core.pyx``, C with no pure
+twin) is decided here too, by :func:`load_core`, under the same
+``AIORDMA_PURE``. Nothing else in the package asks which way a module runs:
+the two are the same code. This module imports nothing of the package (``setup.py`` loads
 it by path to learn :data:`MODULES`).
 """
 
@@ -54,6 +56,22 @@ interpreter in the lab's emulated guests (docs/decisions/0006).
 
 STAMP_SUFFIX: Final = ".source"
 """Beside each extension: the SHA-256 (hex) of the source it was built from."""
+
+
+def load_core(name: str, abi: int, rebuild: str) -> tuple[ModuleType | None, str]:
+    """The compiled driver core ``name`` if it is to run (not forced pure,
+    built, and of interface version ``abi``; ``rebuild`` says how to mend a
+    stale one), and a line saying which path runs and why. Imported by
+    name: this module imports nothing of the package at import time."""
+    if forced_pure():
+        return None, f"pure Python (forced by {PURE_ENV})"
+    try:
+        core = importlib.import_module(name)
+    except ImportError as exc:
+        return None, f"pure Python (the compiled core is not built: {exc})"
+    if getattr(core, "ABI", None) != abi:
+        return None, f"pure Python (the compiled core is stale: {rebuild})"
+    return core, f"compiled ({name})"
 
 
 def forced_pure() -> bool:

@@ -23,9 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiordma.channel.channel import MessageChannel
-from aiordma.channel.open import open_channel, start_channel_server
-from aiordma.cm.server import Server
+from aiordma.channel import MessageChannel, Server, open_channel, start_channel_server
 from aiordma.exceptions import RdmaError
 
 log = logging.getLogger(__name__)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.link import Link
-from aiordma.channel.options import ChannelOptions
+from aiordma.channel.options import ChannelKeywords, ChannelOptions, TuningKeywords
 from aiordma.channel.pool import SharedReceiveQueue
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connect import connect as connect_rdma
@@ -25,6 +25,16 @@ from aiordma.cm.server import start_server as start_rdma_server
 from aiordma.exceptions import ConnectionLostError
 from aiordma.verbs.device import Device
 from aiordma.verbs.queue_pair import QueuePairOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+class OpenKeywords(TuningKeywords, total=False):
+    """What the layers above forward to :func:`~aiordma.open_channel` besides its
+    channel options (for typing ``**``)."""
+
+    shared_receive: SharedReceiveQueue | None
 
 
 async def prepare_channel(conn: Link) -> MessageChannel:
@@ -40,7 +50,7 @@ async def prepare_channel(conn: Link) -> MessageChannel:
 
 
 def channel_factory(
-    then: Prepare | None = None, /, **options: Any
+    then: Prepare | None = None, /, **options: Unpack[ChannelKeywords]
 ) -> Callable[[Connection], Awaitable[MessageChannel]]:
     """The ``prepare`` hook that gives each connection a :class:`MessageChannel`
     with ``options`` (its keyword arguments) in ``conn.prepared``, then runs
@@ -65,7 +75,7 @@ def channel_factory(
 
 
 def check_options(
-    options: dict[str, Any],
+    options: Mapping[str, Any],
     qp_options: QueuePairOptions | None = None,
     shared: SharedReceiveQueue | None = None,
 ) -> None:
@@ -93,7 +103,7 @@ async def open_channel(
     prepare: Prepare | None = None,
     auth: PresharedKey | bytes | None = None,
     shared_receive: SharedReceiveQueue | None = None,
-    **channel_options: Any,
+    **channel_options: Unpack[ChannelKeywords],
 ) -> MessageChannel:
     """Connect and return the connection's :class:`MessageChannel`, like
     :func:`asyncio.open_connection` returns a stream.
@@ -164,7 +174,7 @@ async def start_channel_server(
     auth: PresharedKey | bytes | None = None,
     shared_receive: SharedReceiveQueue | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    **channel_options: Any,
+    **channel_options: Unpack[ChannelKeywords],
 ) -> Server:
     """Like :func:`aiordma.start_server`, handing each client's
     :class:`MessageChannel` to ``client_connected_cb``.

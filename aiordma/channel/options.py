@@ -190,8 +190,10 @@ class ChannelOptions:
 _NAMES = frozenset(field.name for field in dataclasses.fields(ChannelOptions))
 
 
-class ChannelKeywords(TypedDict, total=False):
-    """:class:`ChannelOptions`' fields as keyword arguments (for typing ``**``)."""
+class TuningKeywords(TypedDict, total=False):  # (a TypedDict cannot be made from a dataclass)
+    """:class:`ChannelOptions`' fields but ``protocol``, as keyword arguments
+    (for typing ``**``): what a layer that sets the protocol itself lets its
+    callers tune."""
 
     window: int
     control_window: int | None
@@ -200,10 +202,15 @@ class ChannelKeywords(TypedDict, total=False):
     max_exposed: int | None
     exposure_timeout: float | None
     send_slots: int | None
-    protocol: str
     medium_limit: int
     registration_cache: int
     read_piece: int
+
+
+class ChannelKeywords(TuningKeywords, total=False):
+    """:class:`ChannelOptions`' fields as keyword arguments (for typing ``**``)."""
+
+    protocol: str
 
 
 def _check_int(name: str, value: object) -> None:

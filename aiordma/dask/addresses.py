@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 
-from aiordma.verbs.discovery import find_roce_endpoint
+from aiordma.channel import find_roce_endpoint
 
 
 def rdma_host(family: int = 4) -> str:

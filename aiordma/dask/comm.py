@@ -26,9 +26,14 @@ from distributed.comm.core import (
 from distributed.comm.utils import from_frames, to_frames
 from distributed.utils import nbytes
 
-from aiordma.channel.channel import MessageChannel
-from aiordma.channel.open import open_channel, start_channel_server
-from aiordma.cm.server import ConnectionRequest, RejectConnection, Server
+from aiordma.channel import (
+    ConnectionRequest,
+    MessageChannel,
+    RejectConnection,
+    Server,
+    open_channel,
+    start_channel_server,
+)
 from aiordma.dask import wire
 from aiordma.dask.addresses import rdma_host
 from aiordma.dask.config import Settings, settings

@@ -30,7 +30,7 @@ from typing import Any
 import dask.config
 from dask.utils import parse_bytes, parse_timedelta
 
-from aiordma.cm.auth import PresharedKey
+from aiordma.channel import PresharedKey
 
 PREFIX = "distributed.comm.rdma"
 

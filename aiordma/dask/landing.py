@@ -26,8 +26,7 @@ import threading
 import weakref
 from typing import Any
 
-from aiordma.verbs.device import Device
-from aiordma.verbs.memory import Access, MemoryRegion, Segment
+from aiordma.channel import Access, Device, MemoryRegion, Segment
 
 SMALLEST = 512 << 10
 """The smallest block: frames below this are copied through the channel's

@@ -9,15 +9,21 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiordma import metrics
+from aiordma.channel import (
+    Connection,
+    Device,
+    MessageChannel,
+    OpenKeywords,
+    Prepare,
+    PresharedKey,
+    QueuePairOptions,
+    channel_of,
+    open_channel,
+)
 from aiordma.channel.buffers import Into, buffer_length, buffer_view, check_into
-from aiordma.channel.channel import MessageChannel
-from aiordma.channel.open import channel_of, open_channel
-from aiordma.channel.options import DEFAULT_MAX_MESSAGE
-from aiordma.cm.auth import PresharedKey
-from aiordma.cm.connection import Connection, Prepare
 from aiordma.exceptions import (
     BufferTooSmallError,
     MessageRevokedError,
@@ -30,8 +36,9 @@ from aiordma.metrics import Stats
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, parse_error_body
-from aiordma.verbs.device import Device
-from aiordma.verbs.queue_pair import QueuePairOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
 
@@ -315,14 +322,13 @@ async def connect(
     port: int,
     *,
     codec: Codec | None = None,
-    max_message: int = DEFAULT_MAX_MESSAGE,
     private_data: bytes = b"",
     timeout: float | None = 10.0,  # noqa: ASYNC109  (as aiordma.connect)
     device: Device | None = None,
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
     auth: PresharedKey | bytes | None = None,
-    **channel_options: Any,
+    **channel_options: Unpack[OpenKeywords],
 ) -> Client:
     """Connect to an RPC server (see :func:`aiordma.rpc.start_server`).
 
@@ -342,7 +348,6 @@ async def connect(
         options=options,
         prepare=prepare,
         auth=auth,
-        max_message=max_message,
         protocol=PROTOCOL,
         **channel_options,
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from aiordma.channel import MemoryRegion, Segment
 from aiordma.channel.buffers import Body
-from aiordma.verbs.memory import MemoryRegion, Segment
 
 
 class Codec(Protocol):

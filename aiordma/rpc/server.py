@@ -11,15 +11,22 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from aiordma import metrics
-from aiordma.channel.channel import MessageChannel
-from aiordma.channel.open import channel_of, start_channel_server
-from aiordma.channel.options import DEFAULT_MAX_MESSAGE
-from aiordma.cm.auth import PresharedKey
-from aiordma.cm.connection import Connection, Prepare
-from aiordma.cm.server import Accept, Server
+from aiordma.channel import (
+    Accept,
+    Connection,
+    Device,
+    MessageChannel,
+    OpenKeywords,
+    Prepare,
+    PresharedKey,
+    QueuePairOptions,
+    Server,
+    channel_of,
+    start_channel_server,
+)
 from aiordma.exceptions import (
     CompletionError,
     MessageRevokedError,
@@ -33,8 +40,9 @@ from aiordma.metrics import Stats
 from aiordma.rpc._eager import start_eagerly
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, error_body
-from aiordma.verbs.device import Device
-from aiordma.verbs.queue_pair import QueuePairOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
 
@@ -339,14 +347,13 @@ async def start_server(
     host: str | None = None,
     port: int = 0,
     *,
-    max_message: int = DEFAULT_MAX_MESSAGE,
     accept: Accept | None = None,
     backlog: int = 128,
     device: Device | None = None,
     options: QueuePairOptions | None = None,
     prepare: Prepare | None = None,
     auth: PresharedKey | bytes | None = None,
-    **channel_options: Any,
+    **channel_options: Unpack[OpenKeywords],
 ) -> Server:
     """Serve ``service`` on ``host``/``port``, like :func:`aiordma.start_server`.
 
@@ -373,7 +380,6 @@ async def start_server(
         options=options,
         prepare=prepare,
         auth=auth,
-        max_message=max_message,
         protocol=PROTOCOL,
         **channel_options,
     )

@@ -11,6 +11,7 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,11 +19,15 @@ import aiordma
 from aiordma import Access
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import channel_factory, prepare_channel
+from aiordma.channel.options import ChannelKeywords
 from aiordma.channel.rendezvous import STAGED_READ_LIMIT
 from aiordma.channel.wire import Header, Kind
 from aiordma.exceptions import BufferTooSmallError, MessageTooLargeError, ProtocolError
 from aiordma.metrics import Stats
 from tests.conftest import Lab, rdma_counts, start_peer_server
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def _payload(i: int, size: int) -> bytes:
@@ -42,7 +47,9 @@ async def exposures_ended(channel: MessageChannel) -> None:
 
 
 @asynccontextmanager
-async def channel_to(lab: Lab, handler: Handler, **options: int) -> AsyncIterator[MessageChannel]:
+async def channel_to(
+    lab: Lab, handler: Handler, **options: Unpack[ChannelKeywords]
+) -> AsyncIterator[MessageChannel]:
     """A channel to an in-process server running ``handler`` on each connection."""
     prepare = channel_factory(**options)
     async with await aiordma.start_server(handler, lab.addr, 0, prepare=prepare) as server:
@@ -219,7 +226,7 @@ async def test_medium_messages_are_copied_in_pieces_and_register_nothing(
     """Bodies above the eager limit and up to ``medium_limit`` travel as
     packets through the registered slots, even when they are many windows
     long; the next size up goes by rendezvous."""
-    options = {"window": 4, "buffer_size": 1024, "medium_limit": 40_000}
+    options: ChannelKeywords = {"window": 4, "buffer_size": 1024, "medium_limit": 40_000}
     async with channel_to(lab, echo, **options) as channel:
         registered: list[object] = []
         register = channel.conn.register

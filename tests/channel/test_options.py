@@ -8,6 +8,7 @@ issue 41 saw), not as the ValueError or TypeError naming the option.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,12 +16,15 @@ import pytest
 
 import aiordma
 from aiordma import rpc, streams
+from aiordma.channel.open import OpenKeywords
 from aiordma.channel.options import (
     DEFAULT_BUFFER,
     DEFAULT_CONTROL_WINDOW,
     DEFAULT_WINDOW,
     SHARED_SEND_SLOTS,
+    ChannelKeywords,
     ChannelOptions,
+    TuningKeywords,
 )
 from aiordma.channel.wire import MIN_BUFFER
 
@@ -126,3 +130,12 @@ async def test_sizes_are_checked_against_the_queue_pair_options_given() -> None:
             window=8,
             control_window=4,
         )
+
+
+def test_the_keyword_types_name_every_option_once() -> None:
+    """``**`` is typed by TypedDicts that must list ChannelOptions' fields:
+    all of them for a channel, all but ``protocol`` for the layers above."""
+    fields = {field.name for field in dataclasses.fields(ChannelOptions)}
+    assert ChannelKeywords.__optional_keys__ == fields
+    assert TuningKeywords.__optional_keys__ == fields - {"protocol"}
+    assert OpenKeywords.__optional_keys__ == fields - {"protocol"} | {"shared_receive"}

@@ -2,19 +2,19 @@
 
 The compiled core (``_core``, Cython, built when a compiler and the verbs
 headers are there) drains completion queues and posts work requests in C.
-Without it, or with ``AIORDMA_PURE=1`` in the environment, or for an object
-whose C handle was not found, the pure driver (:mod:`.pure`) does the same
-work through pyverbs. The selectors below always return a driver; nothing
+Whether it runs is decided where every compiled-or-pure choice is,
+:mod:`aiordma._compiled`: not with ``AIORDMA_PURE=1`` in the environment,
+nor when it is not built or stale. Without it, or for an object whose C
+handle was not found, the pure driver (:mod:`.pure`) does the same work
+through pyverbs. The selectors below always return a driver; nothing
 above this package asks which one it got.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING, Final
 
-from aiordma._compiled import PURE_ENV, forced_pure
+from aiordma._compiled import PURE_ENV, load_core
 from aiordma.verbs._driver.base import CQDriver, QPDriver, SRQDriver
 from aiordma.verbs._driver.handles import official_handle
 from aiordma.verbs._driver.pure import PureCQDriver, PureQPDriver, PureSRQDriver
@@ -35,20 +35,7 @@ REBUILD: Final = "reinstall aiordma with pip, which rebuilds it, or run ./dev se
 """What to do about a build older than its source, for pip users and checkouts alike."""
 
 
-def _load() -> tuple[ModuleType | None, str]:
-    if forced_pure():
-        return None, f"pure Python (forced by {PURE_ENV})"
-    try:
-        # By name: the import-layering check cannot see inside an extension.
-        _core = importlib.import_module("aiordma.verbs._driver._core")
-    except ImportError as exc:
-        return None, f"pure Python (the compiled core is not built: {exc})"
-    if getattr(_core, "ABI", None) != ABI:
-        return None, f"pure Python (the compiled core is stale: {REBUILD})"
-    return _core, "compiled (aiordma.verbs._driver._core)"
-
-
-core, path = _load()
+core, path = load_core("aiordma.verbs._driver._core", ABI, REBUILD)
 """The compiled module (None on the pure path), and a line saying which path runs and why."""
 
 
