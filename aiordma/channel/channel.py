@@ -28,7 +28,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aiordma.channel.buffers import Body, Into, body_length, check_into
 from aiordma.channel.link import Link
@@ -218,22 +218,23 @@ class MessageChannel(Closable):
     # -- what the packets report -------------------------------------------
 
     def _on_event(self, event: Event, value: object) -> None:
-        """What :class:`Packets` says must be done (see :class:`Event`)."""
+        """What :class:`Packets` says must be done (see :class:`Event`, which
+        says what ``value`` is for each)."""
         try:
             if event == Event.DONE_DUE:
-                self._sender.control_soon(Kind.DONE, value)  # type: ignore[arg-type]
+                self._sender.control_soon(Kind.DONE, cast(int, value))
             elif event == Event.ANSWER:
                 self._receiver.answer_revokes()
             elif event == Event.ENDED:
-                self._exposures.ended(value)  # type: ignore[arg-type]
+                self._exposures.ended(cast(int, value))
             elif event == Event.WAIT_ROOM:
                 self._sender.update_later()
             elif event == Event.HEARD:
-                self._heard(value)  # type: ignore[arg-type]
+                self._heard(cast(Hello, value))
             elif event == Event.FAILED:
-                self._fail(value)  # type: ignore[arg-type]
-            else:
-                self._protocol_error(value)  # type: ignore[arg-type]
+                self._fail(cast(BaseException, value))
+            else:  # BROKEN
+                self._protocol_error(cast(Exception, value))
         except (ProtocolError, ValueError) as exc:
             self._protocol_error(exc)
 

@@ -36,14 +36,14 @@ from aiordma.channel.credits import DataCredits
 from aiordma.channel.state import Arrival, ChannelState
 from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
 from aiordma.exceptions import ProtocolError, RdmaError, ResourceClosedError
-from aiordma.metrics import Stats
-from aiordma.verbs.memory import RemoteBuffer
 
 if TYPE_CHECKING:
     from typing import Protocol
 
     from aiordma import _cython_shim as cython
     from aiordma.channel.link import Lane
+    from aiordma.metrics import Stats
+    from aiordma.verbs.memory import RemoteBuffer
 
     class SharedPool(Protocol):
         @property
@@ -96,6 +96,7 @@ NO_ROOM = 1
 """:meth:`Packets.try_send`: the send queue is full."""
 NO_CREDIT = 2
 """:meth:`Packets.try_send`: no send slot or no credit for it yet."""
+_POSTED = cython.declare(cython.int, POSTED)
 
 
 @cython.cfunc
@@ -269,15 +270,10 @@ class Packets:
         """Send a message of one packet (``head`` and ``body`` of ``size``
         bytes, which fit) now, if nobody waits ahead and the send queue, a
         send slot and a credit are there; False if it must wait its turn."""
-        if self.senders or self.failed or not self.lane.send_room():  # type: ignore[union-attr]
+        if self.senders or self.failed:
             return False
-        packet = self.state.send(Kind.EAGER, 0, size, None, len(head))
-        if packet is None:
+        if self.try_send(Kind.EAGER, 0, size, None, head, body) != _POSTED:
             return False
-        slot: cython.int
-        header: Header
-        slot, header = packet
-        self.post(slot, header, head, body)
         self._stats.count("messages_sent", "bytes_sent", size)
         return True
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from aiordma.channel.packets import NO_CREDIT, NO_ROOM, POSTED, Event, Packets
+from aiordma.channel.state import Arrival
 from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
 from aiordma.exceptions import ProtocolError, RdmaError
 from aiordma.metrics import Stats
@@ -290,17 +291,24 @@ def test_a_failed_side_keeps_what_arrived_whole(loop: asyncio.AbstractEventLoop)
     assert b.packets.queued() == 1  # nothing is read after the failure
 
 
+def _announced(a: Side, b: Side, msg_id: int, head: bytes) -> Arrival:
+    """``a`` announces a large message (RENDEZVOUS); it arrives at ``b``,
+    which starts reading it."""
+    remote = RemoteBuffer(0x1000, 5000, 7)
+    assert a.packets.try_send(Kind.RENDEZVOUS, msg_id, 5000, remote, head, None) == POSTED
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None
+    assert (arrival.header.remote, b.packets.head(arrival)) == (remote, head)
+    b.packets.read_started(arrival)
+    return arrival
+
+
 def test_a_large_message_taken_owes_its_sender_a_done_that_ends_its_exposure(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
     a, b = _pair(loop)
-    remote = RemoteBuffer(0x1000, 5000, 7)
-    assert a.packets.try_send(Kind.RENDEZVOUS, 9, 5000, remote, b"hd", None) == POSTED
-    _flush(a, b)
-    arrival = b.packets.first()
-    assert arrival is not None
-    assert (arrival.header.remote, b.packets.head(arrival)) == (remote, b"hd")
-    b.packets.read_started(arrival)
+    _announced(a, b, 9, b"hd")
     b.packets.consumed()
     assert b.reported(Event.DONE_DUE) == [9]
     assert b.packets.try_send(Kind.DONE, 9, 0, None, b"", None) == POSTED
@@ -312,12 +320,7 @@ def test_a_revoke_during_a_read_is_answered_once_the_read_stops(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
     a, b = _pair(loop)
-    remote = RemoteBuffer(0x1000, 5000, 7)
-    assert a.packets.try_send(Kind.RENDEZVOUS, 3, 5000, remote, b"", None) == POSTED
-    _flush(a, b)
-    arrival = b.packets.first()
-    assert arrival is not None
-    b.packets.read_started(arrival)
+    arrival = _announced(a, b, 3, b"")
     assert a.packets.try_send(Kind.REVOKE, 3, 0, None, b"", None) == POSTED
     _flush(a, b)
     assert b.packets.acks() == []  # reading: not answered yet
