@@ -74,11 +74,10 @@ def cluster(protocol: str, host: str, workers: int = 2, nanny: bool = True) -> I
                             "--port", "0", "--scheduler-file", str(scheduler_file),
                             *common])  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT
-        while not scheduler_file.exists():
+        while (address := _written_address(scheduler_file)) is None:
             if procs[0].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the scheduler did not start:\n{_tail(tmp)}")
             time.sleep(0.2)
-        address: str = json.loads(scheduler_file.read_text())["address"]
         for i in range(workers):
             start(f"worker{i}", [*_dask(), "worker", address, "--host", host,
                                  "--nthreads", "1", "--memory-limit", "0",
@@ -107,6 +106,16 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _written_address(scheduler_file: Path) -> str | None:
+    """The scheduler's address once its file is there and whole (the
+    scheduler writes it in place: it may be seen empty or cut short)."""
+    try:
+        address: str = json.loads(scheduler_file.read_text())["address"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return None
+    return address
 
 
 def _tail(tmp: Path) -> str:
