@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 
 from aiordma.channel.buffers import Body, Into, buffer_view
 from aiordma.channel.credits import DataCredits
-from aiordma.channel.state import Arrival, ChannelState
+from aiordma.channel.state import Arrival as Arrival  # (the records the shell reads)
+from aiordma.channel.state import ChannelState
 from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
 from aiordma.exceptions import ProtocolError, RdmaError, ResourceClosedError
 

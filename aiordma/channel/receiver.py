@@ -27,7 +27,7 @@ from aiordma.channel.wire import Kind
 from aiordma.exceptions import BufferTooSmallError, MessageRevokedError
 
 if TYPE_CHECKING:
-    from aiordma.channel.state import Arrival
+    from aiordma.channel.packets import Arrival
 
 Chooser = Callable[[bytes, int], "Into | None"]
 """Where a message's body goes, from its head and length (None: a new object)."""
