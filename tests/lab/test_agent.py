@@ -20,6 +20,10 @@ from aiordma.exceptions import LabError
 from aiordma.lab.remote import Fabric, poll_until
 
 
+STARTUP = 180
+"""Seconds an agent may take to start (it answers at once once it runs)."""
+
+
 @pytest_asyncio.fixture
 async def local_fabric(tmp_path: Path) -> AsyncIterator[Fabric]:
     """A Fabric whose 'host 2' is an agent process on this machine."""
@@ -29,7 +33,9 @@ async def local_fabric(tmp_path: Path) -> AsyncIterator[Fabric]:
     )  # fmt: skip
     fab = Fabric(tmp_path, "192.0.2.1", "2001:db8::1", "192.0.2.2", "2001:db8::2", "")
     try:
-        async with asyncio.timeout(30):
+        # The agent imports the package first: in an emulated guest sharing
+        # its cores with other guests that took over 30 s (a loaded CI run).
+        async with asyncio.timeout(STARTUP):
             await fab.wait_for_peer()
         yield fab
     finally:
