@@ -19,7 +19,6 @@ import pytest_asyncio
 from aiordma.exceptions import LabError
 from aiordma.lab.remote import Fabric, poll_until
 
-
 STARTUP = 180
 """Seconds an agent may take to start (it answers at once once it runs)."""
 
