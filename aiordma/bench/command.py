@@ -52,7 +52,11 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
     tools = set(args.compare)
     steps = sum(
         len(sizes[mode])
-        * (1 + len(tools - ({"perftest"} if mode not in perftest.TOOLS else set())))
+        * (
+            1
+            + len(tools - ({"perftest"} if mode not in perftest.TOOLS else set()))
+            + ("perftest" in tools and mode in perftest.EVENTS)
+        )
         for mode in args.modes
     )
     progress = Progress(steps)
@@ -82,14 +86,16 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
                 progress.start(f"aiordma {mode} {size} B")
                 group = [await measure(peer, mode, size, plan, progress.update)]
                 if "perftest" in tools and mode in perftest.TOOLS:
-                    progress.start(f"{perftest.TOOLS[mode]} {size} B")
-                    reference = await asyncio.to_thread(
-                        perftest.run, mode, args.device, peer.addr, size,
-                        group[0].iterations, 1 if kind_of(mode) == "lat" else args.depth,
-                        start_server,
-                    )  # fmt: skip
-                    if reference is not None:
-                        group.append(reference)
+                    for events in (False, True) if mode in perftest.EVENTS else (False,):
+                        flag = " -e" if events else ""
+                        progress.start(f"{perftest.TOOLS[mode]}{flag} {size} B")
+                        reference = await asyncio.to_thread(
+                            perftest.run, mode, args.device, peer.addr, size,
+                            group[0].iterations, 1 if kind_of(mode) == "lat" else args.depth,
+                            start_server, events,
+                        )  # fmt: skip
+                        if reference is not None:
+                            group.append(reference)
                 if "tcp" in tools:
                     progress.start(f"tcp {mode} {size} B")
                     group.append(await measure_tcp(peer, mode, size, plan, progress.update))
@@ -151,8 +157,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", type=int, default=8, help="operations in flight (bandwidth)")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
     parser.add_argument("--compare", action="append", default=[], choices=["perftest", "tcp"],
-                        help="also run perftest (the C reference, same device) or the same "
-                        "pattern over asyncio TCP streams (same address); repeatable")  # fmt: skip
+                        help="also run perftest (the C reference, same device; with -e too "
+                        "for send and message latency) or the same pattern over asyncio TCP "
+                        "streams (same address); repeatable")  # fmt: skip
     parser.add_argument("--json", metavar="FILE", help="write every result as JSON ('-': stdout)")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="draw latency and throughput against size "

@@ -26,6 +26,13 @@ TOOLS = {
 }
 """The perftest tool that measures what each aiordma mode measures."""
 
+EVENTS = frozenset({"send_lat", "msg_lat", "msg_reg_lat"})
+"""Modes also compared with their tool run with ``-e``: waiting for each
+completion on the completion channel, as an awaited design must, instead of
+busy polling (the C floor for any event-driven round trip)."""
+EVENTS_TOOL = "perftest-e"
+"""The :attr:`Result.tool` of a run with ``-e``."""
+
 
 def parse_row(output: str) -> list[str] | None:
     """The first row of perftest's result table (it starts with the message size)."""
@@ -36,7 +43,7 @@ def parse_row(output: str) -> list[str] | None:
     return None
 
 
-def to_result(mode: str, row: list[str], depth: int) -> Result:
+def to_result(mode: str, row: list[str], depth: int, tool: str = "perftest") -> Result:
     """A perftest row as a :class:`Result`.
 
     Latency tools report half a round trip: ``extra['one_way']`` keeps that,
@@ -48,7 +55,7 @@ def to_result(mode: str, row: list[str], depth: int) -> Result:
         # bytes, iterations, t_min, t_max, t_typical, t_avg, t_stdev, 99%, 99.9%
         typical, avg, p99, p999 = (float(row[i]) for i in (4, 5, 7, 8))
         latency = Latency(2 * typical, 2 * p99, 2 * p999, 2 * avg)
-        return Result("perftest", mode, size, 1, iterations, iterations * avg * 2e-6, latency,
+        return Result(tool, mode, size, 1, iterations, iterations * avg * 2e-6, latency,
                       {"one_way_typical_us": typical})  # fmt: skip
     # bytes, iterations, BW peak [MB/s], BW average [MB/s], MsgRate [Mpps].
     # Bandwidth has two decimals and the rate six: a short run of small
@@ -61,7 +68,7 @@ def to_result(mode: str, row: list[str], depth: int) -> Result:
         seconds = size * iterations / (average * 1e6)
     else:
         seconds = math.inf
-    return Result("perftest", mode, size, depth, iterations, seconds, None,
+    return Result(tool, mode, size, depth, iterations, seconds, None,
                   {"msg_rate_mpps": mpps})  # fmt: skip
 
 
@@ -106,13 +113,17 @@ def run(
     iterations: int,
     depth: int,
     start_server: Callable[[list[str]], Callable[[], None]] = start_local,
+    events: bool = False,
 ) -> Result | None:
     """Run the matching perftest server (``start_server``: here, by
-    default) and client (over rdma_cm, to ``addr``); None if unavailable."""
+    default) and client (over rdma_cm, to ``addr``); None if unavailable.
+    With ``events`` (modes in :data:`EVENTS`) both wait on completion events."""
     tool = TOOLS.get(mode)
-    if tool is None or shutil.which(tool) is None:
+    if tool is None or shutil.which(tool) is None or (events and mode not in EVENTS):
         return None
     base = [tool, "-d", device, "-R", "-F", "-s", str(size), "-n", str(iterations)]
+    if events:
+        base.append("-e")
     if not mode.endswith("_lat"):
         base += ["-t", str(depth)]
     for attempt in range(ATTEMPTS):
@@ -125,7 +136,9 @@ def run(
     else:
         return None
     row = parse_row(output)
-    return None if row is None else to_result(mode, row, depth)
+    if row is None:
+        return None
+    return to_result(mode, row, depth, EVENTS_TOOL if events else "perftest")
 
 
 def _client_output(

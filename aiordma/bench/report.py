@@ -30,7 +30,7 @@ def ratio(result: Result, reference: Result) -> str:
 
 def row(result: Result, references: Sequence[Result] = ()) -> str:
     """One line of the table; ``references`` add ratios (for aiordma's own rows)."""
-    head = f"{result.tool:<9} {result.mode:<10} {result.size:>9} B  depth {result.depth:<3}"
+    head = f"{result.tool:<10} {result.mode:<10} {result.size:>9} B  depth {result.depth:<3}"
     if result.latency is not None:
         lat = result.latency
         text = (f"{head} p50 {lat.p50:9.1f} us  p99 {lat.p99:9.1f} us  "

@@ -337,6 +337,8 @@ async def measure_tcp(
 
         return await _connect_result("tcp", plan, connect, progress)
     method, payload = tcp.request_for(mode, size)
+    if method in tcp.PLAIN:
+        return await _measure_framed(peer, mode, method, payload, plan, progress)
     async with await tcp.Client.connect(peer.addr, peer.tcp_port) as client:
         if mode.endswith("_lat"):
             samples = await _latencies(plan, lambda: client.call(method, payload), progress)
@@ -347,4 +349,29 @@ async def measure_tcp(
 
         await _window(plan, post, None, warm=True)
         done, seconds = await _window(plan, post, progress)
+        return Result("tcp", mode, size, plan.depth, done, seconds)
+
+
+async def _measure_framed(
+    peer: Peer, mode: str, protocol: str, payload: bytes, plan: Plan, progress: Progress | None
+) -> Result:
+    """A framed ping-pong, or a framed stream timed until the server has read it all."""
+    size = len(payload)
+    async with await tcp.Framed.connect(peer.addr, peer.tcp_port, protocol) as framed:
+        if protocol == "ping":
+            samples = await _latencies(plan, lambda: framed.ping(payload), progress)
+            return Result("tcp", mode, size, 1, len(samples), sum(samples), Latency.of(samples))
+
+        async def stream(count: int | None, report: Progress | None) -> tuple[int, float]:
+            done = 0
+            start = time.perf_counter()
+            while plan.more(done, start) if count is None else done < count:
+                await framed.send(payload)
+                done += 1
+                _report(report, done)
+            await framed.flush()
+            return done, time.perf_counter() - start
+
+        await stream(plan.warmup, None)
+        done, seconds = await stream(None, progress)
         return Result("tcp", mode, size, plan.depth, done, seconds)

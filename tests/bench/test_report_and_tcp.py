@@ -106,6 +106,10 @@ def test_every_mode_has_a_tcp_pattern() -> None:
     assert tcp.request_for("read_bw", 4096) == ("source", b"4096")
     assert tcp.request_for("write_lat", 8) == ("sink", bytes(8))
     assert tcp.request_for("rpc_lat", 3) == ("echo", bytes(3))
+    # A ping-pong or a stream is compared with plain framed TCP, not with the RPC.
+    assert tcp.request_for("msg_lat", 64) == ("ping", bytes(64))
+    assert tcp.request_for("msg_bw", 64) == ("stream", bytes(64))
+    assert set(tcp.PATTERN.values()) <= {*tcp.METHODS, *tcp.PLAIN}
 
 
 @pytest.mark.asyncio
@@ -120,6 +124,25 @@ async def test_tcp_baseline_answers_concurrent_calls() -> None:
                 client.call("source", b"70000"),
             )
             assert (echoed, sunk, sourced) == (b"abc", b"", bytes(70000))
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_tcp_framed_ping_and_stream() -> None:
+    server = await tcp.start_server("127.0.0.1")
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with await tcp.Framed.connect("127.0.0.1", port, "ping") as ping:
+            assert await ping.ping(b"abc") == b"abc"
+            assert await ping.ping(bytes(70000)) == bytes(70000)
+        async with await tcp.Framed.connect("127.0.0.1", port, "stream") as stream:
+            for size in (1, 70000, 64):
+                await stream.send(bytes(size))
+            await asyncio.wait_for(stream.flush(), 10)  # answered only after the three frames
+        with pytest.raises(ValueError, match="not a framed protocol"):
+            await tcp.Framed.connect("127.0.0.1", port, "echo")
     finally:
         server.close()
         await server.wait_closed()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from aiordma.bench import perftest
@@ -69,3 +73,31 @@ def test_perftest_time_comes_from_its_six_decimal_message_rate() -> None:
     assert result.mb_per_s == pytest.approx(0.032)
     old_style = perftest.to_result("write_bw", ["65536", "100", "50.0", "40.0", "0.0"], 8)
     assert old_style.seconds == pytest.approx(65536 * 100 / 40e6)
+
+
+def test_perftest_events_run_passes_e_and_names_its_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path
+    calls = bin_dir / "calls"
+    fake = bin_dir / "ib_send_lat"
+    (bin_dir / "table").write_text(LAT_OUTPUT)
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\ncat {bin_dir / "table"}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    servers: list[list[str]] = []
+
+    def start_server(argv: list[str]) -> Callable[[], None]:
+        servers.append(argv)
+        return lambda: None
+
+    busy = perftest.run("msg_lat", "rxe0", "192.0.2.1", 64, 10, 1, start_server)
+    events = perftest.run("msg_lat", "rxe0", "192.0.2.1", 64, 10, 1, start_server, events=True)
+    assert busy is not None
+    assert events is not None
+    assert (busy.tool, events.tool) == ("perftest", perftest.EVENTS_TOOL)
+    assert ["-e" in argv for argv in servers] == [False, True]
+    client_args = [line.split() for line in calls.read_text().splitlines()]
+    assert ["-e" in args for args in client_args] == [False, True]
+    # Only modes timed by ib_send_lat have an events reference.
+    assert perftest.run("write_lat", "rxe0", "192.0.2.1", 64, 10, 1, start_server, True) is None
