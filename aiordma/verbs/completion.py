@@ -3,11 +3,13 @@
 Each :class:`CompletionQueue` owns a completion channel whose descriptor is
 registered with its loop's ``add_reader``. When the adapter signals, the
 channel's event is consumed, completions are polled in batches and handed
-to whoever posted the work request (by the CQ's driver, compiled or pure), and the CQ
-is re-armed and polled once more so a completion that raced with the arming
-is never lost. After a bounded number of completions the drain yields to the
-loop and continues on the next iteration, so one busy CQ cannot starve the
-loop. Nothing blocks and no thread is involved.
+to whoever posted the work request, and the CQ is re-armed and polled once
+more so a completion that raced with the arming is never lost: all in the
+CQ's driver (compiled or pure), whose ``on_readable`` is the reader
+callback itself, so a wake-up is one call into C. After a bounded number
+of completions the drain yields to the loop and continues on the next
+iteration, so one busy CQ cannot starve the loop. Nothing blocks and no
+thread is involved.
 """
 
 from __future__ import annotations
@@ -182,7 +184,8 @@ class CompletionQueue:
         self._poll = _spin_from_env() if poll is None else poll
         self._poll_until = 0.0
         self._polling = False
-        self._armed = True
+        self._drain_scheduled = False
+        self._handlers: dict[int, CompletionHandler] = {}
         self._max_cqe: int = context.query_device().max_cqe
         channel, fd = create_with_fd(
             lambda: _comp_channel(context),
@@ -197,8 +200,10 @@ class CompletionQueue:
                 self._cq: CQ | None = CQ(context, min(capacity, self._max_cqe), None, channel, 0)
             self._driver = _driver.cq_driver(self._cq, channel, fd)
             """The driver that takes events, arms and drains this CQ."""
+            self._driver.attach(self._handlers, self._report, DRAIN_BUDGET, self._yield_drain)
             self._arm()
-            loop.add_reader(fd, self._on_readable)
+            # Without polling the driver serves each wake-up by itself.
+            loop.add_reader(fd, self._on_readable if self._poll > 0 else self._driver.on_readable)
         except BaseException:
             if getattr(self, "_cq", None) is not None:
                 self._cq.close()  # type: ignore[union-attr]
@@ -206,9 +211,7 @@ class CompletionQueue:
             raise
         self._abandon = weakref.finalize(self, _abandon, self._cq, channel)
         self._reserved = 0
-        self._handlers: dict[int, CompletionHandler] = {}
         self._ids = itertools.count(1)
-        self._drain_scheduled = False
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -305,10 +308,10 @@ class CompletionQueue:
             log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
 
     def _on_readable(self) -> None:
+        """The reader callback when the CQ polls (:data:`DEFAULT_POLL`)."""
         if self._cq is None:
             return
-        if self._driver.take_event():  # one event per arming: another keeps the fd readable
-            self._armed = False
+        self._driver.take_event()  # one event per arming: another keeps the fd readable
         self._drain()
 
     def _scheduled_drain(self) -> None:
@@ -351,6 +354,8 @@ class CompletionQueue:
         ``keep_polling`` lets it be polled for a while first.
         """
         driver = self._driver
+        if arm and self._poll <= 0:
+            return driver.serve(False) if self._cq is not None else 0
         handled = 0
         while self._cq is not None:
             count, empty = driver.drain(self._handlers, DRAIN_BUDGET - handled, self._report)
@@ -368,7 +373,7 @@ class CompletionQueue:
     def _armed_now(self, arm: bool, keep_polling: bool) -> bool:
         """The CQ was found empty: whether the drain is over (True), or must
         poll once more because it just armed the CQ (False)."""
-        if not arm or self._armed:
+        if not arm or self._driver.armed:
             return True
         if keep_polling and self._poll > 0 and self._handlers:
             self.kick()
@@ -377,7 +382,6 @@ class CompletionQueue:
         # Re-arm, then poll again: a completion that arrived between the
         # empty poll and the arming raises no event.
         self._arm()
-        self._armed = True
         return False
 
     def _yield_drain(self) -> None:

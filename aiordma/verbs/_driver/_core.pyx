@@ -123,7 +123,7 @@ cdef enum:
     WR_ATOMIC_CMP_AND_SWP = 5
     WR_ATOMIC_FETCH_AND_ADD = 6
 
-ABI = 3
+ABI = 4
 """Bumped whenever the Python side's expectations of this module change."""
 
 
@@ -247,12 +247,19 @@ cdef class CQDriver:
 
     ``handlers`` maps ``wr_id`` to the object whose ``complete(wc)`` gets
     that work request's completion (the same dict the Python path uses).
+    :meth:`on_readable` is the loop's reader callback: one wake-up is one
+    call into C, and Python runs only in the handlers it completes.
     """
 
     cdef ibv_cq *cq
     cdef ibv_comp_channel *channel
     cdef ibv_wc stash
     cdef bint stashed
+    cdef public bint armed
+    cdef dict handlers
+    cdef object report
+    cdef object more
+    cdef int budget
 
     @property
     def address(self):
@@ -267,17 +274,32 @@ cdef class CQDriver:
         self.cq = <ibv_cq *>address
         self.channel = self.cq.channel
         self.stashed = False
+        self.armed = False
+        self.handlers = {}
+        self.budget = 1
 
     cdef int _check(self) except -1:
         if self.cq == NULL:
             raise ValueError("the completion queue driver was detached")
         return 0
 
+    def attach(self, dict handlers, object report, int budget, object more):
+        """Where :meth:`serve` hands completions (``handlers``, ``report``),
+        how many it handles per call (``budget``), and what it calls when
+        that runs out before the CQ is empty (``more()``)."""
+        self.handlers = handlers
+        self.report = report
+        self.budget = budget
+        self.more = more
+
     def take_event(self):
         """Consume one channel event if one is pending (the fd is non-blocking)."""
+        self._check()
+        return self._take_event()
+
+    cdef bint _take_event(self) except -1:
         cdef ibv_cq *ev_cq
         cdef void *ctx
-        self._check()
         if ibv_get_cq_event(self.channel, &ev_cq, &ctx) != 0:
             if errno == EAGAIN:
                 return False
@@ -286,13 +308,19 @@ cdef class CQDriver:
         # know of events taken here, and destroying a CQ with unacknowledged
         # events blocks, so none is ever left outstanding.
         ibv_ack_cq_events(self.cq, 1)
+        self.armed = False  # one event per arming
         return True
 
     def req_notify(self):
         self._check()
+        self._req_notify()
+
+    cdef int _req_notify(self) except -1:
         cdef int rc = ibv_req_notify_cq(self.cq, 0)
         if rc != 0:
             raise OSError(rc, "ibv_req_notify_cq failed")
+        self.armed = True
+        return 0
 
     cdef int _dispatch(self, ibv_wc *src, dict handlers, object report) except -1:
         cdef Completion wc = Completion.__new__(Completion)
@@ -325,17 +353,23 @@ cdef class CQDriver:
         through ``report(exc, wc)``; a completion nobody registered is given
         to ``report(None, wc)``.
         """
+        cdef bint empty = True
+        self._check()
+        handled = self._drain(handlers, budget, report, &empty)
+        return handled, empty
+
+    cdef int _drain(self, dict handlers, int budget, object report, bint *empty) except -1:
         cdef ibv_wc wcs[POLL_BATCH]
         cdef int n, i
         cdef int handled = 0
-        self._check()
+        empty[0] = True
         if self.stashed:
             self.stashed = False
             handled = 1
             self._dispatch(&self.stash, handlers, report)
         while True:
             if self.cq == NULL:  # a handler closed the CQ
-                return handled, True
+                return handled
             n = ibv_poll_cq(self.cq, POLL_BATCH, wcs)
             if n < 0:
                 raise OSError(-n, "ibv_poll_cq failed")
@@ -343,9 +377,39 @@ cdef class CQDriver:
                 self._dispatch(&wcs[i], handlers, report)
             handled += n
             if n < POLL_BATCH:
-                return handled, True
+                return handled
             if handled >= budget:
-                return handled, False
+                empty[0] = False
+                return handled
+
+    def on_readable(self):
+        """The loop's reader callback for the channel's descriptor: :meth:`serve`
+        after taking one event (one, however many completions came)."""
+        self.serve(True)
+
+    cpdef int serve(self, bint event) except -1:
+        """Take one event (if ``event``), hand out completions until the CQ
+        is empty, then arm it if it is not armed and poll once more (a
+        completion that raced with the arming raises no event). If the
+        budget runs out first, call ``more()`` and stop. How many were handled."""
+        cdef int handled = 0
+        cdef bint empty = True
+        if self.cq == NULL:
+            return 0
+        if event:
+            self._take_event()
+        while self.cq != NULL:
+            handled += self._drain(self.handlers, self.budget - handled, self.report, &empty)
+            if self.cq == NULL:  # a handler closed the CQ
+                break
+            if empty:
+                if self.armed:
+                    break
+                self._req_notify()
+            elif handled >= self.budget:
+                self.more()
+                break
+        return handled
 
     def spin(self, double seconds):
         """Poll the CQ, running no Python, until a completion arrives or
@@ -367,9 +431,13 @@ cdef class CQDriver:
         return self.stashed
 
     def detach(self):
-        """Stop using the CQ (before pyverbs closes it)."""
+        """Stop using the CQ (before pyverbs closes it), and let go of the
+        handlers and callbacks (they refer back to the CQ's owner)."""
         self.cq = NULL
         self.channel = NULL
+        self.handlers = {}
+        self.report = None
+        self.more = None
 
 
 # -- work requests --------------------------------------------------------------

@@ -7,13 +7,14 @@ SRQ, once; callers never ask which they got. Every ``post_*`` returns 0 or
 the provider's errno and raises nothing for a refused post; the caller
 undoes its book-keeping and raises.
 
-Call order of a CQ driver: ``(take_event | req_notify | drain | spin)* -> detach``,
-before pyverbs closes the CQ; likewise ``post_* -> detach`` for QP and SRQ drivers.
+Call order of a CQ driver: ``attach -> (on_readable | serve | take_event | req_notify
+| drain | spin)* -> detach``, before pyverbs closes the CQ; likewise ``post_* -> detach``
+for QP and SRQ drivers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 POLL_BATCH: Final = 16
@@ -34,6 +35,23 @@ class CQDriver(Protocol):
 
     compiled: bool
     """Whether C does this work (for ``aiordma info`` and the tests, never for branching)."""
+    armed: bool
+    """Whether the next completion raises a channel event (set by :meth:`req_notify`,
+    cleared by each event taken: one event per arming)."""
+
+    def attach(
+        self, handlers: dict[int, Any], report: Report, budget: int, more: Callable[[], None]
+    ) -> None:
+        """What :meth:`serve` uses: the handlers by ``wr_id``, the report,
+        the completions handled per call, and what to call when they run out."""
+
+    def on_readable(self) -> None:
+        """The loop's reader callback for the channel's descriptor: ``serve(True)``."""
+
+    def serve(self, event: bool) -> int:
+        """One wake-up: take an event (if ``event``), drain until empty, arm
+        if not armed and drain again; ``more()`` instead once the budget is
+        spent. How many completions were handled."""
 
     def take_event(self) -> bool:
         """Consume one channel event if one is pending; whether one was."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pyverbs.pyverbs_error import PyverbsRDMAError
@@ -37,6 +37,39 @@ class PureCQDriver:
         self._cq: CQ | None = cq
         self._channel: CompChannel | None = channel
         self._unacked = 0
+        self.armed = False
+        self._handlers: dict[int, Any] = {}
+        self._report: Report | None = None
+        self._budget = 1
+        self._more: Callable[[], None] | None = None
+
+    def attach(
+        self, handlers: dict[int, Any], report: Report, budget: int, more: Callable[[], None]
+    ) -> None:
+        self._handlers, self._report, self._budget, self._more = handlers, report, budget, more
+
+    def on_readable(self) -> None:
+        self.serve(True)
+
+    def serve(self, event: bool) -> int:
+        if self._cq is None or self._report is None or self._more is None:
+            return 0
+        if event:
+            self.take_event()
+        handled = 0
+        while self._cq is not None:
+            count, empty = self.drain(self._handlers, self._budget - handled, self._report)
+            handled += count
+            if self._cq is None:  # a handler closed the CQ
+                break
+            if empty:
+                if self.armed:
+                    break
+                self.req_notify()
+            elif handled >= self._budget:
+                self._more()
+                break
+        return handled
 
     def take_event(self) -> bool:
         cq, channel = self._cq, self._channel
@@ -48,6 +81,7 @@ class PureCQDriver:
             if exc.error_code in (errno.EAGAIN, errno.EWOULDBLOCK):
                 return False
             raise
+        self.armed = False  # one event per arming
         self._unacked += 1
         if self._unacked >= ACK_BATCH:  # pyverbs acknowledges the rest when it closes the CQ
             cq.ack_events(self._unacked)
@@ -58,6 +92,7 @@ class PureCQDriver:
         if self._cq is None:
             raise ValueError("the completion queue driver was detached")
         self._cq.req_notify()
+        self.armed = True
 
     def drain(self, handlers: dict[int, Any], budget: int, report: Report) -> tuple[int, bool]:
         handled = 0
@@ -84,6 +119,7 @@ class PureCQDriver:
 
     def detach(self) -> None:
         self._cq = self._channel = None
+        self._handlers, self._report, self._more = {}, None, None
 
 
 class _RecvCache:
