@@ -10,15 +10,18 @@ measured by client processes of each kind:
   signals);
 * a framed TCP ping-pong (:class:`aiordma.bench.tcp.Framed`) on asyncio and
   on uvloop;
-* a :class:`~aiordma.MessageChannel` ping-pong on asyncio and on uvloop.
+* the same over aiordma's verbs (``verbs``: an awaited receive and send on
+  a connection, as ``aiordma bench send_lat`` does), and over a
+  :class:`~aiordma.MessageChannel` (``aiordma``) on asyncio and on uvloop.
 
-For each: the median round trip, and per round trip the client's
-voluntary context switches (each one a sleep in ``epoll_wait`` or a
-blocking read: the process's wake-ups) and its system calls (``strace -c``,
-when strace is installed; by name for the most frequent). Counts come from
-two runs, of ``rounds`` and ``2 * rounds`` round trips, and their
-difference, so start-up is not counted; the latency comes from the longer
-run, without strace.
+For each: the median round trip, and per round trip the client's user and
+system CPU time and its voluntary context switches (each one a sleep in
+``epoll_wait`` or a blocking read: the process's wake-ups), which a Python
+client takes around its timed loop (``getrusage``) and perftest's from
+two runs, of ``rounds`` and ``5 * rounds``, and their difference; and its
+system calls (``strace -c``, when strace is installed; by name), from two
+runs under strace, so start-up is not counted. The latency comes from a
+run without strace.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,16 +44,18 @@ from aiordma.bench.stats import percentile
 from aiordma.bench.studies import lab_address
 
 KINDS = ("ib_send_lat", "ib_send_lat -e", "tcp asyncio", "tcp uvloop",
-         "aiordma asyncio", "aiordma uvloop")  # fmt: skip
+         "verbs uvloop", "aiordma asyncio", "aiordma uvloop")  # fmt: skip
 
 
 @dataclass
 class Run:
-    """What one client process reported."""
+    """One kind's figures, per round trip."""
 
     p50_us: float
-    switches: int
-    syscalls: dict[str, int] = field(default_factory=dict)
+    wakeups: float
+    user_us: float
+    system_us: float
+    syscalls: dict[str, float] = field(default_factory=dict)
 
 
 def strace_counts(path: str) -> dict[str, int]:
@@ -67,9 +74,14 @@ def strace_counts(path: str) -> dict[str, int]:
     return counts
 
 
-def _popen_usage(argv: list[str], strace: bool) -> tuple[str, int, dict[str, int]]:
-    """Run ``argv`` (under ``strace -c`` if asked): its output, its voluntary
-    context switches (by ``wait4``) and its system calls by name."""
+Usage = tuple[str, tuple[int, float, float], dict[str, int]]
+"""A client run's output, its (voluntary context switches, user and system
+CPU seconds), and its system calls by name."""
+
+
+def _popen_usage(argv: list[str], strace: bool) -> Usage:
+    """Run ``argv`` (under ``strace -c`` if asked): see :data:`Usage` (the
+    resource usage taken by ``wait4``)."""
     fd, trace = tempfile.mkstemp(suffix=".strace")
     os.close(fd)
     if strace:
@@ -85,7 +97,8 @@ def _popen_usage(argv: list[str], strace: bool) -> tuple[str, int, dict[str, int
     try:
         if os.waitstatus_to_exitcode(status):
             raise RuntimeError(f"{' '.join(argv[:3])} failed: {stderr.strip()[-400:]}")
-        return stdout, usage.ru_nvcsw, strace_counts(trace) if strace else {}
+        counts = strace_counts(trace) if strace else {}
+        return stdout, (usage.ru_nvcsw, usage.ru_utime, usage.ru_stime), counts
     finally:
         os.unlink(trace)
 
@@ -98,74 +111,106 @@ def _client_argv(kind: str, addr: str, port: int, tcp_port: int, rounds: int, si
         return [*argv, *(["-e"] if kind.endswith("-e") else []), addr]
     what, loop = kind.split()
     return [sys.executable, "-m", __name__, "--client", what, "--loop", loop, "--addr", addr,
-            "--port", str(port if what == "aiordma" else tcp_port), "--rounds", str(rounds),
+            "--port", str(tcp_port if what == "tcp" else port), "--rounds", str(rounds),
             "--size", str(size)]  # fmt: skip
+
+
+def _attempts(kind: str, argv: list[str], traced: bool) -> Usage:
+    """Run a client (with perftest's server first, for perftest), retrying
+    while a perftest server is not listening yet."""
+    stop = None
+    if kind.startswith("ib_send_lat"):
+        stop = perftest.start_local(argv[:-1])
+    try:
+        for attempt in range(20):
+            try:
+                return _popen_usage(argv, traced)
+            except RuntimeError:
+                if attempt == 19 or stop is None:
+                    raise
+                time.sleep(0.3)
+        raise AssertionError("unreachable")
+    finally:
+        if stop is not None:
+            stop()
 
 
 def measure(kind: str, addr: str, port: int, tcp_port: int, rounds: int, size: int,
             device: str, strace: bool) -> Run:  # fmt: skip
-    """One kind: latency from ``2 * rounds``, counts from the difference of two runs."""
-    runs = []
-    for count, traced in ((rounds, False), (2 * rounds, False), *(
-            ((rounds, True), (2 * rounds, True)) if strace else ())):  # fmt: skip
-        stop = None
-        if kind.startswith("ib_send_lat"):
-            server = _client_argv(kind, addr, port, tcp_port, count, size, device)[:-1]
-            stop = perftest.start_local(server)
-            time.sleep(0.5)  # its client retries below too
-        try:
-            for attempt in range(20):
-                try:
-                    runs.append(
-                        _popen_usage(
-                            _client_argv(kind, addr, port, tcp_port, count, size, device), traced
-                        )
-                    )
-                    break
-                except RuntimeError:
-                    if attempt == 19 or stop is None:
-                        raise
-                    time.sleep(0.3)
-        finally:
-            if stop is not None:
-                stop()
-    (_, short_switches, _), (long_out, long_switches, _) = runs[0], runs[1]
+    """One kind's figures (see the module's docstring for how each is taken)."""
+
+    def argv(count: int) -> list[str]:
+        return _client_argv(kind, addr, port, tcp_port, count, size, device)
+
+    syscalls: dict[str, float] = {}
+    if strace:
+        (_, _, fewer), (_, _, more) = (_attempts(kind, argv(n), True) for n in (rounds, 2 * rounds))
+        syscalls = {name: (more.get(name, 0) - fewer.get(name, 0)) / rounds for name in more}
     if kind.startswith("ib_send_lat"):
-        row = perftest.parse_row(long_out)
+        (_, short, _), (out, long, _) = (
+            _attempts(kind, argv(n), False) for n in (rounds, 5 * rounds)
+        )
+        row = perftest.parse_row(out)
         if row is None:
             raise RuntimeError(f"{kind} printed no result")
-        p50 = perftest.to_result("send_lat", row, 1).latency.p50  # type: ignore[union-attr]
-    else:
-        p50 = json.loads(long_out)["p50_us"]
-    syscalls: dict[str, int] = {}
-    if strace:
-        short, long = runs[2][2], runs[3][2]
-        syscalls = {name: long.get(name, 0) - short.get(name, 0) for name in long}
-    return Run(p50, long_switches - short_switches, syscalls)
+        latency = perftest.to_result("send_lat", row, 1).latency
+        assert latency is not None
+        switches, user, system = ((b - a) / (4 * rounds) for a, b in zip(short, long, strict=True))
+        return Run(latency.p50, switches, user * 1e6, system * 1e6, syscalls)
+    out, _, _ = _attempts(kind, argv(rounds), False)
+    own = json.loads(out)
+    return Run(own["p50_us"], own["switches"] / rounds, own["user_s"] / rounds * 1e6,
+               own["system_s"] / rounds * 1e6, syscalls)  # fmt: skip
 
 
 # -- the client processes ------------------------------------------------------
 
 
 async def _client(what: str, addr: str, port: int, rounds: int, size: int) -> list[float]:
+    """``rounds`` timed round trips of ``size`` bytes, after a warm-up."""
     payload = bytes(size)
-    samples: list[float] = []
-    clock = time.perf_counter
     if what == "tcp":
         async with await tcp.Framed.connect(addr, port, "ping") as framed:
-            for _ in range(rounds):
-                start = clock()
-                await framed.ping(payload)
-                samples.append(clock() - start)
-        return samples
+            return await _timed(rounds, lambda: framed.ping(payload))
     import aiordma
 
+    if what == "verbs":
+        async with await aiordma.connect(addr, port, private_data=b"echo") as conn:
+            local, inbox = conn.alloc(size), conn.alloc(size)
+
+            async def ping() -> None:
+                (reply,) = await conn.post_recv_batch([inbox])
+                await conn.post_send(local)
+                await reply
+
+            return await _timed(rounds, ping)
     async with await aiordma.open_channel(addr, port, private_data=b"msgecho") as channel:
-        for _ in range(rounds):
-            start = clock()
+
+        async def message() -> None:
             await channel.send_message(payload)
             await channel.recv_message()
-            samples.append(clock() - start)
+
+        return await _timed(rounds, message)
+
+
+USAGE: dict[str, float] = {}
+"""The client's resource usage over its timed loop (set by :func:`_timed`)."""
+
+
+async def _timed(rounds: int, op: Callable[[], Awaitable[object]]) -> list[float]:
+    for _ in range(100):
+        await op()
+    samples: list[float] = []
+    clock = time.perf_counter
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(rounds):
+        start = clock()
+        await op()
+        samples.append(clock() - start)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    USAGE.update(switches=after.ru_nvcsw - before.ru_nvcsw,
+                 user_s=after.ru_utime - before.ru_utime,
+                 system_s=after.ru_stime - before.ru_stime)  # fmt: skip
     return samples
 
 
@@ -177,7 +222,7 @@ def _client_main(args: argparse.Namespace) -> None:
         samples = uvloop.run(work)
     else:
         samples = asyncio.run(work)
-    print(json.dumps({"p50_us": percentile(samples, 0.5) * 1e6}))
+    print(json.dumps({"p50_us": percentile(samples, 0.5) * 1e6, **USAGE}))
 
 
 def main() -> None:
@@ -188,7 +233,7 @@ def main() -> None:
                         help="comma-separated, of: " + ", ".join(KINDS))  # fmt: skip
     parser.add_argument("--device", default=os.environ.get("AIORDMA_DEVICE", "rxe0"))
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--client", choices=("tcp", "aiordma"), help=argparse.SUPPRESS)
+    parser.add_argument("--client", choices=("tcp", "verbs", "aiordma"), help=argparse.SUPPRESS)
     parser.add_argument("--loop", default="uvloop", help=argparse.SUPPRESS)
     parser.add_argument("--addr", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -209,8 +254,10 @@ def main() -> None:
             per_round = sorted(run.syscalls.items(), key=lambda item: -item[1])
             rows[kind] = {
                 "p50_us": run.p50_us,
-                "wakeups_per_round_trip": run.switches / args.rounds,
-                "syscalls_per_round_trip": {n: c / args.rounds for n, c in per_round if c > 0},
+                "wakeups_per_round_trip": run.wakeups,
+                "user_us_per_round_trip": run.user_us,
+                "system_us_per_round_trip": run.system_us,
+                "syscalls_per_round_trip": {n: c for n, c in per_round if c > 0},
             }
             if not args.json:
                 _print_row(kind, rows[kind])
@@ -226,8 +273,9 @@ def _print_row(kind: str, row: dict[str, Any]) -> None:
     named = ", ".join(f"{name} {n:.1f}" for name, n in calls.items() if name != "total"
                       and n >= 0.5)  # fmt: skip
     syscalls = f"{total:5.1f} syscalls ({named})" if total is not None else "no strace"
-    print(f"{kind:<16} p50 {row['p50_us']:8.1f} us  {row['wakeups_per_round_trip']:4.1f} "
-          f"wake-ups  {syscalls}", flush=True)  # fmt: skip
+    print(f"{kind:<16} p50 {row['p50_us']:7.1f} us  cpu {row['user_us_per_round_trip']:6.1f} "
+          f"user + {row['system_us_per_round_trip']:6.1f} sys us  "
+          f"{row['wakeups_per_round_trip']:4.1f} wake-ups  {syscalls}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
