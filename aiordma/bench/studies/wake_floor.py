@@ -21,7 +21,9 @@ client takes around its timed loop (``getrusage``) and perftest's from
 two runs, of ``rounds`` and ``5 * rounds``, and their difference; and its
 system calls (``strace -c``, when strace is installed; by name), from two
 runs under strace, so start-up is not counted. The latency comes from a
-run without strace.
+run without strace. With ``--perf DIR`` each Python client's timed loop is
+also sampled by ``perf record`` (``cpu-clock``), and its CPU is shown by
+shared object.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -197,17 +200,30 @@ USAGE: dict[str, float] = {}
 """The client's resource usage over its timed loop (set by :func:`_timed`)."""
 
 
+PERF_CONTROL: list[str] = []
+"""The control FIFO of the ``perf record`` this client runs under, if any."""
+
+
+def _perf(command: str) -> None:
+    """Tell the ``perf record`` this client runs under to ``enable`` or ``disable``."""
+    if PERF_CONTROL:
+        with open(PERF_CONTROL[0], "w") as control:
+            control.write(command + "\n")
+
+
 async def _timed(rounds: int, op: Callable[[], Awaitable[object]]) -> list[float]:
     for _ in range(100):
         await op()
     samples: list[float] = []
     clock = time.perf_counter
+    _perf("enable")
     before = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(rounds):
         start = clock()
         await op()
         samples.append(clock() - start)
     after = resource.getrusage(resource.RUSAGE_SELF)
+    _perf("disable")
     USAGE.update(switches=after.ru_nvcsw - before.ru_nvcsw,
                  user_s=after.ru_utime - before.ru_utime,
                  system_s=after.ru_stime - before.ru_stime)  # fmt: skip
@@ -215,6 +231,8 @@ async def _timed(rounds: int, op: Callable[[], Awaitable[object]]) -> list[float
 
 
 def _client_main(args: argparse.Namespace) -> None:
+    if args.perf_control:
+        PERF_CONTROL.append(args.perf_control)
     work = _client(args.client, args.addr, args.port, args.rounds, args.size)
     if args.loop == "uvloop":
         import uvloop
@@ -237,6 +255,10 @@ def main() -> None:
     parser.add_argument("--loop", default="uvloop", help=argparse.SUPPRESS)
     parser.add_argument("--addr", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--perf-control", help=argparse.SUPPRESS)
+    parser.add_argument("--perf", metavar="DIR",
+                        help="also profile each Python client's timed loop with perf "
+                        "(cpu-clock samples; data and reports kept in DIR)")  # fmt: skip
     args = parser.parse_args()
     if args.client:
         _client_main(args)
@@ -259,12 +281,44 @@ def main() -> None:
                 "system_us_per_round_trip": run.system_us,
                 "syscalls_per_round_trip": {n: c for n, c in per_round if c > 0},
             }
+            if args.perf and not kind.startswith("ib_send_lat"):
+                client = _client_argv(kind, addr, peer.port, peer.tcp_port, args.rounds,
+                                      args.size, args.device)  # fmt: skip
+                rows[kind]["cpu_by_object"] = profile(kind, args.perf, client)
             if not args.json:
                 _print_row(kind, rows[kind])
     finally:
         peer.close()
     if args.json:
         print(json.dumps({"size": args.size, "rounds": args.rounds, "kinds": rows}))
+
+
+def profile(kind: str, directory: str, argv: list[str]) -> dict[str, float]:
+    """The share of the client's CPU samples in each shared object (the
+    interpreter, uvloop, aiordma's compiled modules, rdma-core, the kernel),
+    over its timed loop only; ``perf report``'s tables kept in ``directory``."""
+    os.makedirs(directory, exist_ok=True)
+    name = kind.replace(" ", "-")
+    data, control = os.path.join(directory, f"{name}.data"), os.path.join(directory, f"{name}.ctl")
+    if os.path.exists(control):
+        os.unlink(control)
+    os.mkfifo(control)
+    record = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-D", "-1",
+              "--control", f"fifo:{control}", "-o", data, "--", *argv,
+              "--perf-control", control]  # fmt: skip
+    _popen_usage(record, False)
+    shares: dict[str, float] = {}
+    for sort, keep in (("dso", True), ("dso,sym", False)):
+        report = subprocess.run(["perf", "report", "-i", data, "--stdio", "--sort", sort],
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        with open(os.path.join(directory, f"{name}.{sort.replace(',', '-')}.txt"), "w") as out:
+            out.write(report)
+        if keep:
+            for line in report.splitlines():
+                fields = line.split()
+                if len(fields) >= 2 and fields[0].endswith("%") and not line.startswith("#"):
+                    shares[fields[1]] = float(fields[0][:-1])
+    return shares
 
 
 def _print_row(kind: str, row: dict[str, Any]) -> None:
@@ -276,6 +330,10 @@ def _print_row(kind: str, row: dict[str, Any]) -> None:
     print(f"{kind:<16} p50 {row['p50_us']:7.1f} us  cpu {row['user_us_per_round_trip']:6.1f} "
           f"user + {row['system_us_per_round_trip']:6.1f} sys us  "
           f"{row['wakeups_per_round_trip']:4.1f} wake-ups  {syscalls}", flush=True)  # fmt: skip
+    shares = row.get("cpu_by_object")
+    if shares:
+        top = sorted(shares.items(), key=lambda item: -item[1])[:8]
+        print("    cpu by object: " + ", ".join(f"{name} {share:.0f}%" for name, share in top))
 
 
 if __name__ == "__main__":
