@@ -37,7 +37,7 @@ from aiordma.channel.options import ChannelKeywords, ChannelOptions
 from aiordma.channel.packets import Event
 from aiordma.channel.receiver import Chooser, Receiver
 from aiordma.channel.registrations import RegistrationCache
-from aiordma.channel.rendezvous import Exposure, Exposures
+from aiordma.channel.rendezvous import Exposure, Exposures, read_piece_for
 from aiordma.channel.sender import Sender
 from aiordma.channel.slots import open_slots
 from aiordma.channel.wire import Hello, Kind
@@ -123,7 +123,8 @@ class MessageChannel(Closable):
             send_control=self._sender.control_soon, cache=self._kept_from,
         )  # fmt: skip
         self._receiver = Receiver(
-            self._packets, conn, self._kept_into, options.read_piece, self._check,
+            self._packets, conn, self._kept_into,
+            read_piece_for(options.read_piece, conn.loopback), self._check,
             lambda msg_id: self._sender.control_soon(Kind.DONE, msg_id),
         )  # fmt: skip
         self._reader = self._receiver.reader

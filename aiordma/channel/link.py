@@ -16,11 +16,15 @@ class Link(Protocol):
     A connected queue pair, memory registration on its device (released
     with the link), closing, when both peers can send (``on_established``:
     the channel's HELLO waits for it) and where its metrics count
-    (``add_stats``). :class:`~aiordma.Connection` is one.
+    (``add_stats``), and whether the peer is on the same device
+    (``loopback``). :class:`~aiordma.Connection` is one.
     """
 
     @property
     def qp(self) -> QueuePair: ...
+
+    @property
+    def loopback(self) -> bool: ...
 
     def register(self, obj: Any, access: Access | None = None) -> MemoryRegion: ...
 

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, TypedDict
 
 from aiordma.channel.credits import CONTROL_BASE
 from aiordma.channel.registrations import DEFAULT_CAPACITY
-from aiordma.channel.rendezvous import MIN_READ_PIECE, READ_PIECE
+from aiordma.channel.rendezvous import MIN_READ_PIECE
 from aiordma.channel.wire import MIN_BUFFER, Hello
 
 DEFAULT_WINDOW = 32
@@ -105,9 +105,10 @@ class ChannelOptions:
     """Bytes of plain buffers each way whose registration is kept for the
     next large message (0: none; least recently used evicted first; see
     ``MessageChannel.forget_buffer``)."""
-    read_piece: int = READ_PIECE
+    read_piece: int | None = None
     """Large messages are read in RDMA reads of this many bytes (at least
-    4096), four at a time."""
+    4096), four at a time; None: by the path, 1 MiB from a peer on the same
+    device, 64 KiB across a wire (where larger reads lose more to a lossy link)."""
 
     @classmethod
     def of(cls, options: Mapping[str, Any], base: ChannelOptions | None = None) -> ChannelOptions:
@@ -127,9 +128,9 @@ class ChannelOptions:
         queue's buffer size when the channel draws on one. ValueError (or
         TypeError) names the first option that cannot work.
         """
-        for name in ("window", "max_message", "medium_limit", "registration_cache", "read_piece"):
+        for name in ("window", "max_message", "medium_limit", "registration_cache"):
             _check_int(name, getattr(self, name))
-        for name in ("control_window", "buffer_size", "max_exposed", "send_slots"):
+        for name in ("control_window", "buffer_size", "max_exposed", "send_slots", "read_piece"):
             value = getattr(self, name)
             if value is not None:
                 _check_int(name, value)
@@ -142,7 +143,7 @@ class ChannelOptions:
             raise ValueError(
                 f"registration_cache must not be negative, not {self.registration_cache}"
             )
-        if self.read_piece < MIN_READ_PIECE:
+        if self.read_piece is not None and self.read_piece < MIN_READ_PIECE:
             raise ValueError(
                 f"read_piece must be at least {MIN_READ_PIECE} bytes, not {self.read_piece}"
             )
@@ -204,7 +205,7 @@ class TuningKeywords(TypedDict, total=False):  # (a TypedDict cannot be made fro
     send_slots: int | None
     medium_limit: int
     registration_cache: int
-    read_piece: int
+    read_piece: int | None
 
 
 class ChannelKeywords(TuningKeywords, total=False):

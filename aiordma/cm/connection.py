@@ -104,6 +104,13 @@ class Connection(Closable):
         return f"<Connection {peer} qp_num={self.qp.qp_num} {state}>"
 
     @property
+    def loopback(self) -> bool:
+        """Whether the peer is at this connection's own address: the same
+        device, with no wire between (a channel reads large messages in
+        larger pieces then)."""
+        return self.local_address[0] == self.peer_address[0]
+
+    @property
     def prepared(self) -> Any:
         """What the ``prepare`` hook returned (awaited if it was awaitable).
 

@@ -10,9 +10,10 @@ scheduler`` take them from a YAML file or the environment, such as
   (``256 MiB``);
 - ``piece-size``: frames larger than this are sent as several messages
   (``64 MiB``); also the largest message a connection accepts;
-- ``read-piece``: the size of each RDMA read of a large frame (``64 KiB``;
-  larger reads move faster on a clean link, smaller ones lose less to a
-  lossy one);
+- ``read-piece``: the size of each RDMA read of a large frame (``null``:
+  by the path, 1 MiB between workers on one device and 64 KiB across a
+  wire; larger reads move faster on a clean link, smaller ones lose less
+  to a lossy one);
 - ``landing-pool``: bytes of registered blocks that large frames land in,
   per device and process (``256 MiB``; ``0``: none);
 - ``auth-key``: a pre-shared key as hex (at least 16 bytes), which both
@@ -38,7 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "exposure-timeout": "60s",
     "max-exposed": "256 MiB",
     "piece-size": "64 MiB",
-    "read-piece": "64 KiB",
+    "read-piece": None,
     "landing-pool": "256 MiB",
     "auth-key": None,
 }
@@ -53,7 +54,7 @@ class Settings:
     exposure_timeout: float | None
     max_exposed: int
     piece_size: int
-    read_piece: int
+    read_piece: int | None
     landing_pool: int
     auth: PresharedKey | None
 
@@ -109,7 +110,7 @@ def settings() -> Settings:
         exposure_timeout=timeout,
         max_exposed=_size("max-exposed", 1),
         piece_size=_size("piece-size", 1),
-        read_piece=_size("read-piece", 4096),
+        read_piece=None if _get("read-piece") is None else _size("read-piece", 4096),
         landing_pool=_size("landing-pool", 0),
         auth=auth,
     )

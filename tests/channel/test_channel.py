@@ -377,6 +377,28 @@ async def test_a_large_send_from_registered_memory_is_read_in_place_through_its_
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(("read_piece", "reads"), [(None, 2), (256 << 10, 8)])
+async def test_large_messages_from_the_same_device_are_read_in_megabyte_pieces(
+    lab: Lab, read_piece: int | None, reads: int
+) -> None:
+    """A peer at the connection's own address is on the same device: its
+    large messages are read 1 MiB at a time unless ``read_piece`` says otherwise."""
+    data = _payload(9, 2 << 20)
+
+    async def send(conn: aiordma.Connection) -> None:
+        assert conn.loopback
+        channel: MessageChannel = conn.prepared
+        await channel.send_message(data)
+        await channel.recv_message()  # until the receiver has it
+
+    async with channel_to(lab, send, read_piece=read_piece) as channel:
+        before = channel.conn.qp.stats()["counters"].get("ops:batched", 0)
+        assert await asyncio.wait_for(channel.recv_message(), 60) == data
+        assert channel.conn.qp.stats()["counters"].get("ops:batched", 0) - before == reads
+        await channel.send_message(b"")
+
+
+@pytest.mark.asyncio
 async def test_a_posted_large_message_is_delivered_after_the_post_returns(lab: Lab) -> None:
     """post_message returns once the announcement is posted; its future
     resolves when the peer has read the message, and cancelling it revokes."""
@@ -969,6 +991,10 @@ class _PairLink:
     @property
     def qp(self) -> aiordma.QueuePair:
         return self._qp
+
+    @property
+    def loopback(self) -> bool:
+        return True  # both queue pairs are on one device
 
     def register(self, obj: object, access: Access | None = None) -> aiordma.MemoryRegion:
         region = self._qp.device.register(obj, access)

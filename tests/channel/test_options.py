@@ -26,6 +26,7 @@ from aiordma.channel.options import (
     ChannelOptions,
     TuningKeywords,
 )
+from aiordma.channel.rendezvous import LOCAL_READ_PIECE, READ_PIECE, read_piece_for
 from aiordma.channel.wire import MIN_BUFFER
 
 NOWHERE = ("192.0.2.99", 9)
@@ -60,6 +61,7 @@ BAD = [
     ({"medium_limit": -1}, ValueError, "medium_limit must not be negative"),
     ({"registration_cache": -1}, ValueError, "registration_cache must not be negative"),
     ({"read_piece": 100}, ValueError, "read_piece must be at least"),
+    ({"read_piece": 4096.0}, TypeError, "read_piece must be an int"),
     ({"protocol": "x" * 200}, ValueError, "protocol name"),
     ({"window": "32"}, TypeError, "window must be an int, not str"),
     ({"buffer_size": 4096.0}, TypeError, "buffer_size must be an int, not float"),
@@ -139,3 +141,10 @@ def test_the_keyword_types_name_every_option_once() -> None:
     assert ChannelKeywords.__optional_keys__ == fields
     assert TuningKeywords.__optional_keys__ == fields - {"protocol"}
     assert OpenKeywords.__optional_keys__ == fields - {"protocol"} | {"shared_receive"}
+
+
+def test_the_read_piece_follows_the_path_unless_set() -> None:
+    assert ChannelOptions().read_piece is None
+    assert read_piece_for(None, loopback=True) == LOCAL_READ_PIECE == 1 << 20
+    assert read_piece_for(None, loopback=False) == READ_PIECE == 64 << 10
+    assert read_piece_for(8192, loopback=True) == 8192

@@ -28,7 +28,7 @@ def test_the_defaults() -> None:
     assert found.exposure_timeout == 60.0
     assert found.max_exposed == 256 << 20
     assert found.piece_size == 64 << 20
-    assert found.read_piece == 64 << 10
+    assert found.read_piece is None  # by the path (aiordma.channel.rendezvous.read_piece_for)
     assert found.landing_pool == 256 << 20
     assert found.auth is None
     options = found.channel_options()
