@@ -344,7 +344,7 @@ class MessageChannel(Closable):
             if packets.needs_turn():
                 _, body = await self.recv_message_with_head()
                 break
-            await packets.changed()
+            await packets.arrivals()
             body = packets.take_eager(None)
         assert body is not None
         assert not isinstance(body, int)
@@ -374,7 +374,7 @@ class MessageChannel(Closable):
             if packets.needs_turn():
                 _, n = await self.recv_message_with_head(lambda _head, _n: buffer)
                 break
-            await packets.changed()
+            await packets.arrivals()
             n = packets.take_eager(buffer)
         assert isinstance(n, int)
         return n

@@ -24,6 +24,7 @@ cdef class Packets:
     cdef readonly int receivers
     cdef readonly bint room_pending
     cdef list waiters
+    cdef list receiving
     cdef object _report
     cdef object _stats
     cdef object _shared
@@ -40,6 +41,10 @@ cdef class Packets:
     cpdef pump(self)
     cpdef wake(self)
     cpdef object changed(self)
+    cpdef object arrivals(self)
+    cdef _take_first(self)
+    cdef _update(self)
+    cdef _wake(self, bint receiving)
     cpdef Py_ssize_t take_pieces(self, Arrival arrival, object target, Py_ssize_t offset)
     cpdef bint repost(self, int slot) except *
     cpdef consumed(self)

@@ -147,6 +147,9 @@ class Packets:
         self.room_pending = False
         """A credit update waits for room in the send queue (see :meth:`room_came`)."""
         self.waiters: list[asyncio.Future[None]] = []
+        """Tasks waiting for any change (:meth:`changed`)."""
+        self.receiving: list[asyncio.Future[None]] = []
+        """Tasks waiting for a message or a piece to arrive (:meth:`arrivals`)."""
         self._report = report
         self._stats = stats
         self._shared = shared
@@ -344,7 +347,13 @@ class Packets:
         if repost:
             self.repost(slot)
         elif offer and self.deliver is not None and self._delivered(slot, header):
-            self.consumed()
+            # Taken (or dropped) by the hook: nothing arrived for a receiving
+            # task, which is not woken; credits the packet carried may have
+            # come for a sending one.
+            self._take_first()
+            self._update()
+            if self.waiters:
+                self._wake(False)
             return
         self.pump()
 
@@ -572,6 +581,11 @@ class Packets:
     def consumed(self) -> None:
         """The first queued message was taken: its buffer goes back, its
         sender may be owed a DONE."""
+        self._take_first()
+        self.pump()
+
+    @cython.cfunc
+    def _take_first(self) -> None:
         arrival: Arrival
         done_due: cython.bint
         arrival, done_due = self.state.take()
@@ -579,7 +593,6 @@ class Packets:
             self.repost(arrival.slot)
         if done_due:
             self._report(Event.DONE_DUE, arrival.header.msg_id)
-        self.pump()
 
     @cython.ccall
     def count_received(self, header: Header) -> None:
@@ -592,6 +605,13 @@ class Packets:
     @cython.ccall
     def pump(self) -> None:
         """Return owed credits if an update is due, and wake waiters."""
+        self._update()
+        if self.waiters or self.receiving:
+            self.wake()
+
+    @cython.cfunc
+    def _update(self) -> None:
+        """Return owed credits if an update is due."""
         if not self.failed and not self.room_pending and self.state.update_due():
             if not self.lane.send_room():  # type: ignore[union-attr]
                 self.room_pending = True  # the shell calls room_came once there is room
@@ -606,8 +626,6 @@ class Packets:
                         self.post(slot, header, b"", None)
                     except (RdmaError, ResourceClosedError):
                         pass  # the channel failed
-        if self.waiters:
-            self.wake()
 
     def room_came(self) -> None:
         """The send queue has room again (or never will): the credit update
@@ -617,9 +635,18 @@ class Packets:
 
     @cython.ccall
     def wake(self) -> None:
-        """Wake every task waiting in :meth:`changed`."""
+        """Wake every task waiting in :meth:`changed` or :meth:`arrivals`."""
+        self._wake(True)
+
+    @cython.cfunc
+    def _wake(self, receiving: cython.bint) -> None:
+        """Wake the tasks waiting in :meth:`changed` (and in :meth:`arrivals`
+        if ``receiving``)."""
         waiters = self.waiters
         self.waiters = []
+        if receiving and self.receiving:
+            waiters += self.receiving
+            self.receiving = []
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
@@ -630,6 +657,15 @@ class Packets:
         channel's state change (the caller checked the loop)."""
         fut: asyncio.Future[None] = self._loop.create_future()
         self.waiters.append(fut)
+        return fut
+
+    @cython.ccall
+    def arrivals(self) -> asyncio.Future[None]:
+        """:meth:`changed`, but not resolved by a message the delivery hook
+        took: what a task waiting for the next message or piece awaits (a
+        hook that takes every small message then costs it no wake-up)."""
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self.receiving.append(fut)
         return fut
 
     # -- failing -----------------------------------------------------------

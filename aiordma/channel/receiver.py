@@ -63,7 +63,7 @@ class Receiver:
         packets = self._packets
         while (arrival := packets.first()) is None:
             self._check()
-            await packets.changed()
+            await packets.arrivals()
         return arrival
 
     async def in_turn(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
@@ -136,7 +136,7 @@ class Receiver:
                 while offset < length:
                     self._check()  # failed: the buffers are no longer readable
                     if not packets.pieces_ready(arrival):
-                        await self._packets.changed()
+                        await self._packets.arrivals()
                         continue
                     offset = packets.take_pieces(arrival, target, offset)
             except BaseException:

@@ -362,3 +362,34 @@ def test_a_hello_the_shell_refuses_is_not_applied(loop: asyncio.AbstractEventLoo
     assert b.packets.failed
     assert b.packets.peer_max_message is None
     assert b.packets.credits() == Side(loop).packets.credits()  # no grant taken in
+
+
+def test_a_message_the_hook_takes_wakes_no_receiving_task(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A small message the delivery hook takes never reaches a receive: a
+    task waiting for the next message stays asleep (one wake-up a message
+    less for request/reply protocols). One the hook refuses is queued and
+    wakes it; a task waiting for any change is woken either way."""
+    a, b = _pair(loop)
+    taken: list[bytes] = []
+
+    def hook(head: bytes, body: memoryview) -> bool:
+        taken.append(bytes(body))
+        return not taken[-1].startswith(b"q")  # "queue me" is refused
+
+    b.packets.deliver_to(hook)
+    receiving, changed = b.packets.arrivals(), b.packets.changed()
+    assert a.packets.send_eager(b"", b"take me", 7)
+    _flush(a, b)
+    assert taken[-1] == b"take me"
+    assert not receiving.done()
+    assert changed.done()
+    assert b.packets.first() is None
+    assert a.packets.send_eager(b"", b"queue me", 8)
+    _flush(a, b)
+    assert receiving.done()  # refused by the hook: queued for a receive
+    assert _receive_all(b) == [b"queue me"]
+    _flush(a, b)
+    _settled(a)
+    _settled(b)

@@ -299,9 +299,8 @@ def profile(kind: str, directory: str, argv: list[str]) -> dict[str, float]:
     over its timed loop only; ``perf report``'s tables kept in ``directory``."""
     os.makedirs(directory, exist_ok=True)
     name = kind.replace(" ", "-")
-    data, control = os.path.join(directory, f"{name}.data"), os.path.join(directory, f"{name}.ctl")
-    if os.path.exists(control):
-        os.unlink(control)
+    data = os.path.join(directory, f"{name}.data")
+    control = os.path.join(tempfile.mkdtemp(), "control")  # a FIFO: not on every file system
     os.mkfifo(control)
     record = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-D", "-1",
               "--control", f"fifo:{control}", "-o", data, "--", *argv,
