@@ -516,7 +516,7 @@ class WorkEngine:
             work.fail(exc, quiet=flushed)  # a dropped flushed future is no news
         if work.scratch is not None:
             self._scratch_free.append(work.scratch)
-        if not self.works:
+        if self.drained is not None and not self.works:
             self.lane_idle()
 
     def _failed_completion(self, wc: WC, opname: str) -> tuple[BaseException, bool]:

@@ -126,11 +126,11 @@ def completion_error(wc: WC, opcode: str) -> CompletionError:
     return cls(wc.status, name, wc.vendor_err, opcode, wc.wr_id)
 
 
+_OPCODES: dict[int, Opcode] = {int(opcode): opcode for opcode in Opcode}
+
+
 def to_work_completion(wc: WC) -> WorkCompletion:
-    try:
-        opcode = Opcode(wc.opcode)
-    except ValueError:
-        opcode = Opcode.SEND
+    opcode = _OPCODES.get(wc.opcode, Opcode.SEND)
     imm = socket.ntohl(wc.imm_data) if wc.wc_flags & _ibv.WC_WITH_IMM else None
     return WorkCompletion(wc.wr_id, opcode, wc.byte_len, imm, wc.qp_num)
 

@@ -466,7 +466,8 @@ class QueuePair(Closable):
         size = engine.sq.size
         for start in range(0, len(built), size):
             chunk = built[start : start + size]
-            await engine.sq.acquire(len(chunk))
+            if not engine.sq.try_acquire(len(chunk)):  # no coroutine when there is room
+                await engine.sq.acquire(len(chunk))
             futures += engine.post_sends(chunk)
         return futures
 
@@ -807,7 +808,8 @@ class QueuePair(Closable):
         size = engine.rq.size
         for start in range(0, len(seglists), size):
             chunk = seglists[start : start + size]
-            await engine.rq.acquire(len(chunk))
+            if not engine.rq.try_acquire(len(chunk)):  # no coroutine when there is room
+                await engine.rq.acquire(len(chunk))
             futures += engine.post_recvs(chunk)
         return futures
 
