@@ -101,3 +101,24 @@ def test_perftest_events_run_passes_e_and_names_its_tool(
     assert ["-e" in args for args in client_args] == [False, True]
     # Only modes timed by ib_send_lat have an events reference.
     assert perftest.run("write_lat", "rxe0", "192.0.2.1", 64, 10, 1, start_server, True) is None
+
+
+STRACE_TABLE = """\
+% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 41.20    0.010000           5      2001           epoll_pwait
+ 30.00    0.007000           3      2000           read
+  0.10    0.000020           1        12         3 openat
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.017020           4      4013         3 total
+"""
+
+
+def test_strace_tables_are_counted_by_name(tmp_path: Path) -> None:
+    from aiordma.bench.studies.wake_floor import strace_counts
+
+    table = tmp_path / "trace"
+    table.write_text(STRACE_TABLE)
+    assert strace_counts(str(table)) == {
+        "epoll_pwait": 2001, "read": 2000, "openat": 12, "total": 4013,
+    }  # fmt: skip
