@@ -35,10 +35,13 @@ def test_ratios_are_multiples_for_latency_and_shares_for_throughput() -> None:
 
 
 def test_rows_name_the_tool_and_append_every_reference() -> None:
-    line = row(_lat("aiordma", 300), [_lat("perftest", 100), _lat("tcp", 600)])
-    assert line.startswith("aiordma   write_lat")
+    line = row(
+        _lat("aiordma", 300), [_lat("perftest", 100), _lat("perftest-e", 150), _lat("tcp", 600)]
+    )
+    assert line.startswith("aiordma    write_lat")  # room for the longest tool, perftest-e
+    assert row(_lat("perftest-e", 150)).startswith("perftest-e write_lat")
     assert "p50     300.0 us" in line
-    assert line.endswith("(3.0x perftest, 0.5x tcp)")
+    assert line.endswith("(3.0x perftest, 2.0x perftest-e, 0.5x tcp)")
     assert "(" not in row(_lat("perftest", 100))
     bw = row(Result("tcp", "read_bw", 1 << 20, 8, 10, 1.0))
     assert "10.5 MB/s" in bw
