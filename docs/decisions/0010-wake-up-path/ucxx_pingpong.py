@@ -8,8 +8,8 @@ pointed at a UCX built with verbs (``../shared/peers.md``):
     python ucxx_pingpong.py ADDR --sizes 64,65536 --rounds 2000
 
 It starts its own echo server as a child process, then times ``rounds``
-round trips of each size (after a warm-up) and prints the median in the
-same row format as ``aiordma bench``.
+round trips of each size (after a warm-up), one tagged send each way, and
+prints the median in the same row format as ``aiordma bench``.
 """
 
 from __future__ import annotations
@@ -27,20 +27,20 @@ import uvloop
 PORT = 13337
 
 
-async def serve(max_size: int) -> None:
+WARMUP = 100
+
+
+async def serve(sizes: list[int], rounds: int) -> None:
+    """Echo ``WARMUP + rounds`` messages of each size, in the client's order."""
     done = asyncio.Event()
 
     async def echo(ep: ucxx.Endpoint) -> None:
-        size = np.empty(1, dtype="u8")
-        while True:
-            try:
-                await ep.recv(size)
-                n = int(size[0])
-                buf = np.empty(n, dtype="u1")
+        for size in sizes:
+            buf = np.empty(size, dtype="u1")
+            for _ in range(WARMUP + rounds):
                 await ep.recv(buf)
                 await ep.send(buf)
-            except Exception:
-                return
+        done.set()
 
     listener = ucxx.create_listener(echo, PORT)
     print("listening", flush=True)
@@ -48,26 +48,21 @@ async def serve(max_size: int) -> None:
     del listener
 
 
-async def _once(ep: ucxx.Endpoint, header: np.ndarray, out: np.ndarray, back: np.ndarray) -> None:
-    """One round trip: the length, the bytes, and their echo."""
-    await ep.send(header)
-    await ep.send(out)
-    await ep.recv(back)
-
-
 async def ping(addr: str, sizes: list[int], rounds: int) -> None:
+    """Time ``rounds`` round trips of each size: one tagged send each way,
+    the sizes known to both ends (no length header)."""
     ep = await ucxx.create_endpoint(addr, PORT)
     for size in sizes:
-        header = np.array([size], dtype="u8")
         out = np.zeros(size, dtype="u1")
         back = np.empty(size, dtype="u1")
-
-        for _ in range(100):
-            await _once(ep, header, out, back)
+        for _ in range(WARMUP):
+            await ep.send(out)
+            await ep.recv(back)
         samples = []
         for _ in range(rounds):
             start = time.perf_counter()
-            await _once(ep, header, out, back)
+            await ep.send(out)
+            await ep.recv(back)
             samples.append(time.perf_counter() - start)
         samples.sort()
         p50 = samples[len(samples) // 2] * 1e6
@@ -84,10 +79,19 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.serve:
-        uvloop.run(serve(max(sizes)))
+        uvloop.run(serve(sizes, args.rounds))
         return
     server = subprocess.Popen(
-        [sys.executable, __file__, args.addr, "--serve", "--sizes", args.sizes],
+        [
+            sys.executable,
+            __file__,
+            args.addr,
+            "--serve",
+            "--sizes",
+            args.sizes,
+            "--rounds",
+            str(args.rounds),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
