@@ -41,6 +41,7 @@ from aiordma.exceptions import (
     RemoteAccessError,
     ResourceBusyError,
     ResourceClosedError,
+    TransferError,
     WrongLoopError,
 )
 from aiordma.streams import open_connection, start_stream_server
@@ -100,6 +101,7 @@ __all__ = [
     "Send",
     "Server",
     "SharedReceiveQueue",
+    "TransferError",
     "WorkCompletion",
     "Write",
     "WrongLoopError",

@@ -45,7 +45,9 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.packets",
     "aiordma.verbs._slots",
     "aiordma.verbs._lane",
+    "aiordma.verbs._bulk",
     "aiordma.rpc.frames",
+    "aiordma.transfer._plan",
 )
 """The modules on the per-message path, compiled when the build could.
 

@@ -219,3 +219,19 @@ class MessageRevokedError(RdmaError):
 class ExposureTimeoutError(MessageRevokedError, TimeoutError):
     """The sender's side of :class:`MessageRevokedError`: the peer did not read
     a large message within ``exposure_timeout`` seconds, so it was revoked."""
+
+
+class TransferError(RdmaError):
+    """A transfer of descriptor lists failed on the device.
+
+    ``index`` is the first descriptor whose data did not move (None when
+    the transfer failed before its first), and the cause (``__cause__``) is
+    what the device reported: a :class:`RemoteAccessError` when the peer
+    revoked (unregistered) the memory or never allowed that access, a
+    :class:`QueuePairError` or :class:`ConnectionLostError` when the
+    connection failed. Nothing of the transfer is in flight any more.
+    """
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index

@@ -38,6 +38,8 @@ from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
 from aiordma.metrics import Stats
 from aiordma.verbs import _driver
+from aiordma.verbs._bulk import BulkRun, Starved
+from aiordma.verbs._bulk import Done as BulkDone
 from aiordma.verbs._driver.pure import RECV_WR_CACHE
 from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
 from aiordma.verbs._slots import SlotPool
@@ -210,8 +212,8 @@ class WorkEngine:
         self.drained: asyncio.Future[None] | None = None
         """Set by a closer waiting for :attr:`works` to empty; resolved when it does."""
         self.last_send: _Work | None = None
-        self.lanes: list[PacketLane] = []
-        """Packet lanes on this queue pair (:meth:`open_lane`)."""
+        self.lanes: list[PacketLane | BulkRun] = []
+        """Packet lanes (:meth:`open_lane`) and running bulk runs (:meth:`start_bulk`)."""
         self._loop = cq.loop
         self._alloc = alloc
         self._scratch: MemoryRegion | None = None
@@ -544,6 +546,28 @@ class WorkEngine:
         lane = PacketLane(self, send_mr, sends, recv_mr, recvs, slot_size, sent, arrived, failed)
         self.lanes.append(lane)
         return lane
+
+    def start_bulk(
+        self, opcode: int, table: Any, count: int, window: int, chunk: int,
+        mrs: tuple[MemoryRegion, ...], done: BulkDone, starved: Starved,
+    ) -> BulkRun:  # fmt: skip
+        """A :class:`BulkRun` of ``count`` records of ``table`` (see there),
+        started, stopped and detached with this queue pair."""
+        self.check_usable()
+        run = BulkRun(self, opcode, table, count, window, chunk, mrs, done, starved)
+        self.lanes.append(run)
+        run.start()
+        return run
+
+    def bulk_error(self, wc: WC, opcode: int) -> BaseException:
+        """What a bulk run's failed completion tells its owner."""
+        return self._failed_completion(wc, _ibv.WR_NAMES.get(opcode, str(opcode)))[0]
+
+    def lane_finished(self, lane: Any) -> None:
+        """A bulk run ended: forget it (the engine may have already)."""
+        with contextlib.suppress(ValueError):
+            self.lanes.remove(lane)
+        self.lane_idle()
 
     def packet_error(self, wc: WC, recv: bool) -> BaseException:
         """What a packet lane's failed completion tells its owner."""

@@ -26,6 +26,8 @@ from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
 from aiordma.lifecycle import Closable
+from aiordma.verbs._bulk import BulkRun
+from aiordma.verbs._bulk import Done as BulkDone
 from aiordma.verbs._engine import (
     RECV_WR_CACHE,
     SIGNAL_FRACTION,
@@ -119,6 +121,9 @@ _RNR_TIMER_MS: Final = (655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 
                         20.48, 30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68,
                         491.52)  # fmt: skip
 """Milliseconds of each ``min_rnr_timer`` code (the InfiniBand specification's table)."""
+
+BULK_WINDOW: Final = 64
+"""Records of a bulk run posted at once (:meth:`QueuePair.start_bulk`), at most."""
 
 DEFAULT_KEEPALIVE = 10.0
 """Seconds between a connection's probes of its peer (see ``keepalive``)."""
@@ -227,6 +232,12 @@ class Read:
 
 SendOp = Send | Write | Read
 """What :meth:`QueuePair.post_batch` accepts: a :class:`Send`, :class:`Write` or :class:`Read`."""
+
+
+def _retrieve_quietly(task: asyncio.Task[Any]) -> None:
+    """A background task's error was handed on already: mark it seen."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _operand(value: int, name: str) -> int:
@@ -568,6 +579,58 @@ class QueuePair(Closable):
         return self._engine.open_lane(
             send_mr, sends, recv_mr, recvs, slot_size, sent, arrived, failed
         )
+
+    def start_bulk(
+        self, write: bool, table: Any, count: int, mrs: tuple[MemoryRegion, ...],
+        done: BulkDone, *, window: int = BULK_WINDOW, chunk: int | None = None,
+    ) -> BulkRun:  # fmt: skip
+        """Start RDMA WRITEs (or READs) of ``count`` records of ``table``, all
+        their local memory in ``mrs``, with no Python per record (see
+        ``aiordma/verbs/_bulk.py``): what transfer agents move descriptor
+        lists with.
+
+        ``table`` is an ``array('Q')`` of four words a record: local
+        address, remote address, ``length | lkey << 32``, ``rkey | tag << 32``
+        (the caller checked every address against its region). At most
+        ``window`` records are posted at once (bounded by the send queue), in
+        chunks of ``chunk`` (a quarter of the window by default) whose last is
+        signalled. ``done(error, tag)`` is called once from the completion
+        drain when every posted record is settled: ``error`` is None or the
+        first failure, ``tag`` the failed record's tag (-1: none). The
+        returned run's :meth:`~BulkRun.cancel` stops posting; ``done`` still
+        waits for what was posted. ``mrs`` stay busy until then.
+        """
+        engine = self._engine
+        engine.check_usable()
+        for mr in mrs:
+            if mr.closed:
+                raise ResourceClosedError("cannot move data through a closed memory region")
+            if not write and not mr.access & Access.LOCAL_WRITE:
+                raise ValueError(
+                    "RDMA reads land only in memory registered with Access.LOCAL_WRITE"
+                )
+        window = max(1, min(window, engine.sq.size))
+        chunk = max(1, min(chunk or window // 4, window))
+        holder: list[BulkRun] = []
+        loop = self.loop
+
+        async def room(n: int) -> None:
+            try:
+                await engine.sq.acquire(n)
+            except BaseException as exc:
+                holder[0].fail_wait(exc)
+                raise
+            holder[0].resume(n)
+
+        def starved(n: int) -> None:
+            task = loop.create_task(room(n))
+            task.add_done_callback(_retrieve_quietly)
+
+        opcode = _ibv.WR_RDMA_WRITE if write else _ibv.WR_RDMA_READ
+        self._stats.add("ops:bulk_write" if write else "ops:bulk_read")
+        run = engine.start_bulk(opcode, table, count, window, chunk, mrs, done, starved)
+        holder.append(run)  # before any wait for room starts: that is a task
+        return run
 
     def send_room(self) -> bool:
         """Whether a send posted now finds room in the send queue (nobody

@@ -79,6 +79,14 @@ class QPDriver(Protocol):
         """Post ``(wr_id, opcode, flags, imm, segments, remote_addr, rkey,
         compare_add, swap)`` requests as one linked list (``imm`` in host order)."""
 
+    def post_table(
+        self, first_id: int, ring: int, opcode: int, table: Any, start: int, count: int
+    ) -> int:
+        """Post records ``start .. start + count`` of a one-sided table (an
+        ``array('Q')``, four words a record: local address, remote address,
+        ``length | lkey << 32``, ``rkey | tag << 32``) as one linked list,
+        only the last signalled; record ``r`` gets ``wr_id`` ``first_id + r % ring``."""
+
     def post_send(
         self, wr_id: int, opcode: int, flags: int, addr: int, length: int, lkey: int
     ) -> int:

@@ -252,6 +252,30 @@ class PureQPDriver:
             return exc.error_code or errno.EINVAL
         return 0
 
+    def post_table(
+        self, first_id: int, ring: int, opcode: int, table: Any, start: int, count: int
+    ) -> int:
+        qp = self._live()
+        if count <= 0:
+            return 0
+        if start < 0 or (start + count) * 4 > len(table) or ring == 0:
+            raise ValueError("records outside the table")
+        wrs: list[SendWR] = []
+        for r in range(start, start + count):
+            laddr, raddr, word, key = table[4 * r : 4 * r + 4]
+            sge = SGE(laddr, word & 0xFFFFFFFF, word >> 32)
+            wr = SendWR(wr_id=first_id + r % ring, opcode=opcode, num_sge=1, sg=[sge],
+                        send_flags=_ibv.SEND_SIGNALED if r == start + count - 1 else 0)  # fmt: skip
+            wr.set_wr_rdma(key & 0xFFFFFFFF, raddr)
+            if wrs:
+                wrs[-1].next_wr = wr
+            wrs.append(wr)
+        try:
+            qp.post_send(wrs[0])
+        except PyverbsRDMAError as exc:
+            return exc.error_code or errno.EINVAL
+        return 0
+
     def post_send(
         self, wr_id: int, opcode: int, flags: int, addr: int, length: int, lkey: int
     ) -> int:

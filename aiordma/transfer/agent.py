@@ -1,0 +1,643 @@
+"""The transfer agent: registered memory as descriptor lists, and awaited one-sided transfers.
+
+An :class:`Agent` registers memory (:meth:`Agent.register`,
+:meth:`Agent.alloc`), hands out its blocks as
+:class:`~aiordma.transfer.DescriptorList` s, reaches other agents by
+address or by their metadata (one message channel each, made on first use
+and made again after a failure), and moves a whole list of local blocks
+to or from a peer's blocks in one await (:meth:`Agent.read`,
+:meth:`Agent.write`): the pairs become a table of records in compiled code
+and the verbs layer posts the table in bounded chunks from the completion
+drain (:meth:`aiordma.QueuePair.start_bulk`). A transfer may carry a
+notification that the peer receives once the data is in place
+(:meth:`Agent.notifications`).
+
+Call order of a transfer: ``check lists -> connect (first use) -> plan ->
+start_bulk -> done -> [NOTE]``; cancelled or past its deadline, it stops
+posting and returns once what was posted has completed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import secrets
+from array import array
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aiordma import metrics
+from aiordma.channel import (
+    Access,
+    Device,
+    MemoryRegion,
+    MessageChannel,
+    PresharedKey,
+    Server,
+    open_channel,
+    start_channel_server,
+)
+from aiordma.exceptions import (
+    ConnectionLostError,
+    MemoryLimitError,
+    ProtocolError,
+    ResourceClosedError,
+    TransferError,
+)
+from aiordma.metrics import Stats
+from aiordma.transfer import _plan, wire
+from aiordma.transfer.descriptors import DescriptorList, RegionInfo
+from aiordma.transfer.wire import Identity
+
+PIECE = 1 << 20
+"""Bytes a record moves at most: longer blocks are split, shorter neighbours joined."""
+HELLO_TIMEOUT = 10.0
+"""Seconds a new connection's peer has to say who it is."""
+
+_REMOTE = Access.REMOTE_READ | Access.REMOTE_WRITE
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """Bytes a peer sent with a transfer, delivered once its data was in place."""
+
+    peer: Peer
+    data: bytes
+
+
+class Registration:
+    """Memory an agent registered: what its descriptor lists name.
+
+    Made by :meth:`Agent.register` / :meth:`Agent.alloc`; ended by
+    :meth:`Agent.unregister` (or :meth:`aclose`).
+    """
+
+    def __init__(self, agent: Agent, mr: MemoryRegion) -> None:
+        self.agent = agent
+        self.mr = mr
+        """The memory region (its ``view()`` is the memory)."""
+        self.info = RegionInfo(mr.addr, mr.length, mr.lkey,
+                               mr.rkey if mr.access & _REMOTE else 0, int(mr.access))  # fmt: skip
+
+    def __repr__(self) -> str:
+        state = "unregistered" if self.mr.closed else repr(self.mr.access)
+        return f"<Registration {self.mr.length} bytes at {self.mr.addr:#x} {state}>"
+
+    def __len__(self) -> int:
+        return self.mr.length
+
+    def view(self) -> memoryview:
+        """The registered memory, byte-wise (no copy)."""
+        return self.mr.view()
+
+    def blocks(self, size: int, count: int | None = None, *, offset: int = 0) -> DescriptorList:
+        """``count`` blocks of ``size`` bytes back to back from ``offset`` (as many
+        as fit by default): a pool of equal blocks, such as a KV cache's."""
+        self._check_open()
+        if size <= 0 or offset < 0:
+            raise ValueError(f"block size {size} must be positive and offset {offset} "
+                             "not negative")  # fmt: skip
+        room = (self.mr.length - offset) // size if offset <= self.mr.length else 0
+        if count is None:
+            count = room
+        if count < 0 or count > room:
+            raise ValueError(f"{count} blocks of {size} bytes from offset {offset} do not fit "
+                             f"the {self.mr.length}-byte registration")  # fmt: skip
+        base = self.mr.addr + offset
+        return DescriptorList.trusted(
+            self.agent.id, (self.info,), array("Q", range(base, base + count * size, size)),
+            array("Q", [size]) * count, array("I", bytes(4 * count)),
+        )  # fmt: skip
+
+    def descriptors(self, spans: Iterable[tuple[int, int]]) -> DescriptorList:
+        """One block per ``(offset, length)`` of ``spans``; ValueError names one outside."""
+        self._check_open()
+        return DescriptorList.spans(self.agent.id, self.info, spans)
+
+    def _check_open(self) -> None:
+        if self.mr.closed:
+            raise ResourceClosedError("this registration was unregistered")
+
+    async def aclose(self) -> None:
+        """:meth:`Agent.unregister` this registration."""
+        await self.agent.unregister(self)
+
+
+class Peer:
+    """Another agent as this one reaches it: its channel is made on first use,
+    and again after a failure if its address is known."""
+
+    def __init__(self, agent: Agent, identity: Identity | None, address: tuple[str, int] | None):
+        self.agent = agent
+        self.identity = identity
+        """Who it is (None until its HELLO when reached by address)."""
+        self.address = address
+        self._channel: MessageChannel | None = None
+        self._connecting: asyncio.Task[MessageChannel] | None = None
+
+    def __repr__(self) -> str:
+        who = f"{self.identity.agent:#x}" if self.identity else "?"
+        where = "" if self.address is None else f" at {self.address[0]}:{self.address[1]}"
+        return f"<Peer agent {who}{where}>"
+
+    @property
+    def id(self) -> int | None:
+        """The peer agent's id (None until known)."""
+        return None if self.identity is None else self.identity.agent
+
+    @property
+    def connected(self) -> bool:
+        """Whether a working channel to the peer is open now."""
+        return self._channel is not None and not self._channel.is_closing()
+
+    async def channel(self) -> MessageChannel:
+        """The channel to the peer, connecting (once, however many ask) if needed."""
+        if self._channel is not None and not self._channel.is_closing():
+            return self._channel
+        if self._connecting is None:
+            if self.address is None:
+                raise ConnectionLostError(f"the connection to {self!r} was lost and it does "
+                                          "not listen: it must connect again")  # fmt: skip
+            self._connecting = asyncio.ensure_future(self.agent._dial(self))
+        task = self._connecting
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done() and self._connecting is task:
+                self._connecting = None
+
+    def _attach(self, channel: MessageChannel, identity: Identity) -> None:
+        old, self._channel = self._channel, channel
+        self.identity = identity
+        if identity.host and self.address is None:
+            self.address = (identity.host, identity.port)
+        if old is not None and old is not channel:
+            old.close()
+
+    def _drop(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+
+class Agent:
+    """Registered memory, peers, and transfers between them (see the module's docstring).
+
+    ``device``: where memory is registered and connections are made (the
+    default device if not given). ``auth``: the key every connection must
+    prove, both ways. ``max_exposed``: bytes that may be registered with
+    remote access at once (None: no bound). Use :func:`start_agent` to
+    make one that listens.
+    """
+
+    def __init__(
+        self, *, device: Device | None = None, auth: PresharedKey | bytes | None = None,
+        max_exposed: int | None = None, window: int = 64,
+    ) -> None:  # fmt: skip
+        self.device = device or Device.shared()
+        self.id = secrets.randbits(63) | 1
+        """This agent's id (random, never 0)."""
+        self._auth = auth
+        self.max_exposed = max_exposed
+        self._window = window
+        self._server: Server | None = None
+        self._identity = Identity(self.id)
+        self._regs: dict[int, Registration] = {}
+        """Live registrations, by lkey."""
+        self._peers: dict[int, Peer] = {}
+        self._by_address: dict[tuple[str, int], Peer] = {}
+        self._notes: collections.deque[Notification] = collections.deque()
+        self._note_waiters: list[asyncio.Future[None]] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self._stats = Stats("transfer_agent", self._gauges)
+        metrics.watch(self)
+
+    def __repr__(self) -> str:
+        where = "" if self._server is None else f" at {self.address}"
+        return f"<Agent {self.id:#x}{where} peers={len(self._peers)} regions={len(self._regs)}>"
+
+    # -- memory --------------------------------------------------------------
+
+    @property
+    def exposed(self) -> int:
+        """Bytes registered with remote access now."""
+        return sum(r.mr.length for r in self._regs.values() if r.info.rkey)
+
+    def register(self, obj: Any, *, remote: Access = Access.NONE) -> Registration:
+        """Register ``obj``'s memory (any writable buffer) for transfers.
+
+        Local access only unless ``remote`` (``Access.REMOTE_READ`` and/or
+        ``REMOTE_WRITE``) lets peers read or write it. Raises
+        :class:`~aiordma.MemoryLimitError` when that would pass ``max_exposed``.
+        """
+        self._check_open()
+        remote = Access(remote)
+        if remote & ~_REMOTE:
+            raise ValueError(f"remote= takes Access.REMOTE_READ and REMOTE_WRITE, not {remote!r}")
+        size = memoryview(obj).nbytes
+        if remote and self.max_exposed is not None and self.exposed + size > self.max_exposed:
+            raise MemoryLimitError(
+                f"registering {size} bytes with {remote!r} would expose {self.exposed + size} "
+                f"bytes, more than this agent's max_exposed ({self.max_exposed})",
+                size, self.exposed, self.max_exposed,
+            )  # fmt: skip
+        mr = self.device.register(obj, Access.LOCAL_WRITE | remote)
+        reg = Registration(self, mr)
+        self._regs[mr.lkey] = reg
+        return reg
+
+    def alloc(self, size: int, *, remote: Access = Access.NONE) -> Registration:
+        """Allocate ``size`` page-aligned bytes and :meth:`register` them."""
+        import mmap
+
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"size must be a positive int, not {size!r}")
+        return self.register(mmap.mmap(-1, size), remote=remote)
+
+    async def unregister(self, reg: Registration) -> None:
+        """End ``reg``: peers lose access at once (their transfers against it
+        fail with :class:`~aiordma.TransferError`), then, once this agent's
+        own transfers using it are done, it is deregistered."""
+        if self._regs.get(reg.mr.lkey) is not reg:
+            if reg.mr.closed:
+                return
+            raise ValueError(f"{reg!r} is not this agent's")
+        del self._regs[reg.mr.lkey]
+        await reg.mr.aclose()
+
+    # -- peers ---------------------------------------------------------------
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """Where this agent listens (None: it does not)."""
+        if self._identity.host is None:
+            return None
+        return self._identity.host, self._identity.port
+
+    async def listen(self, host: str, port: int = 0, **channel_options: Any) -> None:
+        """Accept other agents' connections at ``host:port`` (0: any free port)."""
+        self._check_open()
+        if self._server is not None:
+            raise RuntimeError("this agent listens already")
+        self._server = await start_channel_server(
+            self._accepted, host, port, device=self.device, auth=self._auth, **channel_options
+        )
+        bound_port = self._server.addresses[0][1]
+        self._identity = Identity(self.id, host, bound_port)
+
+    def metadata(self) -> bytes:
+        """Who this agent is and where it listens, for :meth:`peer` in another agent."""
+        return self._identity.to_bytes()
+
+    def peer(self, metadata: bytes | bytearray | memoryview) -> Peer:
+        """The peer whose :meth:`metadata` this is (connected on first use)."""
+        identity = Identity.from_bytes(metadata)
+        if identity.agent == self.id:
+            raise ValueError("that metadata is this agent's own")
+        peer = self._peers.get(identity.agent)
+        if peer is None:
+            if identity.host is None:
+                raise ValueError("that agent does not listen: it must connect to this one")
+            peer = self._peers[identity.agent] = Peer(
+                self, identity, (identity.host, identity.port)
+            )
+        return peer
+
+    async def connect(self, host: str, port: int) -> Peer:
+        """The peer listening at ``host:port``, connected (reused if it is already)."""
+        self._check_open()
+        peer = self._by_address.get((host, port))
+        if peer is None:
+            peer = self._by_address[(host, port)] = Peer(self, None, (host, port))
+        await peer.channel()
+        return peer
+
+    async def _dial(self, peer: Peer) -> MessageChannel:
+        assert peer.address is not None
+        host, port = peer.address
+        channel = await open_channel(host, port, device=self.device, auth=self._auth)
+        try:
+            await channel.send_message(wire.hello(self._identity))
+            async with asyncio.timeout(HELLO_TIMEOUT):
+                identity = wire.parse(await channel.recv_message())
+            if not isinstance(identity, Identity):
+                raise ProtocolError("the peer agent did not start with HELLO")
+            if peer.identity is not None and identity.agent != peer.identity.agent:
+                raise ProtocolError(f"{host}:{port} is agent {identity.agent:#x}, not "
+                                    f"{peer.identity.agent:#x}")  # fmt: skip
+        except BaseException:
+            channel.close()
+            raise
+        peer = self._adopt(peer, channel, identity)
+        task = asyncio.ensure_future(self._serve(peer, channel))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return channel
+
+    async def _accepted(self, channel: MessageChannel) -> None:
+        try:
+            async with asyncio.timeout(HELLO_TIMEOUT):
+                identity = wire.parse(await channel.recv_message())
+            if not isinstance(identity, Identity):
+                raise ProtocolError("the peer agent did not start with HELLO")
+            await channel.send_message(wire.hello(self._identity))
+        except (Exception, asyncio.CancelledError):
+            channel.close()
+            raise
+        peer = self._peers.get(identity.agent)
+        if peer is None:
+            address = (identity.host, identity.port) if identity.host else None
+            peer = self._peers[identity.agent] = Peer(self, identity, address)
+        peer = self._adopt(peer, channel, identity)
+        await self._serve(peer, channel)  # the server's handler lives as long as the channel
+
+    def _adopt(self, peer: Peer, channel: MessageChannel, identity: Identity) -> Peer:
+        """Give ``channel`` to the peer ``identity`` names (one Peer per agent)."""
+        if self._closing:
+            channel.close()
+            raise ResourceClosedError("the transfer agent is closed")
+        known = self._peers.get(identity.agent)
+        if known is not None and known is not peer:  # reached by address, known by metadata
+            peer = known
+        self._peers[identity.agent] = peer
+        peer._attach(channel, identity)
+        if peer.address is not None:
+            self._by_address.setdefault(peer.address, peer)
+        return peer
+
+    async def _serve(self, peer: Peer, channel: MessageChannel) -> None:
+        """Take the peer's notifications until the channel ends."""
+        with contextlib.suppress(ConnectionError, ResourceClosedError, ProtocolError):
+            async for message in channel:
+                note = wire.parse(message)
+                if isinstance(note, bytes):
+                    self._stats.add("notifications_received")
+                    self._notes.append(Notification(peer, note))
+                    waiters, self._note_waiters = self._note_waiters, []
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_result(None)
+
+    # -- transfers -----------------------------------------------------------
+
+    async def read(
+        self, peer: Peer, local: DescriptorList, remote: DescriptorList, *,
+        notify: bytes | None = None, timeout: float | None = None,  # noqa: ASYNC109  (and deadline=)
+        deadline: float | None = None,
+    ) -> None:  # fmt: skip
+        """Read the peer's ``remote`` blocks into this agent's ``local`` ones, pair by pair.
+
+        ``notify``: bytes the peer receives (:meth:`notifications`) once the
+        read is done. ``timeout`` (seconds) or ``deadline`` (the loop's
+        clock) bound it: past them, or cancelled, posting stops and this
+        returns once what was posted has completed, raising ``TimeoutError``
+        (or ``CancelledError``). Bad lists raise ValueError before anything
+        is posted; a failure on the device raises
+        :class:`~aiordma.TransferError` naming the first block that failed.
+        """
+        await self._transfer(False, peer, local, remote, notify, timeout, deadline)
+
+    async def write(
+        self, peer: Peer, local: DescriptorList, remote: DescriptorList, *,
+        notify: bytes | None = None, timeout: float | None = None,  # noqa: ASYNC109  (and deadline=)
+        deadline: float | None = None,
+    ) -> None:  # fmt: skip
+        """Write this agent's ``local`` blocks into the peer's ``remote`` ones,
+        pair by pair; ``notify`` reaches the peer only after the data is in
+        place. Otherwise as :meth:`read`."""
+        await self._transfer(True, peer, local, remote, notify, timeout, deadline)
+
+    def start_read(self, peer: Peer, local: DescriptorList, remote: DescriptorList,
+                   **kwargs: Any) -> asyncio.Task[None]:  # fmt: skip
+        """:meth:`read` as a task (an awaitable handle), to overlap many transfers."""
+        return asyncio.ensure_future(self.read(peer, local, remote, **kwargs))
+
+    def start_write(self, peer: Peer, local: DescriptorList, remote: DescriptorList,
+                    **kwargs: Any) -> asyncio.Task[None]:  # fmt: skip
+        """:meth:`write` as a task (an awaitable handle), to overlap many transfers."""
+        return asyncio.ensure_future(self.write(peer, local, remote, **kwargs))
+
+    def _check_local(self, local: DescriptorList, write: bool) -> tuple[MemoryRegion, ...]:
+        if not isinstance(local, DescriptorList) or local.remote or local.agent != self.id:
+            raise ValueError("the local list must be this agent's own blocks "
+                             "(from its registrations)")  # fmt: skip
+        mrs = []
+        for info in local.regions:
+            reg = self._regs.get(info.lkey)
+            if reg is None or reg.info.base != info.base or reg.info.length != info.length:
+                raise ValueError(f"the local list names memory at {info.base:#x} that this "
+                                 "agent has not registered (or unregistered)")  # fmt: skip
+            mrs.append(reg.mr)
+        return tuple(mrs)
+
+    @staticmethod
+    def _check_remote(peer: Peer, remote: DescriptorList, write: bool) -> None:
+        if not isinstance(remote, DescriptorList) or not remote.remote:
+            raise ValueError("the remote list must be a peer's (DescriptorList.from_bytes)")
+        if peer.id is not None and remote.agent != peer.id:
+            raise ValueError(f"the remote list is agent {remote.agent:#x}'s memory, "
+                             f"not the peer's ({peer.id:#x})")  # fmt: skip
+        need = Access.REMOTE_WRITE if write else Access.REMOTE_READ
+        for info in remote.regions:
+            if not info.access & need:
+                raise ValueError(f"the peer's region at {info.base:#x} does not allow "
+                                 f"{need.name}")  # fmt: skip
+
+    def _plan(self, local: DescriptorList, remote: DescriptorList) -> tuple[array[int], int]:
+        count = len(local)
+        if len(remote) != count:
+            raise ValueError(f"{count} local blocks cannot pair with {len(remote)} remote ones")
+        bad = _plan.mismatch(local.lengths, remote.lengths, count)
+        if bad >= 0:
+            raise ValueError(f"descriptor {bad}: {local.lengths[bad]} local bytes, "
+                             f"{remote.lengths[bad]} remote")  # fmt: skip
+        table = _plan.table(4 * _plan.records_needed(local.lengths, count, PIECE))
+        lkeys = array("I", [r.lkey for r in local.regions])
+        rkeys = array("I", [r.rkey for r in remote.regions])
+        n = _plan.fill(local.addrs, local.lengths, local.region_of, lkeys,
+                       remote.addrs, remote.region_of, rkeys, count, PIECE, table)  # fmt: skip
+        return table, n
+
+    async def _transfer(
+        self, write: bool, peer: Peer, local: DescriptorList, remote: DescriptorList,
+        notify: bytes | None, timeout: float | None, deadline: float | None,  # noqa: ASYNC109
+    ) -> None:  # fmt: skip
+        self._check_open()
+        if peer.agent is not self:
+            raise ValueError(f"{peer!r} is another agent's peer")
+        loop = asyncio.get_running_loop()
+        if timeout is not None:
+            deadline = (
+                loop.time() + timeout if deadline is None else min(deadline, loop.time() + timeout)
+            )
+        mrs = self._check_local(local, write)
+        self._check_remote(peer, remote, write)
+        table, count = self._plan(local, remote)
+        async with asyncio.timeout_at(deadline):
+            channel = await peer.channel()
+        self._check_remote(peer, remote, write)  # the peer's id is known now
+        kind = "write" if write else "read"
+        if count:
+            await self._run(channel, write, table, count, mrs, deadline)
+        self._stats.add(f"transfers:{kind}")
+        self._stats.add(f"bytes:{kind}", local.nbytes)
+        if notify is not None:
+            await channel.send_message(wire.note(notify))
+            self._stats.add("notifications_sent")
+
+    async def _run(
+        self, channel: MessageChannel, write: bool, table: array[int], count: int,
+        mrs: tuple[MemoryRegion, ...], deadline: float | None,
+    ) -> None:  # fmt: skip
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        what = "write" if write else "read"
+
+        def finished(error: BaseException | None, tag: int) -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(None)
+                return
+            index = None if tag < 0 else tag
+            where = "before its first block" if index is None else f"at descriptor {index}"
+            exc = TransferError(f"{what} failed {where}: {error}", index)
+            exc.__cause__ = error
+            done.set_exception(exc)
+
+        try:
+            run = channel.conn.qp.start_bulk(write, table, count, mrs, finished,
+                                             window=self._window)  # fmt: skip
+        except (ResourceClosedError, ConnectionError) as exc:
+            raise TransferError(f"{what} failed before its first block: {exc}") from exc
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.shield(done)
+        except TransferError:
+            self._stats.add(f"failures:{what}")
+            channel.close()  # its queue pair is in the error state: the next use reconnects
+            raise
+        except BaseException:
+            run.cancel()
+            await _settled(done)
+            raise
+
+    # -- notifications -------------------------------------------------------
+
+    async def next_notification(self, data: bytes | None = None, *,
+                                timeout: float | None = None) -> Notification:  # fmt: skip  # noqa: ASYNC109
+        """The first notification received and not yet taken (the first equal to
+        ``data`` if given), waiting for it if none is there; ``TimeoutError``
+        after ``timeout`` seconds."""
+        async with asyncio.timeout(timeout):
+            while True:
+                for note in self._notes:
+                    if data is None or note.data == data:
+                        self._notes.remove(note)
+                        return note
+                self._check_open()
+                waiter = asyncio.get_running_loop().create_future()
+                self._note_waiters.append(waiter)
+                await waiter
+
+    async def notifications(self) -> AsyncIterator[Notification]:
+        """Every notification, in the order received (per peer: the order sent)."""
+        while True:
+            yield await self.next_notification()
+
+    # -- state ---------------------------------------------------------------
+
+    def _gauges(self) -> dict[str, int]:
+        registered = sum(r.mr.length for r in self._regs.values())
+        return {"exposed_bytes": self.exposed, "registered_bytes": registered,
+                "peers": len(self._peers)}  # fmt: skip
+
+    def stats(self) -> dict[str, Any]:
+        """What this agent did, as plain data (see :mod:`aiordma.metrics`):
+        transfers and bytes each way, failures, notifications; registered and
+        exposed bytes and peers now."""
+        return self._stats.snapshot()
+
+    def _metric_sources(self) -> Any:
+        yield {"agent": f"{self.id:x}"}, self._stats
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise ResourceClosedError("the transfer agent is closed")
+
+    def is_closing(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closing
+
+    def close(self) -> None:
+        """Stop listening, close every peer's channel and deregister the memory
+        once nothing uses it (see :meth:`wait_closed`)."""
+        if self._closing:
+            return
+        self._closing = True
+        metrics.unwatch(self)
+        if self._server is not None:
+            self._server.close()
+        for peer in {*self._peers.values(), *self._by_address.values()}:
+            peer._drop()
+        waiters, self._note_waiters = self._note_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(ResourceClosedError("the transfer agent is closed"))
+
+    async def wait_closed(self) -> None:
+        """Wait until the channels are closed and the memory deregistered."""
+        if self._server is not None:
+            await self._server.wait_closed()
+        for peer in {*self._peers.values(), *self._by_address.values()}:
+            if peer._connecting is not None:
+                peer._connecting.cancel()
+                with contextlib.suppress(BaseException):
+                    await peer._connecting
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        regs, self._regs = list(self._regs.values()), {}
+        for reg in regs:
+            await reg.mr.aclose()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+        await self.wait_closed()
+
+
+async def _settled(done: asyncio.Future[None]) -> None:
+    """Wait for ``done`` however often the caller is cancelled meanwhile (the
+    device is still using the buffers); then let the cancellation go on."""
+    cancelled = False
+    while not done.done():
+        try:
+            await asyncio.wait([done])
+        except asyncio.CancelledError:
+            cancelled = True
+    if not done.cancelled():
+        done.exception()  # seen: the caller's own error (cancel, timeout) wins
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+async def start_agent(
+    host: str | None = None, port: int = 0, *, device: Device | None = None,
+    auth: PresharedKey | bytes | None = None, max_exposed: int | None = None,
+) -> Agent:  # fmt: skip
+    """An :class:`Agent`, listening at ``host:port`` if ``host`` is given."""
+    agent = Agent(device=device, auth=auth, max_exposed=max_exposed)
+    if host is not None:
+        try:
+            await agent.listen(host, port)
+        except BaseException:
+            agent.close()
+            await agent.wait_closed()
+            raise
+    return agent

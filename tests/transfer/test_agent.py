@@ -1,0 +1,173 @@
+"""Transfer agents on the lab device: scattered blocks, notes, failures (asyncio and uvloop)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from aiordma import Access, RemoteAccessError, TransferError
+from aiordma.transfer import Agent, DescriptorList, start_agent
+from tests.conftest import Lab
+
+TIMEOUT = 60
+BLOCK = 4096
+BLOCKS = 1000
+RW = Access.REMOTE_READ | Access.REMOTE_WRITE
+
+
+@pytest_asyncio.fixture
+async def agents(lab: Lab) -> AsyncIterator[tuple[Agent, Agent]]:
+    """A listening agent (whose pool is written and read) and one that dials it."""
+    async with await start_agent(lab.addr) as target, await start_agent() as source:
+        yield target, source
+
+
+def pattern(seed: int, size: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
+async def test_scattered_write_of_a_thousand_blocks_then_its_note(
+    agents: tuple[Agent, Agent],
+) -> None:
+    target, source = agents
+    pool = target.alloc(BLOCK * BLOCKS * 2, remote=Access.REMOTE_WRITE)
+    staging = source.alloc(BLOCK * BLOCKS)
+    data = pattern(1, BLOCK * BLOCKS)
+    staging.view()[:] = data
+    slots = random.Random(2).sample(range(BLOCKS * 2), BLOCKS)  # scattered, in any order
+    remote = DescriptorList.from_bytes(pool.blocks(BLOCK).take(slots).to_bytes())
+    peer = source.peer(target.metadata())
+    async with asyncio.timeout(TIMEOUT):
+        await source.write(peer, staging.blocks(BLOCK), remote, notify=b"prefill 1 done")
+        note = await target.next_notification(b"prefill 1 done")
+    view = pool.view()
+    for i, slot in enumerate(slots):  # the note came after every block was in place
+        assert view[slot * BLOCK : (slot + 1) * BLOCK] == data[i * BLOCK : (i + 1) * BLOCK]
+    assert note.peer.id == source.id
+    stats = source.stats()
+    assert stats["counters"]["transfers:write"] == 1
+    assert stats["counters"]["bytes:write"] == BLOCK * BLOCKS
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
+async def test_scattered_read_of_a_thousand_blocks(agents: tuple[Agent, Agent]) -> None:
+    target, source = agents
+    cache = target.alloc(BLOCK * BLOCKS, remote=Access.REMOTE_READ)
+    data = pattern(3, BLOCK * BLOCKS)
+    cache.view()[:] = data
+    wanted = random.Random(4).sample(range(BLOCKS), BLOCKS)
+    remote = DescriptorList.from_bytes(cache.blocks(BLOCK).to_bytes()).take(wanted)
+    landing = source.alloc(BLOCK * BLOCKS)
+    peer = source.peer(target.metadata())
+    async with asyncio.timeout(TIMEOUT):
+        await source.read(peer, landing.blocks(BLOCK), remote, notify=b"served")
+        assert (await target.next_notification()).data == b"served"
+    view = landing.view()
+    for i, block in enumerate(wanted):
+        assert view[i * BLOCK : (i + 1) * BLOCK] == data[block * BLOCK : (block + 1) * BLOCK]
+
+
+@pytest.mark.asyncio
+async def test_bad_lists_are_refused_before_anything_is_posted(
+    lab: Lab, agents: tuple[Agent, Agent]
+) -> None:
+    target, source = agents
+    pool = target.alloc(BLOCK * 4, remote=RW)
+    readonly = target.alloc(BLOCK * 4, remote=Access.REMOTE_READ)
+    mine = source.alloc(BLOCK * 4)
+    peer = source.peer(target.metadata())
+    remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
+    async with await start_agent() as other:
+        foreign = other.alloc(BLOCK * 4)
+        others_remote = DescriptorList.from_bytes(
+            other.alloc(BLOCK * 4, remote=RW).blocks(BLOCK).to_bytes()
+        )
+        cases = [
+            (foreign.blocks(BLOCK), remote, "this agent's own blocks"),  # another agent's memory
+            (mine.blocks(BLOCK), others_remote, "not the peer's"),  # the wrong agent
+            (mine.blocks(BLOCK, 3), remote, "3 local blocks cannot pair with 4"),
+            (mine.descriptors([(0, 8), (8, 16)]), remote[:2], "descriptor 0: 8 local bytes"),
+            (remote, remote, "this agent's own blocks"),
+        ]
+        for local, far, message in cases:
+            with pytest.raises(ValueError, match=message):
+                await source.write(peer, local, far)
+        read_only = DescriptorList.from_bytes(readonly.blocks(BLOCK).to_bytes())
+        with pytest.raises(ValueError, match="does not allow REMOTE_WRITE"):
+            await source.write(peer, mine.blocks(BLOCK), read_only)
+        with pytest.raises(ValueError, match="outside its region"):
+            mine.descriptors([(BLOCK * 4 - 8, 16)])
+        with pytest.raises(ValueError, match="must not be negative"):
+            mine.descriptors([(0, -1)])
+        gone = source.alloc(BLOCK * 4)
+        stale = gone.blocks(BLOCK)
+        await source.unregister(gone)
+        with pytest.raises(ValueError, match="has not registered"):
+            await source.write(peer, stale, remote)
+    assert not peer.connected  # nothing reached the peer, not even a connection
+    assert "transfers:write" not in source.stats()["counters"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
+async def test_deadline_and_cancel_mid_transfer_leave_both_agents_usable(
+    agents: tuple[Agent, Agent],
+) -> None:
+    target, source = agents
+    size = 32 << 20
+    pool = target.alloc(size, remote=RW)
+    staging = source.alloc(size)
+    peer = source.peer(target.metadata())
+    remote = DescriptorList.from_bytes(pool.blocks(1 << 20).to_bytes())
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):
+        await source.write(peer, staging.blocks(1 << 20), remote, deadline=loop.time() + 0.05)
+    task = source.start_read(peer, staging.blocks(1 << 20), remote)
+    done, _ = await asyncio.wait([task], timeout=0.05)
+    assert not done
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert staging.mr.inflight == 0  # returned only once the device was done with the memory
+    staging.view()[:4096] = b"x" * 4096
+    async with asyncio.timeout(TIMEOUT):
+        small = DescriptorList.from_bytes(pool.blocks(4096, 1).to_bytes())
+        await source.write(peer, staging.blocks(4096, 1), small)
+        await source.read(peer, staging.blocks(4096, 1, offset=8192), small)
+    assert pool.view()[:4096] == b"x" * 4096 == staging.view()[8192 : 8192 + 4096]
+
+
+@pytest.mark.asyncio
+async def test_unregister_during_a_peers_read_fails_it_with_a_typed_error(
+    agents: tuple[Agent, Agent],
+) -> None:
+    target, source = agents
+    size = 32 << 20
+    cache = target.alloc(size, remote=Access.REMOTE_READ)
+    spare = target.alloc(4096, remote=Access.REMOTE_READ)
+    spare.view()[:] = b"s" * 4096
+    landing = source.alloc(size)
+    peer = source.peer(target.metadata())
+    remote = DescriptorList.from_bytes(cache.blocks(1 << 20).to_bytes())
+    task = source.start_read(peer, landing.blocks(1 << 20), remote)
+    done, _ = await asyncio.wait([task], timeout=0.05)
+    assert not done
+    await target.unregister(cache)  # remote access ends now, under the peer's read
+    with pytest.raises(TransferError) as info:
+        await asyncio.wait_for(task, TIMEOUT)
+    assert isinstance(info.value.__cause__, RemoteAccessError)
+    assert info.value.index is not None
+    assert 0 <= info.value.index < 32
+    assert landing.mr.inflight == 0
+    # both agents go on: the next transfer connects again
+    async with asyncio.timeout(TIMEOUT):
+        await source.read(peer, landing.blocks(4096, 1),
+                          DescriptorList.from_bytes(spare.blocks(4096).to_bytes()))  # fmt: skip
+    assert landing.view()[:4096] == b"s" * 4096
