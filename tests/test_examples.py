@@ -151,3 +151,34 @@ def test_kv_blocks_example(lab: Lab) -> None:
         "commit of a block never leased: PermissionError",
     ]
     assert "client left: 8 leases returned, 8 blocks committed" in server_out
+
+
+def test_kv_transfer_example_as_two_programs(lab: Lab) -> None:
+    path = str(EXAMPLES / "kv_transfer.py")
+    decode = subprocess.Popen(
+        [sys.executable, path, "decode", lab.addr, "--blocks", "1000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert decode.stdout is not None
+        agent = decode.stdout.readline().split()
+        blocks = decode.stdout.readline().split()
+        assert agent[0] == "agent", agent
+        assert blocks[0] == "blocks", blocks
+        prefill = subprocess.run(
+            [sys.executable, path, "prefill", agent[1], blocks[1]],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert prefill.returncode == 0, prefill.stderr
+        out, err = decode.communicate(timeout=60)
+        assert decode.returncode == 0, err
+    finally:
+        if decode.poll() is None:
+            decode.kill()
+            decode.communicate()
+    assert prefill.stdout.splitlines() == [
+        f"wrote 1000 blocks ({1000 * 4096} bytes) in one transfer",
+        "read back 8 blocks: same",
+    ]
+    assert "1000 blocks from agent" in out
+    assert out.rstrip().endswith("1000 verified")

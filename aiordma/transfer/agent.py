@@ -211,6 +211,8 @@ class Agent:
         self._notes: collections.deque[Notification] = collections.deque()
         self._note_waiters: list[asyncio.Future[None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._channels: set[MessageChannel] = set()
+        """Every channel adopted and not yet closed."""
         self._closing = False
         self._stats = Stats("transfer_agent", self._gauges)
         metrics.watch(self)
@@ -244,7 +246,8 @@ class Agent:
                 f"bytes, more than this agent's max_exposed ({self.max_exposed})",
                 size, self.exposed, self.max_exposed,
             )  # fmt: skip
-        mr = self.device.register(obj, Access.LOCAL_WRITE | remote)
+        local = Access.NONE if memoryview(obj).readonly else Access.LOCAL_WRITE
+        mr = self.device.register(obj, local | remote)  # read-only: a source only
         reg = Registration(self, mr)
         self._regs[mr.lkey] = reg
         return reg
@@ -363,13 +366,22 @@ class Agent:
         if known is not None and known is not peer:  # reached by address, known by metadata
             peer = known
         self._peers[identity.agent] = peer
+        self._channels.add(channel)
         peer._attach(channel, identity)
         if peer.address is not None:
             self._by_address.setdefault(peer.address, peer)
         return peer
 
     async def _serve(self, peer: Peer, channel: MessageChannel) -> None:
-        """Take the peer's notifications until the channel ends."""
+        """Take the peer's notifications until the channel ends; then see it closed."""
+        try:
+            await self._take_notes(peer, channel)
+        finally:
+            channel.close()
+            await channel.wait_closed()
+            self._channels.discard(channel)
+
+    async def _take_notes(self, peer: Peer, channel: MessageChannel) -> None:
         with contextlib.suppress(ConnectionError, ResourceClosedError, ProtocolError):
             async for message in channel:
                 note = wire.parse(message)
@@ -430,6 +442,9 @@ class Agent:
             if reg is None or reg.info.base != info.base or reg.info.length != info.length:
                 raise ValueError(f"the local list names memory at {info.base:#x} that this "
                                  "agent has not registered (or unregistered)")  # fmt: skip
+            if not write and not reg.mr.access & Access.LOCAL_WRITE:
+                raise ValueError(f"the local list names read-only memory at {info.base:#x}: "
+                                 "a read cannot land there")  # fmt: skip
             mrs.append(reg.mr)
         return tuple(mrs)
 
@@ -583,6 +598,8 @@ class Agent:
             self._server.close()
         for peer in {*self._peers.values(), *self._by_address.values()}:
             peer._drop()
+        for channel in self._channels:
+            channel.close()
         waiters, self._note_waiters = self._note_waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -600,6 +617,8 @@ class Agent:
         for task in list(self._tasks):
             with contextlib.suppress(BaseException):
                 await task
+        for channel in list(self._channels):
+            await channel.wait_closed()
         regs, self._regs = list(self._regs.values()), {}
         for reg in regs:
             await reg.mr.aclose()

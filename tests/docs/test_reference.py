@@ -13,10 +13,16 @@ import pytest
 
 import aiordma
 import aiordma.dask
+import aiordma.transfer
 from aiordma import rpc
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
-PACKAGES = {"aiordma": aiordma, "aiordma.rpc": rpc, "aiordma.dask": aiordma.dask}
+PACKAGES = {
+    "aiordma": aiordma,
+    "aiordma.rpc": rpc,
+    "aiordma.dask": aiordma.dask,
+    "aiordma.transfer": aiordma.transfer,
+}
 
 
 def _public(module: ModuleType) -> list[tuple[str, object]]:

@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 
 import aiordma
-from aiordma import rpc
+from aiordma import rpc, transfer
 from aiordma.bench import studies
 from aiordma.cli import build_parser
 from aiordma.lab.remote import Fabric, PeerProcess
@@ -48,8 +48,12 @@ RECEIVERS: dict[str, type] = {
     "qp": aiordma.QueuePair,
     "fabric": Fabric,
     "remote": PeerProcess,
+    "agent": transfer.Agent,
+    "kv_pool": transfer.Registration,
+    "staging": transfer.Registration,
+    "note": transfer.Notification,
 }
-MODULES = {"aiordma": aiordma, "rpc": rpc}
+MODULES = {"aiordma": aiordma, "rpc": rpc, "transfer": transfer}
 
 
 def _has(cls: type, name: str) -> bool:

@@ -586,7 +586,7 @@ cdef class QPDriver:
         return ibv_post_send(self.qp, &wr, &bad)
 
     def post_table(self, uint64_t first_id, uint64_t ring, int opcode,
-                   const uint64_t[::1] table, Py_ssize_t start, Py_ssize_t count):
+                   const unsigned long long[::1] table, Py_ssize_t start, Py_ssize_t count):
         """Post records ``start .. start + count`` of a one-sided table as one
         linked list, only the last signalled; 0 or the provider's errno.
 
