@@ -17,7 +17,6 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-MASK32 = 0xFFFFFFFF
 
 
 def records_needed(lengths: Any, count: int, piece: int) -> int:
@@ -62,7 +61,7 @@ def fill(
         lkey = lkeys[lregion[i]]
         rkey = rkeys[rregion[i]]
         if n > 0 and la == end_l and ra == end_r and lkey == last_lkey and rkey == last_rkey:
-            prev = out[4 * n - 2] & MASK32  # join the previous record as far as a piece goes
+            prev = out[4 * n - 2] & 0xFFFFFFFF  # join the previous record as far as a piece goes
             take = min(length, piece - prev)
             if take > 0:
                 out[4 * n - 2] = (prev + take) | (lkey << 32)

@@ -10,6 +10,7 @@ import pytest
 import pytest_asyncio
 
 from aiordma import Access, RemoteAccessError, TransferError
+from aiordma.bench.studies.transfers import start_target
 from aiordma.transfer import Agent, DescriptorList, start_agent
 from tests.conftest import Lab
 
@@ -171,3 +172,27 @@ async def test_unregister_during_a_peers_read_fails_it_with_a_typed_error(
         await source.read(peer, landing.blocks(4096, 1),
                           DescriptorList.from_bytes(spare.blocks(4096).to_bytes()))  # fmt: skip
     assert landing.view()[:4096] == b"s" * 4096
+
+
+@pytest.mark.asyncio
+async def test_a_killed_peer_fails_its_transfers_promptly(lab: Lab) -> None:
+    proc, lines = await asyncio.to_thread(start_target, lab.addr)  # the study's target agent
+    try:
+        async with await start_agent() as agent:
+            peer = agent.peer(bytes.fromhex(lines["agent"]))
+            whole = DescriptorList.from_bytes(bytes.fromhex(lines["whole"]))
+            tiny = DescriptorList.from_bytes(bytes.fromhex(lines["tiny"]))
+            staging = agent.alloc(whole.nbytes)
+            await asyncio.wait_for(agent.read(peer, staging.blocks(64, 1), tiny), TIMEOUT)
+            task = agent.start_read(peer, staging.blocks(whole.nbytes), whole)
+            done, _ = await asyncio.wait([task], timeout=0.05)
+            assert not done
+            proc.kill()
+            with pytest.raises(TransferError):
+                await asyncio.wait_for(task, 10)  # the retry bound is about 0.5 s
+            assert staging.mr.inflight == 0
+            with pytest.raises((TransferError, ConnectionError)):  # and so does the next one
+                await asyncio.wait_for(agent.read(peer, staging.blocks(64, 1), tiny), 10)
+    finally:
+        proc.kill()
+        await asyncio.to_thread(proc.wait)
