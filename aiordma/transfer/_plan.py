@@ -18,7 +18,6 @@ from array import array
 from typing import Any
 
 
-
 def records_needed(lengths: Any, count: int, piece: int) -> int:
     """At most how many records ``count`` descriptors of ``lengths`` make
     (each split into ``piece``-sized records, none joined)."""
