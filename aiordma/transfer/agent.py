@@ -39,6 +39,7 @@ from aiordma.channel import (
     open_channel,
     start_channel_server,
 )
+from aiordma.channel.rendezvous import read_piece_for
 from aiordma.exceptions import (
     ConnectionLostError,
     MemoryLimitError,
@@ -51,8 +52,11 @@ from aiordma.transfer import _plan, wire
 from aiordma.transfer.descriptors import DescriptorList, RegionInfo
 from aiordma.transfer.wire import Identity
 
-PIECE = 1 << 20
-"""Bytes a record moves at most: longer blocks are split, shorter neighbours joined."""
+WIRE_WINDOW = 16
+"""Records in flight at once to a peer across a wire (pieces of ``READ_PIECE``:
+1 MiB in flight, which a lossy link carries; see the channel's reads)."""
+LOCAL_WINDOW = 64
+"""Records in flight at once to a peer on the same device (no wire to overrun)."""
 HELLO_TIMEOUT = 10.0
 """Seconds a new connection's peer has to say who it is."""
 
@@ -188,19 +192,25 @@ class Agent:
     ``device``: where memory is registered and connections are made (the
     default device if not given). ``auth``: the key every connection must
     prove, both ways. ``max_exposed``: bytes that may be registered with
-    remote access at once (None: no bound). Use :func:`start_agent` to
-    make one that listens.
+    remote access at once (None: no bound). ``piece`` (bytes a work request
+    moves at most) and ``window`` (work requests in flight) are chosen by the
+    path when None: 1 MiB and 64 to a peer on the same device, 64 KiB and 16
+    across a wire. Use :func:`start_agent` to make one that listens.
     """
 
     def __init__(
         self, *, device: Device | None = None, auth: PresharedKey | bytes | None = None,
-        max_exposed: int | None = None, window: int = 64,
+        max_exposed: int | None = None, piece: int | None = None, window: int | None = None,
     ) -> None:  # fmt: skip
         self.device = device or Device.shared()
         self.id = secrets.randbits(63) | 1
         """This agent's id (random, never 0)."""
         self._auth = auth
         self.max_exposed = max_exposed
+        if (piece is not None and piece < 4096) or (window is not None and window < 1):
+            raise ValueError(f"piece ({piece}) must be at least 4096 bytes, window ({window}) 1 "
+                             "or more")  # fmt: skip
+        self._piece = piece
         self._window = window
         self._server: Server | None = None
         self._identity = Identity(self.id)
@@ -261,9 +271,11 @@ class Agent:
         return self.register(mmap.mmap(-1, size), remote=remote)
 
     async def unregister(self, reg: Registration) -> None:
-        """End ``reg``: peers lose access at once (their transfers against it
-        fail with :class:`~aiordma.TransferError`), then, once this agent's
-        own transfers using it are done, it is deregistered."""
+        """End ``reg``: it leaves the agent at once (new transfers cannot name
+        it), and is deregistered as soon as this agent's own transfers using it
+        are done (at once if none are): from then on a peer's transfer against
+        it fails with :class:`~aiordma.TransferError`, and never reads or
+        writes the memory, which is released only after that."""
         if self._regs.get(reg.mr.lkey) is not reg:
             if reg.mr.closed:
                 return
@@ -461,7 +473,8 @@ class Agent:
                 raise ValueError(f"the peer's region at {info.base:#x} does not allow "
                                  f"{need.name}")  # fmt: skip
 
-    def _plan(self, local: DescriptorList, remote: DescriptorList) -> tuple[array[int], int]:
+    @staticmethod
+    def _check_pairs(local: DescriptorList, remote: DescriptorList) -> None:
         count = len(local)
         if len(remote) != count:
             raise ValueError(f"{count} local blocks cannot pair with {len(remote)} remote ones")
@@ -469,11 +482,15 @@ class Agent:
         if bad >= 0:
             raise ValueError(f"descriptor {bad}: {local.lengths[bad]} local bytes, "
                              f"{remote.lengths[bad]} remote")  # fmt: skip
-        table = _plan.table(4 * _plan.records_needed(local.lengths, count, PIECE))
+
+    @staticmethod
+    def _plan(local: DescriptorList, remote: DescriptorList, piece: int) -> tuple[array[int], int]:
+        count = len(local)
+        table = _plan.table(4 * _plan.records_needed(local.lengths, count, piece))
         lkeys = array("I", [r.lkey for r in local.regions])
         rkeys = array("I", [r.rkey for r in remote.regions])
         n = _plan.fill(local.addrs, local.lengths, local.region_of, lkeys,
-                       remote.addrs, remote.region_of, rkeys, count, PIECE, table)  # fmt: skip
+                       remote.addrs, remote.region_of, rkeys, count, piece, table)  # fmt: skip
         return table, n
 
     async def _transfer(
@@ -490,13 +507,17 @@ class Agent:
             )
         mrs = self._check_local(local, write)
         self._check_remote(peer, remote, write)
-        table, count = self._plan(local, remote)
+        self._check_pairs(local, remote)
         async with asyncio.timeout_at(deadline):
             channel = await peer.channel()
         self._check_remote(peer, remote, write)  # the peer's id is known now
+        loopback = channel.conn.loopback
+        piece = read_piece_for(self._piece, loopback)
+        window = self._window or (LOCAL_WINDOW if loopback else WIRE_WINDOW)
+        table, count = self._plan(local, remote, piece)
         kind = "write" if write else "read"
         if count:
-            await self._run(channel, write, table, count, mrs, deadline)
+            await self._run(channel, write, table, count, mrs, window, deadline)
         self._stats.add(f"transfers:{kind}")
         self._stats.add(f"bytes:{kind}", local.nbytes)
         if notify is not None:
@@ -505,7 +526,7 @@ class Agent:
 
     async def _run(
         self, channel: MessageChannel, write: bool, table: array[int], count: int,
-        mrs: tuple[MemoryRegion, ...], deadline: float | None,
+        mrs: tuple[MemoryRegion, ...], window: int, deadline: float | None,
     ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
@@ -525,7 +546,7 @@ class Agent:
 
         try:
             run = channel.conn.qp.start_bulk(write, table, count, mrs, finished,
-                                             window=self._window)  # fmt: skip
+                                             window=window)  # fmt: skip
         except (ResourceClosedError, ConnectionError) as exc:
             raise TransferError(f"{what} failed before its first block: {exc}") from exc
         try:
