@@ -12,6 +12,9 @@ reports the median rate, with ``ib_read_bw`` / ``ib_write_bw`` /
 Python calls of one transfer of 10 and of 1,000 blocks (cProfile, this
 process only: the target does nothing per transfer) and the CPU both
 processes burn over three idle seconds with the connection open.
+
+The target also prints each notification it receives with the SHA-256 of
+the 16 KiB blocks at that moment (the lab's tests check writes with it).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import hashlib
 import json
 import os
 import pstats
@@ -32,7 +36,7 @@ from typing import Any
 from aiordma import Access
 from aiordma.bench import perftest
 from aiordma.bench.studies import lab_address
-from aiordma.transfer import Agent, DescriptorList, start_agent
+from aiordma.transfer import Agent, DescriptorList, Registration, start_agent
 from aiordma.verbs import per_message_path
 
 POOL = 64 << 20
@@ -57,8 +61,20 @@ async def serve(host: str) -> None:
         for name, lst in lists.items():
             print(name, lst.to_bytes().hex())
         print("ready", flush=True)
+        notes = asyncio.ensure_future(_report_notes(agent, pool, lists["blocks16"]))
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, sys.stdin.read)  # until the study closes our stdin
+        notes.cancel()
+
+
+async def _report_notes(agent: Agent, pool: Registration, blocks: DescriptorList) -> None:
+    """Print each notification with the SHA-256 of the 16 KiB blocks as it
+    finds them then (what a writer can check its data against)."""
+    async for note in agent.notifications():
+        view, digest = pool.view(), hashlib.sha256()
+        for addr, length, _key in blocks:
+            digest.update(view[addr - pool.mr.addr : addr - pool.mr.addr + length])
+        print("note", note.data.hex(), digest.hexdigest(), flush=True)
 
 
 def _cpu_seconds(pid: int) -> float:
