@@ -3,7 +3,9 @@
 
 cimport cython
 
-@cython.locals(total=Py_ssize_t, i=Py_ssize_t, length=unsigned long long)
+ctypedef unsigned long long u64
+
+@cython.locals(total=Py_ssize_t, i=Py_ssize_t, length=u64)
 cpdef Py_ssize_t records_needed(const unsigned long long[::1] lengths, Py_ssize_t count,
                                 unsigned long long piece) except -1
 
@@ -11,11 +13,11 @@ cpdef Py_ssize_t records_needed(const unsigned long long[::1] lengths, Py_ssize_
 cpdef Py_ssize_t mismatch(const unsigned long long[::1] llens,
                           const unsigned long long[::1] rlens, Py_ssize_t count) except -2
 
-@cython.locals(n=Py_ssize_t, i=Py_ssize_t, length=unsigned long long, la=unsigned long long,
-               ra=unsigned long long, lkey=unsigned long long, rkey=unsigned long long,
-               end_l=unsigned long long, end_r=unsigned long long,
-               last_lkey=unsigned long long, last_rkey=unsigned long long,
-               prev=unsigned long long, take=unsigned long long)
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, length=u64, la=u64,
+               ra=u64, lkey=u64, rkey=u64,
+               end_l=u64, end_r=u64,
+               last_lkey=u64, last_rkey=u64,
+               prev=u64, take=u64)
 cpdef Py_ssize_t fill(const unsigned long long[::1] laddrs, const unsigned long long[::1] llens,
                       const unsigned int[::1] lregion, const unsigned int[::1] lkeys,
                       const unsigned long long[::1] raddrs, const unsigned int[::1] rregion,

@@ -1,7 +1,6 @@
-# cython: annotation_typing=True
 """A transfer's work: pairs of local and remote descriptors made into a table of records.
 
-:func:`build` pairs the ``i``-th local descriptor with the ``i``-th remote
+:func:`fill` pairs the ``i``-th local descriptor with the ``i``-th remote
 one (their lengths must be equal), joins neighbours that continue each other
 on both sides (same keys, adjacent addresses) up to ``piece`` bytes, and
 splits longer ones into ``piece``-sized records, in the table format the
