@@ -173,12 +173,13 @@ class Peer:
                 self._connecting = None
 
     def _attach(self, channel: MessageChannel, identity: Identity) -> None:
-        old, self._channel = self._channel, channel
+        """Use ``channel`` unless a working one is there (two agents that dial
+        each other at once keep both channels, each using its own)."""
+        if self._channel is None or self._channel.is_closing():
+            self._channel = channel
         self.identity = identity
         if identity.host and self.address is None:
             self.address = (identity.host, identity.port)
-        if old is not None and old is not channel:
-            old.close()
 
     def _drop(self) -> None:
         channel, self._channel = self._channel, None
@@ -328,7 +329,7 @@ class Agent:
         if peer is None:
             peer = self._by_address[(host, port)] = Peer(self, None, (host, port))
         await peer.channel()
-        return peer
+        return self._by_address.get((host, port), peer)
 
     async def _dial(self, peer: Peer) -> MessageChannel:
         assert peer.address is not None
@@ -376,12 +377,13 @@ class Agent:
             raise ResourceClosedError("the transfer agent is closed")
         known = self._peers.get(identity.agent)
         if known is not None and known is not peer:  # reached by address, known by metadata
+            peer._attach(channel, identity)  # the caller's Peer works too
             peer = known
         self._peers[identity.agent] = peer
         self._channels.add(channel)
         peer._attach(channel, identity)
         if peer.address is not None:
-            self._by_address.setdefault(peer.address, peer)
+            self._by_address[peer.address] = peer
         return peer
 
     async def _serve(self, peer: Peer, channel: MessageChannel) -> None:
