@@ -168,7 +168,7 @@ def test_the_pure_path_run_tests_every_per_message_module() -> None:
     root = Path(__file__).resolve().parent.parent
     dev = (root / "dev").read_text()
     listed = dev.split('PURE_TESTS="', 1)[1].split('"', 1)[0].split()
-    assert all((root / path).exists() for path in listed), listed
+    assert all((root / path.split("::")[0]).exists() for path in listed), listed
     for module in _compiled.MODULES:
         *package, name = module.split(".")[1:]
         mirror = "/".join(["tests", *package, f"test_{name.lstrip('_')}.py"])
