@@ -44,6 +44,7 @@ from aiordma.exceptions import (
     ConnectionLostError,
     MemoryLimitError,
     ProtocolError,
+    RdmaError,
     ResourceClosedError,
     TransferError,
 )
@@ -396,7 +397,7 @@ class Agent:
             self._channels.discard(channel)
 
     async def _take_notes(self, peer: Peer, channel: MessageChannel) -> None:
-        with contextlib.suppress(ConnectionError, ResourceClosedError, ProtocolError):
+        with contextlib.suppress(ConnectionError, RdmaError):  # the channel ended, however
             async for message in channel:
                 note = wire.parse(message)
                 if isinstance(note, bytes):
@@ -672,9 +673,11 @@ async def _settled(done: asyncio.Future[None]) -> None:
 async def start_agent(
     host: str | None = None, port: int = 0, *, device: Device | None = None,
     auth: PresharedKey | bytes | None = None, max_exposed: int | None = None,
+    piece: int | None = None, window: int | None = None,
 ) -> Agent:  # fmt: skip
-    """An :class:`Agent`, listening at ``host:port`` if ``host`` is given."""
-    agent = Agent(device=device, auth=auth, max_exposed=max_exposed)
+    """An :class:`Agent` (the keywords are its own), listening at ``host:port``
+    if ``host`` is given."""
+    agent = Agent(device=device, auth=auth, max_exposed=max_exposed, piece=piece, window=window)
     if host is not None:
         try:
             await agent.listen(host, port)

@@ -149,36 +149,37 @@ async def test_deadline_and_cancel_mid_transfer_leave_both_agents_usable(
 async def test_unregister_during_a_peers_read_fails_it_with_a_typed_error(
     agents: tuple[Agent, Agent],
 ) -> None:
-    target, source = agents
-    size = 32 << 20
-    cache = target.alloc(size, remote=Access.REMOTE_READ)
-    spare = target.alloc(4096, remote=Access.REMOTE_READ)
-    spare.view()[:] = b"s" * 4096
-    landing = source.alloc(size)
-    peer = source.peer(target.metadata())
-    remote = DescriptorList.from_bytes(cache.blocks(1 << 20).to_bytes())
-    task = source.start_read(peer, landing.blocks(1 << 20), remote)
-    done, _ = await asyncio.wait([task], timeout=0.05)
-    assert not done
-    await target.unregister(cache)  # remote access ends now, under the peer's read
-    with pytest.raises(TransferError) as info:
-        await asyncio.wait_for(task, TIMEOUT)
-    assert isinstance(info.value.__cause__, RemoteAccessError)
-    assert info.value.index is not None
-    assert 0 <= info.value.index < 32
-    assert landing.mr.inflight == 0
-    # both agents go on: the next transfer connects again
-    async with asyncio.timeout(TIMEOUT):
-        await source.read(peer, landing.blocks(4096, 1),
-                          DescriptorList.from_bytes(spare.blocks(4096).to_bytes()))  # fmt: skip
-    assert landing.view()[:4096] == b"s" * 4096
+    target, _ = agents
+    async with await start_agent(window=1, piece=4096) as source:  # 8,192 reads in turn
+        size = 32 << 20
+        cache = target.alloc(size, remote=Access.REMOTE_READ)
+        spare = target.alloc(4096, remote=Access.REMOTE_READ)
+        spare.view()[:] = b"s" * 4096
+        landing = source.alloc(size)
+        peer = source.peer(target.metadata())
+        remote = DescriptorList.from_bytes(cache.blocks(1 << 20).to_bytes())
+        task = source.start_read(peer, landing.blocks(1 << 20), remote)
+        done, _ = await asyncio.wait([task], timeout=0.05)
+        assert not done
+        await target.unregister(cache)  # remote access ends now, under the peer's read
+        with pytest.raises(TransferError) as info:
+            await asyncio.wait_for(task, TIMEOUT)
+        assert isinstance(info.value.__cause__, RemoteAccessError)
+        assert info.value.index is not None
+        assert 0 <= info.value.index < 32  # the 1 MiB block whose read failed first
+        assert landing.mr.inflight == 0
+        # both agents go on: the next transfer connects again
+        async with asyncio.timeout(TIMEOUT):
+            await source.read(peer, landing.blocks(4096, 1),
+                              DescriptorList.from_bytes(spare.blocks(4096).to_bytes()))  # fmt: skip
+        assert landing.view()[:4096] == b"s" * 4096
 
 
 @pytest.mark.asyncio
 async def test_a_killed_peer_fails_its_transfers_promptly(lab: Lab) -> None:
     proc, lines = await asyncio.to_thread(start_target, lab.addr)  # the study's target agent
     try:
-        async with await start_agent() as agent:
+        async with await start_agent(window=1, piece=4096) as agent:  # 16,384 reads in turn
             peer = agent.peer(bytes.fromhex(lines["agent"]))
             whole = DescriptorList.from_bytes(bytes.fromhex(lines["whole"]))
             tiny = DescriptorList.from_bytes(bytes.fromhex(lines["tiny"]))
