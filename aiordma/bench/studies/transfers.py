@@ -27,6 +27,7 @@ import json
 import os
 import pstats
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,7 +48,7 @@ IDLE_SECONDS = 3.0
 
 
 async def serve(host: str) -> None:
-    """The target: publish the pool's lists on stdout, then serve until stdin closes."""
+    """The target: publish the pool's lists on stdout, then serve until SIGTERM or SIGINT."""
     async with await start_agent(host) as agent:
         pool = agent.alloc(POOL, remote=Access.REMOTE_READ | Access.REMOTE_WRITE)
         rng = random.Random(44)
@@ -62,8 +63,11 @@ async def serve(host: str) -> None:
             print(name, lst.to_bytes().hex())
         print("ready", flush=True)
         notes = asyncio.ensure_future(_report_notes(agent, pool, lists["blocks16"]))
+        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, sys.stdin.read)  # until the study closes our stdin
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
         notes.cancel()
 
 
@@ -88,7 +92,7 @@ def start_target(host: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """The target agent's process, and the lines it published."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "aiordma.bench.studies.transfers", "--serve", host],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
     lines: dict[str, str] = {}
@@ -194,8 +198,7 @@ def main() -> None:
     try:
         row = runner(measure(lines, args.rounds, proc.pid))
     finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
+        proc.terminate()
         proc.wait(timeout=60)
     row["perftest"] = {} if args.no_perftest else references(host)
     if args.json:
