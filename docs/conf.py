@@ -49,6 +49,11 @@ nitpick_ignore_regex = [
     ("py:data", r"LINGER|DEFAULT_POLL"),
     # A message channel's packet lane: internal, its own module documents it.
     ("py:class", r"(aiordma\.verbs\._lane\.)?(PacketLane|Sent|Failed)"),
+    # A bulk run (QueuePair.start_bulk): internal, its own module documents it.
+    ("py:class", r"(aiordma\.verbs\._bulk\.)?(BulkRun|Done|Starved)"),
+    ("py:meth", r"BulkRun\..*"),
+    # The transfer agents' wire identity; the stdlib's array (no inventory here).
+    ("py:class", r"(aiordma\.transfer\.wire\.)?Identity|array"),
 ]
 
 html_theme = "furo"

@@ -83,7 +83,7 @@ class DescriptorList(Sequence[Descriptor]):
         self.addrs = addrs
         self.lengths = lengths
         self.region_of = index
-        """Each block's region, as an index into :attr:`regions`."""
+        """Each block's region, as an index into ``regions``."""
         self.remote = remote
         """True for a list unpacked from bytes (a peer's memory)."""
         self._check()
