@@ -33,44 +33,15 @@ from aiordma.exceptions import DeviceError
 from aiordma.verbs.memory import MemoryRegion
 
 if TYPE_CHECKING:
-    import asyncio
     from typing import Protocol
 
     from aiordma import _cython_shim as cython
-    from aiordma.verbs._driver.base import QPDriver
-    from aiordma.verbs._slots import SlotPool
+    from aiordma.verbs import _host
 
-    class Completions(Protocol):
-        @property
-        def loop(self) -> asyncio.AbstractEventLoop: ...
-
-        @property
-        def handlers(self) -> dict[int, Any]: ...
-
-        @property
-        def polls(self) -> bool: ...
-
-        def kick(self) -> None: ...
-
-        def claim_ids(self, count: int) -> int: ...
-
-    class Host(Protocol):
+    class Host(_host.Host, Protocol):
         """What a run needs of the work engine that made it."""
 
-        @property
-        def driver(self) -> QPDriver: ...
-
-        @property
-        def cq(self) -> Completions: ...
-
-        @property
-        def sq(self) -> SlotPool: ...
-
-        def close_error(self) -> BaseException: ...
-
         def bulk_error(self, wc: Any, opcode: int) -> BaseException: ...
-
-        def lane_idle(self) -> None: ...
 
         def lane_finished(self, lane: Any) -> None: ...
 else:

@@ -33,49 +33,21 @@ from aiordma.exceptions import DeviceError, ResourceBusyError
 from aiordma.verbs.memory import MemoryRegion
 
 if TYPE_CHECKING:
-    import asyncio
     from typing import Protocol
 
     from aiordma import _cython_shim as cython
-    from aiordma.verbs._driver.base import QPDriver
+    from aiordma.verbs import _host
     from aiordma.verbs._slots import SlotPool
 
-    class Completions(Protocol):
-        @property
-        def loop(self) -> asyncio.AbstractEventLoop: ...
-
-        @property
-        def handlers(self) -> dict[int, Any]: ...
-
-        @property
-        def polls(self) -> bool: ...
-
-        def kick(self) -> None: ...
-
-        def claim_ids(self, count: int) -> int: ...
-
-    class Host(Protocol):
+    class Host(_host.Host, Protocol):
         """What a lane needs of the work engine that made it."""
-
-        @property
-        def driver(self) -> QPDriver: ...
-
-        @property
-        def cq(self) -> Completions: ...
-
-        @property
-        def sq(self) -> SlotPool: ...
 
         @property
         def rq(self) -> SlotPool: ...
 
         def check_usable(self) -> None: ...
 
-        def close_error(self) -> BaseException: ...
-
         def packet_error(self, wc: Any, recv: bool) -> BaseException: ...
-
-        def lane_idle(self) -> None: ...
 else:
     try:
         import cython

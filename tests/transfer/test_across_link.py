@@ -12,11 +12,13 @@ import hashlib
 import random
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
 import aiordma
-from aiordma.lab.remote import Fabric
+from aiordma.lab.remote import Fabric, PeerProcess
 from aiordma.transfer import DescriptorList, start_agent
 from tests.conftest import PEER_TIMEOUT, ROOT
 
@@ -25,14 +27,22 @@ MARGIN = 3.0
 """Seconds allowed beyond the bound: timers and wake-ups on emulated CPUs."""
 
 
-@pytest.mark.asyncio
-async def test_kv_blocks_cross_the_link_and_the_note_follows_them(fabric: Fabric) -> None:
+@asynccontextmanager
+async def target(fabric: Fabric) -> AsyncIterator[tuple[PeerProcess, dict[str, str]]]:
+    """The study's target agent on host 2, and the lines it published."""
     argv = [sys.executable, "-m", "aiordma.bench.studies.transfers", "--serve", fabric.peer_addr]
     proc = fabric.start(argv, cwd=ROOT)
     try:
         async with asyncio.timeout(PEER_TIMEOUT):
             await proc.wait_for_output("ready")
-        lines = dict(line.split(" ", 1) for line in proc.output().splitlines() if " " in line)
+        yield proc, dict(line.split(" ", 1) for line in proc.output().splitlines() if " " in line)
+    finally:
+        await proc.stop()
+
+
+@pytest.mark.asyncio
+async def test_kv_blocks_cross_the_link_and_the_note_follows_them(fabric: Fabric) -> None:
+    async with target(fabric) as (proc, lines):
         blocks = DescriptorList.from_bytes(bytes.fromhex(lines["blocks16"]))
         async with await start_agent() as agent:
             peer = agent.peer(bytes.fromhex(lines["agent"]))
@@ -51,18 +61,11 @@ async def test_kv_blocks_cross_the_link_and_the_note_follows_them(fabric: Fabric
             view = back.view()
             for i, j in enumerate(order):
                 assert view[i * 16384 : (i + 1) * 16384] == data[j * 16384 : (j + 1) * 16384]
-    finally:
-        await proc.stop()
 
 
 @pytest.mark.asyncio
 async def test_a_cut_link_fails_a_transfer_within_the_retry_bound(fabric: Fabric) -> None:
-    argv = [sys.executable, "-m", "aiordma.bench.studies.transfers", "--serve", fabric.peer_addr]
-    proc = fabric.start(argv, cwd=ROOT)
-    try:
-        async with asyncio.timeout(PEER_TIMEOUT):
-            await proc.wait_for_output("ready")
-        lines = dict(line.split(" ", 1) for line in proc.output().splitlines() if " " in line)
+    async with target(fabric) as (_, lines):
         whole = DescriptorList.from_bytes(bytes.fromhex(lines["whole"]))
         async with await start_agent() as agent:
             peer = agent.peer(bytes.fromhex(lines["agent"]))
@@ -81,5 +84,3 @@ async def test_a_cut_link_fails_a_transfer_within_the_retry_bound(fabric: Fabric
                   f"{RETRY_BOUND:.2f} s)")  # fmt: skip
             assert failed <= RETRY_BOUND + MARGIN
             assert staging.mr.inflight == 0
-    finally:
-        await proc.stop()

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from aiordma import Access, RemoteAccessError, TransferError
+from aiordma import Access, RemoteAccessError, TransferError, metrics
 from aiordma.bench.studies.transfers import start_target
 from aiordma.transfer import Agent, DescriptorList, start_agent
 from tests.conftest import Lab
@@ -54,6 +54,12 @@ async def test_scattered_write_of_a_thousand_blocks_then_its_note(
     stats = source.stats()
     assert stats["counters"]["transfers:write"] == 1
     assert stats["counters"]["bytes:write"] == BLOCK * BLOCKS
+    assert target.stats()["counters"]["notifications_received"] == 1
+    assert target.stats()["gauges"]["exposed_bytes"] == BLOCK * BLOCKS * 2
+    exported = {labels.get("agent"): stats for labels, stats in metrics.collect()}
+    assert (
+        exported[f"{source.id:x}"].counters["bytes:write"] == BLOCK * BLOCKS
+    )  # Prometheus sees it
 
 
 @pytest.mark.asyncio
