@@ -7,8 +7,10 @@ the client writes and reads, handed over as a RemoteBuffer), ``echo``
 (every message sent back), ``sink`` (every message received and dropped,
 receives re-posted as lists) or nothing (an RPC service with ``echo``,
 ``sink`` and ``source``). The TCP baseline (:mod:`aiordma.bench.tcp`) is
-served on a second port. Prints ``listening RDMA_PORT TCP_PORT``; runs
-until killed. :class:`StudyPeer` runs the peer process of a study.
+served on a second port, and a transfer agent with a pool peers may read
+and write (the ``xfer_*`` modes) on a third. Prints ``listening RDMA_PORT
+TCP_PORT AGENT POOL`` (the agent's metadata and the pool's descriptor
+list, in hex); runs until killed. :class:`StudyPeer` runs the peer process of a study.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from aiordma.bench import tcp
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import channel_factory, prepare_channel
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE
+from aiordma.transfer import start_agent
+
+XFER_POOL = 64 << 20
+"""Bytes of the transfer agent's pool (the ``xfer_*`` modes' target)."""
 
 
 class StudyPeer:
@@ -199,8 +205,12 @@ async def serve(addr: str, max_size: int) -> None:
     )
     baseline = await tcp.start_server(addr)
     tcp_port = baseline.sockets[0].getsockname()[1]
-    print(f"listening {server.addresses[0][1]} {tcp_port}", flush=True)
-    await server.serve_forever()
+    async with await start_agent(addr) as agent:  # the transfer modes' target
+        pool = agent.alloc(XFER_POOL, remote=Access.REMOTE_READ | Access.REMOTE_WRITE)
+        exported = pool.blocks(XFER_POOL).to_bytes().hex()
+        print(f"listening {server.addresses[0][1]} {tcp_port} {agent.metadata().hex()} "
+              f"{exported}", flush=True)  # fmt: skip
+        await server.serve_forever()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ TOOLS = {
     "msg_reg_lat": "ib_send_lat",
     "msg_bw": "ib_write_bw",
     "msg_reg_bw": "ib_write_bw",
+    "xfer_read": "ib_read_bw",
+    "xfer_write": "ib_write_bw",
 }
 """The perftest tool that measures what each aiordma mode measures."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import random
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from aiordma.bench import tcp
 from aiordma.bench.stats import Latency, Result
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE
 from aiordma.lab.remote import Fabric
+from aiordma.transfer import DescriptorList, start_agent
 from aiordma.verbs.queue_pair import Read, Send, Write
 
 REMOTE_START_TIMEOUT = 120.0
@@ -51,8 +53,13 @@ class Peer:
     host 2 of the two-host lab, across the link.
     """
 
-    def __init__(self, addr: str, port: int, tcp_port: int, stop: Callable[[], None]) -> None:
+    def __init__(
+        self, addr: str, port: int, tcp_port: int, stop: Callable[[], None],
+        agent: bytes = b"", pool: bytes = b"",
+    ) -> None:  # fmt: skip
         self.addr, self.port, self.tcp_port = addr, port, tcp_port
+        self.agent, self.pool = agent, pool
+        """The peer's transfer agent (metadata) and its pool (a packed descriptor list)."""
         self._stop = stop
 
     @staticmethod
@@ -65,7 +72,8 @@ class Peer:
         if words[:1] != ["listening"]:
             stop()
             raise RuntimeError(f"the benchmark peer did not start: {line!r}")
-        return cls(addr, int(words[1]), int(words[2]), stop)
+        agent, pool = (bytes.fromhex(w) for w in words[3:5]) if len(words) >= 5 else (b"", b"")
+        return cls(addr, int(words[1]), int(words[2]), stop, agent, pool)
 
     @classmethod
     def start(cls, addr: str, max_size: int, loop: str = "asyncio") -> Peer:
@@ -174,6 +182,8 @@ async def measure(
         return await _measure_connect(peer, plan, progress)
     if mode.startswith("msg_"):
         return await _measure_messages(peer, mode, size, plan, progress)
+    if mode.startswith("xfer_"):
+        return await _measure_transfers(peer, mode, size, plan, progress)
     kind = {"send_lat": b"echo", "send_rate": b"sink"}.get(mode, b"mem")
     async with await aiordma.connect(peer.addr, peer.port, private_data=kind) as conn:
         local = conn.alloc(size)
@@ -207,6 +217,42 @@ async def measure(
             done, seconds = await _window(plan, post, progress)
             return Result("aiordma", mode, size, plan.depth, done, seconds)
         return Result("aiordma", mode, size, 1, len(samples), sum(samples), Latency.of(samples))
+
+
+XFER_BLOCKS = 1000
+"""Blocks one transfer of the ``xfer_*`` modes names, at most (fewer when
+that many would not fit the peer's pool)."""
+
+
+async def _measure_transfers(
+    peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None
+) -> Result:
+    """Transfers of a list of scattered ``size``-byte blocks of the peer's pool,
+    ``plan.depth`` in flight; counted in blocks (so rates compare with perftest's)."""
+    pool = DescriptorList.from_bytes(peer.pool)
+    if size > pool.nbytes:
+        raise ValueError(f"{mode} moves blocks of at most {pool.nbytes} bytes (the peer's pool)")
+    slots = pool.nbytes // size
+    count = min(XFER_BLOCKS, slots)
+    remote = pool.split(size).take(random.Random(size).sample(range(slots), count))
+    async with await start_agent() as agent:
+        target = agent.peer(peer.agent)
+        local = agent.alloc(size * count).blocks(size)
+        move = agent.write if mode == "xfer_write" else agent.read
+        transfers = Plan(max(1, plan.iterations // count), max(1, plan.warmup // count),
+                         plan.depth, plan.duration)  # fmt: skip
+
+        async def post() -> asyncio.Future[Any]:
+            return asyncio.ensure_future(move(target, local, remote))
+
+        def blocks(done: int) -> None:
+            if progress is not None:
+                progress(done * count)
+
+        await _window(transfers, post, None, warm=True)
+        done, seconds = await _window(transfers, post, blocks)
+        return Result("aiordma", mode, size, plan.depth, done * count, seconds,
+                      extra={"blocks_per_transfer": count})  # fmt: skip
 
 
 async def _measure_rpc(

@@ -56,6 +56,8 @@ PATTERN = {
     "msg_reg_lat": "ping",
     "msg_bw": "stream",
     "msg_reg_bw": "stream",
+    "xfer_read": "source",
+    "xfer_write": "stream",
     "send_lat": "ping",
     "rpc_lat": "echo",
 }

@@ -164,6 +164,20 @@ class DescriptorList(Sequence[Descriptor]):
                             array("Q", [self.lengths[i] for i in picked]),
                             array("I", [self.region_of[i] for i in picked]))  # fmt: skip
 
+    def split(self, size: int) -> DescriptorList:
+        """Every block cut into ``size``-byte blocks (a block's last one shorter):
+        a peer's one exported region carved into the blocks a transfer names."""
+        if size <= 0:
+            raise ValueError(f"block size {size} must be positive")
+        addrs, lengths, index = array("Q"), array("Q"), array("I")
+        for addr, length, region in zip(self.addrs, self.lengths, self.region_of, strict=True):
+            count = max(1, -(-length // size))
+            addrs.extend(range(addr, addr + count * size, size))
+            lengths.extend([size] * (count - 1))
+            lengths.append(length - (count - 1) * size)
+            index.extend([region] * count)
+        return self._derive(addrs, lengths, index)
+
     def __add__(self, other: object) -> DescriptorList:
         if not isinstance(other, DescriptorList):
             return NotImplemented

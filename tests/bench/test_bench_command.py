@@ -137,3 +137,18 @@ def test_bench_study_lists_the_studies_and_refuses_an_unknown_one(
     assert "load_scenarios" in capsys.readouterr().out
     assert main(["bench", "study", "no_such_study"]) == 2
     assert "no study 'no_such_study'" in capsys.readouterr().err
+
+
+def test_transfer_modes_move_lists_of_blocks_beside_perftest(lab: Lab, tmp_path: Path) -> None:
+    rows = _bench(lab, tmp_path, "xfer_read", "xfer_write", "--sizes", "16384",
+                  "--iterations", "2000", "--warmup", "1000", "--depth", "2",
+                  "--compare", "perftest")  # fmt: skip
+    by = {(r["mode"], r["tool"]): r for r in rows}
+    perftest = shutil.which("ib_read_bw") is not None
+    for mode in ("xfer_read", "xfer_write"):
+        ours = by[(mode, "aiordma")]
+        assert ours["extra"] == {"blocks_per_transfer": 1000}
+        assert (ours["size"], ours["iterations"], ours["depth"]) == (16384, 2000, 2)
+        assert float(ours["mb_per_s"]) > 0  # type: ignore[arg-type]
+        if perftest:
+            assert by[(mode, "perftest")]["iterations"] == 2000

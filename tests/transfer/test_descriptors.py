@@ -92,3 +92,12 @@ def test_lists_check_their_arrays() -> None:
         DescriptorList(1, (A,), array("Q", [A.base]), array("Q"), array("I", [0]))
     with pytest.raises(ValueError, match="names region 1 of 1"):
         DescriptorList(1, (A,), array("Q", [A.base]), array("Q", [1]), array("I", [1]))
+
+
+def test_split_carves_each_block() -> None:
+    whole = spans(A, (0, 4096)) + spans(B, (0, 1000))
+    parts = whole.split(1024)
+    assert [(d.addr - (A.base if d.key == 11 else B.base), d.length) for d in parts] == [
+        (0, 1024), (1024, 1024), (2048, 1024), (3072, 1024), (0, 1000)]  # fmt: skip
+    with pytest.raises(ValueError, match="positive"):
+        whole.split(0)
