@@ -44,7 +44,7 @@ def target() -> None:
     agent = nixl_agent("target")
     pool = np.zeros(POOL, dtype=np.uint8)
     agent.register_memory([(pool.ctypes.data, POOL, 0, "")], "DRAM")
-    print(agent.get_agent_metadata().hex(), pool.ctypes.data, flush=True)
+    print("META", agent.get_agent_metadata().hex(), pool.ctypes.data, flush=True)
     sys.stdin.read()  # until the initiator closes it
 
 
@@ -53,7 +53,10 @@ def initiator(rounds: int) -> None:
                              stdout=subprocess.PIPE, text=True)  # fmt: skip
     assert child.stdout is not None
     assert child.stdin is not None
-    metadata, remote_base = child.stdout.readline().split()
+    line = child.stdout.readline()
+    while line and not line.startswith("META "):  # NIXL may log on stdout first
+        line = child.stdout.readline()
+    _, metadata, remote_base = line.split()
     agent = nixl_agent("initiator")
     local = np.zeros(POOL, dtype=np.uint8)
     agent.register_memory([(local.ctypes.data, POOL, 0, "")], "DRAM")
