@@ -9,7 +9,14 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from aiordma import Access, RemoteAccessError, TransferError, metrics
+from aiordma import (
+    Access,
+    AuthenticationError,
+    PresharedKey,
+    RemoteAccessError,
+    TransferError,
+    metrics,
+)
 from aiordma.bench.studies.transfers import start_target
 from aiordma.transfer import Agent, DescriptorList, start_agent
 from tests.conftest import Lab
@@ -203,3 +210,27 @@ async def test_a_killed_peer_fails_its_transfers_promptly(lab: Lab) -> None:
     finally:
         proc.kill()
         await asyncio.to_thread(proc.wait)
+
+
+@pytest.mark.asyncio
+async def test_agents_with_a_key_serve_only_agents_that_hold_it(lab: Lab) -> None:
+    key, other = PresharedKey(b"k" * 32), PresharedKey(b"o" * 32)
+    async with (
+        await start_agent(lab.addr, auth=key) as target,
+        await start_agent(auth=key) as friend,
+        await start_agent(auth=other) as stranger,
+    ):
+        pool = target.alloc(BLOCK, remote=Access.REMOTE_READ)
+        pool.view()[:] = b"k" * BLOCK
+        remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
+        mine = friend.alloc(BLOCK)
+        async with asyncio.timeout(TIMEOUT):
+            await friend.read(friend.peer(target.metadata()), mine.blocks(BLOCK), remote)
+        assert mine.view()[:] == b"k" * BLOCK
+        theirs = stranger.alloc(BLOCK)
+        with pytest.raises(AuthenticationError):
+            await asyncio.wait_for(
+                stranger.read(stranger.peer(target.metadata()), theirs.blocks(BLOCK), remote),
+                TIMEOUT,
+            )
+        assert theirs.view()[:] == bytes(BLOCK)
