@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
+import math
 import secrets
 from array import array
 from collections.abc import AsyncIterator, Iterable
@@ -48,6 +50,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
     TransferError,
 )
+from aiordma.lifecycle import check_loop
 from aiordma.metrics import Stats
 from aiordma.transfer import _plan, wire
 from aiordma.transfer.descriptors import DescriptorList, RegionInfo
@@ -101,13 +104,17 @@ class Registration:
         """``count`` blocks of ``size`` bytes back to back from ``offset`` (as many
         as fit by default): a pool of equal blocks, such as a KV cache's."""
         self._check_open()
+        _check_int("size", size)
+        _check_int("offset", offset)
+        if count is not None:
+            _check_int("count", count)
         if size <= 0 or offset < 0:
             raise ValueError(f"block size {size} must be positive and offset {offset} "
                              "not negative")  # fmt: skip
         room = (self.mr.length - offset) // size if offset <= self.mr.length else 0
         if count is None:
             count = room
-        if count < 0 or count > room:
+        if count < 1 or count > room:
             raise ValueError(f"{count} blocks of {size} bytes from offset {offset} do not fit "
                              f"the {self.mr.length}-byte registration")  # fmt: skip
         base = self.mr.addr + offset
@@ -122,6 +129,8 @@ class Registration:
         return DescriptorList.spans(self.agent.id, self.info, spans)
 
     def _check_open(self) -> None:
+        if self.agent._closing:
+            raise ResourceClosedError("the transfer agent is closed")
         if self.mr.closed:
             raise ResourceClosedError("this registration was unregistered")
 
@@ -172,6 +181,8 @@ class Peer:
         finally:
             if task.done() and self._connecting is task:
                 self._connecting = None
+                if task.cancelled() or task.exception() is not None:
+                    self.agent._forget(self)  # reached again on its next use
 
     def _attach(self, channel: MessageChannel, identity: Identity) -> None:
         """Use ``channel`` unless a working one is there (two agents that dial
@@ -204,6 +215,11 @@ class Agent:
         self, *, device: Device | None = None, auth: PresharedKey | bytes | None = None,
         max_exposed: int | None = None, piece: int | None = None, window: int | None = None,
     ) -> None:  # fmt: skip
+        for name, value in (("max_exposed", max_exposed), ("piece", piece), ("window", window)):
+            if value is not None:
+                _check_int(name, value)
+        if max_exposed is not None and max_exposed < 0:
+            raise ValueError(f"max_exposed must be 0 or more bytes, not {max_exposed}")
         self.device = device or Device.shared()
         self.id = secrets.randbits(63) | 1
         """This agent's id (random, never 0)."""
@@ -226,12 +242,16 @@ class Agent:
         self._channels: set[MessageChannel] = set()
         """Every channel adopted and not yet closed."""
         self._closing = False
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # made outside a loop: bound to the first that uses it
+            self._loop = None
         self._stats = Stats("transfer_agent", self._gauges)
         metrics.watch(self)
 
     def __repr__(self) -> str:
         where = "" if self._server is None else f" at {self.address}"
-        return f"<Agent {self.id:#x}{where} peers={len(self._peers)} regions={len(self._regs)}>"
+        return f"<Agent {self.id:#x}{where} peers={self._live_peers()} regions={len(self._regs)}>"
 
     # -- memory --------------------------------------------------------------
 
@@ -268,9 +288,21 @@ class Agent:
         """Allocate ``size`` page-aligned bytes and :meth:`register` them."""
         import mmap
 
-        if not isinstance(size, int) or size <= 0:
-            raise ValueError(f"size must be a positive int, not {size!r}")
-        return self.register(mmap.mmap(-1, size), remote=remote)
+        _check_int("size", size)
+        if size <= 0:
+            raise ValueError(f"size must be a positive number of bytes, not {size!r}")
+        self._check_open()
+        try:
+            memory = mmap.mmap(-1, size)
+        except OSError as exc:
+            if exc.errno != errno.ENOMEM:
+                raise
+            registered = sum(r.mr.length for r in self._regs.values())
+            raise MemoryLimitError(
+                f"could not allocate {size} bytes for this agent: the system has no room "
+                f"for them ({exc.strerror})", size, registered, None,
+            ) from None  # fmt: skip
+        return self.register(memory, remote=remote)
 
     async def unregister(self, reg: Registration) -> None:
         """End ``reg``: it leaves the agent at once (new transfers cannot name
@@ -278,6 +310,9 @@ class Agent:
         are done (at once if none are): from then on a peer's transfer against
         it fails with :class:`~aiordma.TransferError`, and never reads or
         writes the memory, which is released only after that."""
+        self._on_loop()
+        if not isinstance(reg, Registration):
+            raise TypeError(f"unregister() takes a Registration, not {type(reg).__name__}")
         if self._regs.get(reg.mr.lkey) is not reg:
             if reg.mr.closed:
                 return
@@ -296,6 +331,7 @@ class Agent:
 
     async def listen(self, host: str, port: int = 0, **channel_options: Any) -> None:
         """Accept other agents' connections at ``host:port`` (0: any free port)."""
+        self._on_loop()
         self._check_open()
         if self._server is not None:
             raise RuntimeError("this agent listens already")
@@ -311,6 +347,10 @@ class Agent:
 
     def peer(self, metadata: bytes | bytearray | memoryview) -> Peer:
         """The peer whose :meth:`metadata` this is (connected on first use)."""
+        self._check_open()
+        if not isinstance(metadata, bytes | bytearray | memoryview):
+            raise TypeError(f"peer() takes another agent's metadata() bytes, not "
+                            f"{type(metadata).__name__}")  # fmt: skip
         identity = Identity.from_bytes(metadata)
         if identity.agent == self.id:
             raise ValueError("that metadata is this agent's own")
@@ -325,6 +365,7 @@ class Agent:
 
     async def connect(self, host: str, port: int) -> Peer:
         """The peer listening at ``host:port``, connected (reused if it is already)."""
+        self._on_loop()
         self._check_open()
         peer = self._by_address.get((host, port))
         if peer is None:
@@ -395,6 +436,24 @@ class Agent:
             channel.close()
             await channel.wait_closed()
             self._channels.discard(channel)
+            self._forget(peer, channel)
+
+    def _forget(self, peer: Peer, channel: MessageChannel | None = None) -> None:
+        """Let go of ``peer`` once it has no working channel (``channel`` ended,
+        or a dial failed): a Peer the application still holds connects again
+        on its next use, if its address is known."""
+        if channel is not None and peer._channel is channel:
+            peer._channel = None
+        if peer.connected or (peer._connecting is not None and not peer._connecting.done()):
+            return
+        if peer.id is not None and self._peers.get(peer.id) is peer:
+            del self._peers[peer.id]
+        for address in [a for a, known in self._by_address.items() if known is peer]:
+            del self._by_address[address]
+
+    def _live_peers(self) -> int:
+        return sum(1 for peer in {*self._peers.values(), *self._by_address.values()}
+                   if peer.connected)  # fmt: skip
 
     async def _take_notes(self, peer: Peer, channel: MessageChannel) -> None:
         with contextlib.suppress(ConnectionError, RdmaError):  # the channel ended, however
@@ -440,15 +499,20 @@ class Agent:
     def start_read(self, peer: Peer, local: DescriptorList, remote: DescriptorList,
                    **kwargs: Any) -> asyncio.Task[None]:  # fmt: skip
         """:meth:`read` as a task (an awaitable handle), to overlap many transfers."""
+        self._on_loop()
         return asyncio.ensure_future(self.read(peer, local, remote, **kwargs))
 
     def start_write(self, peer: Peer, local: DescriptorList, remote: DescriptorList,
                     **kwargs: Any) -> asyncio.Task[None]:  # fmt: skip
         """:meth:`write` as a task (an awaitable handle), to overlap many transfers."""
+        self._on_loop()
         return asyncio.ensure_future(self.write(peer, local, remote, **kwargs))
 
     def _check_local(self, local: DescriptorList, write: bool) -> tuple[MemoryRegion, ...]:
-        if not isinstance(local, DescriptorList) or local.remote or local.agent != self.id:
+        if not isinstance(local, DescriptorList):
+            raise TypeError(f"the local list must be a DescriptorList (from a Registration), "
+                            f"not {type(local).__name__}")  # fmt: skip
+        if local.remote or local.agent != self.id:
             raise ValueError("the local list must be this agent's own blocks "
                              "(from its registrations)")  # fmt: skip
         mrs = []
@@ -465,7 +529,10 @@ class Agent:
 
     @staticmethod
     def _check_remote(peer: Peer, remote: DescriptorList, write: bool) -> None:
-        if not isinstance(remote, DescriptorList) or not remote.remote:
+        if not isinstance(remote, DescriptorList):
+            raise TypeError("the remote list must be a DescriptorList (DescriptorList.from_bytes "
+                            f"of the peer's bytes), not {type(remote).__name__}")  # fmt: skip
+        if not remote.remote:
             raise ValueError("the remote list must be a peer's (DescriptorList.from_bytes)")
         if peer.id is not None and remote.agent != peer.id:
             raise ValueError(f"the remote list is agent {remote.agent:#x}'s memory, "
@@ -481,6 +548,8 @@ class Agent:
         count = len(local)
         if len(remote) != count:
             raise ValueError(f"{count} local blocks cannot pair with {len(remote)} remote ones")
+        if not count:
+            raise ValueError("the lists are empty: a transfer moves at least one block")
         bad = _plan.mismatch(local.lengths, remote.lengths, count)
         if bad >= 0:
             raise ValueError(f"descriptor {bad}: {local.lengths[bad]} local bytes, "
@@ -500,31 +569,48 @@ class Agent:
         self, write: bool, peer: Peer, local: DescriptorList, remote: DescriptorList,
         notify: bytes | None, timeout: float | None, deadline: float | None,  # noqa: ASYNC109
     ) -> None:  # fmt: skip
+        self._on_loop()
         self._check_open()
+        if not isinstance(peer, Peer):
+            raise TypeError(f"peer must be a Peer (Agent.peer(metadata) or await "
+                            f"Agent.connect(host, port)), not {type(peer).__name__}")  # fmt: skip
         if peer.agent is not self:
             raise ValueError(f"{peer!r} is another agent's peer")
+        note = _note(notify, "notify")
+        timeout = _seconds("timeout", timeout)
+        deadline = _seconds("deadline", deadline)
+        if timeout is not None and deadline is not None:
+            raise ValueError("give timeout= (seconds) or deadline= (the loop's clock), not both")
         loop = asyncio.get_running_loop()
         if timeout is not None:
-            deadline = (
-                loop.time() + timeout if deadline is None else min(deadline, loop.time() + timeout)
-            )
+            deadline = loop.time() + timeout
         mrs = self._check_local(local, write)
         self._check_remote(peer, remote, write)
         self._check_pairs(local, remote)
-        async with asyncio.timeout_at(deadline):
-            channel = await peer.channel()
-        self._check_remote(peer, remote, write)  # the peer's id is known now
-        loopback = channel.conn.loopback
-        piece = read_piece_for(self._piece, loopback)
-        window = self._window or (LOCAL_WINDOW if loopback else WIRE_WINDOW)
-        table, count = self._plan(local, remote, piece)
         kind = "write" if write else "read"
-        if count:
+        try:
+            async with asyncio.timeout_at(deadline):
+                channel = await peer.channel()
+            self._check_remote(peer, remote, write)  # the peer's id is known now
+            loopback = channel.conn.loopback
+            piece = read_piece_for(self._piece, loopback)
+            window = self._window or (LOCAL_WINDOW if loopback else WIRE_WINDOW)
+            table, count = self._plan(local, remote, piece)
             await self._run(channel, write, table, count, mrs, window, deadline)
+        except TimeoutError as exc:
+            if exc.args:  # not the deadline's own
+                raise
+            self._stats.add(f"timeouts:{kind}")
+            bound = f"within {timeout} s" if timeout is not None else "by its deadline"
+            raise TimeoutError(f"{kind} of {len(local)} blocks ({local.nbytes} bytes) with "
+                               f"{peer!r} did not finish {bound}") from None  # fmt: skip
+        except asyncio.CancelledError:
+            self._stats.add(f"cancelled:{kind}")
+            raise
         self._stats.add(f"transfers:{kind}")
         self._stats.add(f"bytes:{kind}", local.nbytes)
-        if notify is not None:
-            await channel.send_message(wire.note(notify))
+        if note is not None:
+            await channel.send_message(wire.note(note))
             self._stats.add("notifications_sent")
 
     async def _run(
@@ -570,17 +656,26 @@ class Agent:
                                 timeout: float | None = None) -> Notification:  # fmt: skip  # noqa: ASYNC109
         """The first notification received and not yet taken (the first equal to
         ``data`` if given), waiting for it if none is there; ``TimeoutError``
-        after ``timeout`` seconds."""
-        async with asyncio.timeout(timeout):
-            while True:
-                for note in self._notes:
-                    if data is None or note.data == data:
-                        self._notes.remove(note)
-                        return note
-                self._check_open()
-                waiter = asyncio.get_running_loop().create_future()
-                self._note_waiters.append(waiter)
-                await waiter
+        after ``timeout`` seconds, naming what was awaited."""
+        self._on_loop()
+        wanted = _note(data, "data")
+        timeout = _seconds("timeout", timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    for note in self._notes:
+                        if wanted is None or note.data == wanted:
+                            self._notes.remove(note)
+                            return note
+                    self._check_open()
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._note_waiters.append(waiter)
+                    await waiter
+        except TimeoutError as exc:
+            if exc.args:
+                raise
+            what = "no notification" if wanted is None else f"no notification {wanted!r}"
+            raise TimeoutError(f"{what} arrived within {timeout} s") from None
 
     async def notifications(self) -> AsyncIterator[Notification]:
         """Every notification, in the order received (per peer: the order sent)."""
@@ -592,7 +687,7 @@ class Agent:
     def _gauges(self) -> dict[str, int]:
         registered = sum(r.mr.length for r in self._regs.values())
         return {"exposed_bytes": self.exposed, "registered_bytes": registered,
-                "peers": len(self._peers)}  # fmt: skip
+                "peers": self._live_peers()}  # fmt: skip
 
     def stats(self) -> dict[str, Any]:
         """What this agent did, as plain data (see :mod:`aiordma.metrics`):
@@ -606,6 +701,13 @@ class Agent:
     def _check_open(self) -> None:
         if self._closing:
             raise ResourceClosedError("the transfer agent is closed")
+
+    def _on_loop(self) -> None:
+        """WrongLoopError unless called from this agent's loop (the first that used it)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        else:
+            check_loop(self._loop)
 
     def is_closing(self) -> bool:
         """True once :meth:`close` was called."""
@@ -647,12 +749,45 @@ class Agent:
         for reg in regs:
             await reg.mr.aclose()
 
+    async def aclose(self) -> None:
+        """:meth:`close`, then :meth:`wait_closed`."""
+        self.close()
+        await self.wait_closed()
+
     async def __aenter__(self) -> Agent:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
         await self.wait_closed()
+
+
+def _check_int(name: str, value: object) -> None:
+    if not hasattr(type(value), "__index__") or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+
+
+def _seconds(name: str, value: float | None) -> float | None:
+    """``value`` as seconds (or a time on the loop's clock); TypeError or ValueError naming it."""
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if math.isnan(value):
+        raise ValueError(f"{name} must be a number of seconds, not NaN")
+    return value
+
+
+def _note(value: bytes | bytearray | memoryview | None, name: str) -> bytes | None:
+    """A notification's bytes; TypeError naming ``name`` for anything but bytes-like."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise TypeError(f"{name} must be bytes, not str: encode it ({name}={value!r}.encode())")
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError(f"{name} must be bytes (or a bytearray or memoryview), "
+                        f"not {type(value).__name__}")  # fmt: skip
+    return bytes(value)
 
 
 async def _settled(done: asyncio.Future[None]) -> None:

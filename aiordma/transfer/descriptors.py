@@ -13,6 +13,7 @@ so a transfer checks regions, not blocks.
 
 from __future__ import annotations
 
+import operator
 import struct
 import sys
 from array import array
@@ -51,6 +52,11 @@ class Descriptor(NamedTuple):
     addr: int
     length: int
     key: int
+
+
+def _is_int(value: object) -> bool:
+    """Whether ``value`` is a whole number (an int, or a numpy integer), not a bool."""
+    return hasattr(type(value), "__index__") and not isinstance(value, bool)
 
 
 def _u64(values: Iterable[int], what: str) -> array[int]:
@@ -96,6 +102,9 @@ class DescriptorList(Sequence[Descriptor]):
             if region >= count:
                 raise ValueError(f"descriptor {i} names region {region} of {count}")
             info = self.regions[region]
+            if length == 0:
+                raise ValueError(f"descriptor {i} at {addr:#x} is empty: a block is at least "
+                                 "one byte")  # fmt: skip
             if addr < info.base or addr + length > info.base + info.length:
                 raise ValueError(
                     f"descriptor {i} ({length} bytes at {addr:#x}) is outside its region "
@@ -121,9 +130,16 @@ class DescriptorList(Sequence[Descriptor]):
         offsets: list[int] = []
         lengths: list[int] = []
         for i, (offset, length) in enumerate(spans):
+            if not _is_int(offset) or not _is_int(length):
+                raise TypeError(f"descriptor {i}: offset and length must be ints, not "
+                                f"{type(offset).__name__} and {type(length).__name__}")  # fmt: skip
+            offset, length = operator.index(offset), operator.index(length)
             if offset < 0 or length < 0:
                 raise ValueError(f"descriptor {i}: offset {offset} and length {length} "
                                  "must not be negative")  # fmt: skip
+            if length == 0:
+                raise ValueError(f"descriptor {i} at offset {offset} is empty: a block "
+                                 "is at least one byte")  # fmt: skip
             offsets.append(region.base + offset)
             lengths.append(length)
         addrs = _u64(offsets, "addresses")
@@ -157,7 +173,10 @@ class DescriptorList(Sequence[Descriptor]):
         """The blocks at ``indices``, in that order (e.g. scattered cache blocks)."""
         picked = list(indices)
         count = len(self.addrs)
-        for i in picked:
+        for n, i in enumerate(picked):
+            if not _is_int(i):
+                raise TypeError(f"take() takes block indices (ints), not {type(i).__name__}")
+            picked[n] = i = operator.index(i)
             if not -count <= i < count:
                 raise IndexError(f"block {i} of a list of {count}")
         return self._derive(array("Q", [self.addrs[i] for i in picked]),
@@ -167,6 +186,8 @@ class DescriptorList(Sequence[Descriptor]):
     def split(self, size: int) -> DescriptorList:
         """Every block cut into ``size``-byte blocks (a block's last one shorter):
         a peer's one exported region carved into the blocks a transfer names."""
+        if not _is_int(size):
+            raise TypeError(f"block size must be an int, not {type(size).__name__}")
         if size <= 0:
             raise ValueError(f"block size {size} must be positive")
         addrs, lengths, index = array("Q"), array("Q"), array("I")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import pytest_asyncio
@@ -12,9 +12,12 @@ import pytest_asyncio
 from aiordma import (
     Access,
     AuthenticationError,
+    MemoryLimitError,
     PresharedKey,
     RemoteAccessError,
+    ResourceClosedError,
     TransferError,
+    WrongLoopError,
     metrics,
 )
 from aiordma.bench.studies.transfers import start_target
@@ -234,3 +237,180 @@ async def test_agents_with_a_key_serve_only_agents_that_hold_it(lab: Lab) -> Non
                 TIMEOUT,
             )
         assert theirs.view()[:] == bytes(BLOCK)
+
+
+async def until(done: Callable[[], bool], what: str) -> None:
+    """Wait (at most 10 s) until ``done()`` holds: for what the agent does on its
+    own after a peer's connection ends, which no public event announces."""
+    try:
+        async with asyncio.timeout(10):
+            while not done():  # noqa: ASYNC110  (agent bookkeeping: no event to await)
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        pytest.fail(f"not within 10 s: {what}")
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("close")
+async def test_next_notification_from_another_loop_is_refused_and_takes_nothing(
+    agents: tuple[Agent, Agent],
+) -> None:
+    target, source = agents
+    pool = target.alloc(BLOCK, remote=Access.REMOTE_WRITE)
+    mine = source.alloc(BLOCK)
+    remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
+    peer = source.peer(target.metadata())
+    async with asyncio.timeout(TIMEOUT):
+        await source.write(peer, mine.blocks(BLOCK), remote, notify=b"pending-one")
+        await source.write(peer, mine.blocks(BLOCK), remote, notify=b"marker")
+        await target.next_notification(b"marker")  # one peer's notes come in order
+
+    def elsewhere() -> BaseException | bytes:
+        try:
+            return asyncio.run(target.next_notification(timeout=2)).data
+        except BaseException as exc:
+            return exc
+
+    outcome = await asyncio.to_thread(elsewhere)
+    assert isinstance(outcome, WrongLoopError), outcome
+    with pytest.raises(WrongLoopError):
+        await asyncio.to_thread(asyncio.run, source.write(peer, mine.blocks(BLOCK), remote))
+    note = await target.next_notification(timeout=TIMEOUT)  # still owed to its own loop
+    assert note.data == b"pending-one"
+
+
+@pytest.mark.asyncio
+async def test_peers_are_forgotten_when_their_connections_end(lab: Lab) -> None:
+    async with await start_agent(lab.addr) as target:
+        pool = target.alloc(BLOCK, remote=Access.REMOTE_WRITE)
+        remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
+        for i in range(3):
+            async with await start_agent() as dialer:
+                mine = dialer.alloc(BLOCK)
+                async with asyncio.timeout(TIMEOUT):
+                    await dialer.write(dialer.peer(target.metadata()), mine.blocks(BLOCK),
+                                       remote, notify=b"%d" % i)  # fmt: skip
+                    await target.next_notification(b"%d" % i)
+                assert target.stats()["gauges"]["peers"] == 1
+        await until(lambda: not target._peers, "the listener forgot them")
+        assert not target._by_address
+        assert target.stats()["gauges"]["peers"] == 0
+        # and the dialing side forgets a listener that went away, yet reaches it again
+        async with await start_agent() as dialer:
+            mine = dialer.alloc(BLOCK)
+            peer = dialer.peer(target.metadata())
+            async with asyncio.timeout(TIMEOUT):
+                await dialer.write(peer, mine.blocks(BLOCK), remote)
+            assert dialer.stats()["gauges"]["peers"] == 1
+            await until(lambda: target.stats()["gauges"]["peers"] == 1, "the listener knows it")
+            for channel in list(target._channels):
+                channel.close()  # the listener drops it: the dialer's channel ends
+            await until(lambda: not dialer._peers, "the dialer forgot the listener")
+            assert dialer.stats()["gauges"]["peers"] == 0
+            async with asyncio.timeout(TIMEOUT):
+                await dialer.write(peer, mine.blocks(BLOCK), remote)  # the Peer connects again
+            assert dialer.stats()["gauges"]["peers"] == 1
+
+
+@pytest.mark.asyncio
+async def test_empty_and_oversized_blocks_are_refused(agents: tuple[Agent, Agent]) -> None:
+    target, source = agents
+    pool = target.alloc(BLOCK, remote=RW)
+    mine = source.alloc(BLOCK)
+    remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
+    with pytest.raises(ValueError, match=f"blocks of {BLOCK * 2} bytes .* do not fit"):
+        mine.blocks(BLOCK * 2)
+    with pytest.raises(ValueError, match="0 blocks"):
+        mine.blocks(BLOCK, 0)
+    with pytest.raises(ValueError, match="descriptor 0 at offset 0 is empty"):
+        mine.descriptors([(0, 0)])
+    peer = source.peer(target.metadata())
+    with pytest.raises(ValueError, match="the lists are empty"):
+        await source.write(peer, mine.blocks(BLOCK)[:0], remote[:0], notify=b"nothing")
+    assert not peer.connected  # refused before anything, the note included
+
+
+@pytest.mark.asyncio
+async def test_wrong_types_name_the_argument(agents: tuple[Agent, Agent]) -> None:
+    target, source = agents
+    pool = target.alloc(BLOCK, remote=RW)
+    mine = source.alloc(BLOCK)
+    remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
+    peer = source.peer(target.metadata())
+    local = mine.blocks(BLOCK)
+    bad: list[tuple[Callable[[], Awaitable[object]], type[Exception], str]] = [
+        (lambda: source.write(peer, local, remote, notify=5), TypeError,  # type: ignore[arg-type]
+         "notify must be bytes .* not int"),
+        (lambda: source.write(peer, local, remote, notify="done"), TypeError,  # type: ignore[arg-type]
+         "notify must be bytes, not str"),
+        (lambda: source.write(None, local, remote), TypeError, "peer must be a Peer"),  # type: ignore[arg-type]
+        (lambda: source.write(target.metadata(), local, remote), TypeError,  # type: ignore[arg-type]
+         "peer must be a Peer .* not bytes"),
+        (lambda: source.write(peer, target.metadata(), remote), TypeError,  # type: ignore[arg-type]
+         "the local list must be a DescriptorList"),
+        (lambda: source.write(peer, local, target.metadata()), TypeError,  # type: ignore[arg-type]
+         "the remote list must be a DescriptorList"),
+        (lambda: source.write(peer, local, remote, timeout="5"), TypeError,  # type: ignore[arg-type]
+         "timeout must be a number of seconds, not str"),
+        (lambda: source.write(peer, local, remote, timeout=float("nan")), ValueError, "NaN"),
+        (lambda: source.write(peer, local, remote, timeout=5, deadline=1e9), ValueError,
+         "not both"),
+        (lambda: target.next_notification("done"), TypeError, "data must be bytes, not str"),  # type: ignore[arg-type]
+        (lambda: target.next_notification(timeout="5"), TypeError, "timeout must be a number"),  # type: ignore[arg-type]
+        (lambda: start_agent(max_exposed="1G"), TypeError, "max_exposed must be an int"),  # type: ignore[arg-type]
+        (lambda: start_agent(max_exposed=-1), ValueError, "max_exposed must be 0 or more"),
+        (lambda: start_agent(window=2.5), TypeError, "window must be an int"),  # type: ignore[arg-type]
+    ]  # fmt: skip
+    for make, kind, message in bad:
+        with pytest.raises(kind, match=message):
+            await make()
+    with pytest.raises(TypeError, match=r"take\(\) takes block indices \(ints\), not str"):
+        local.take(["a"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="size must be an int"):
+        mine.blocks("4096")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"peer\(\) takes another agent's metadata"):
+        source.peer(None)  # type: ignore[arg-type]
+    assert not peer.connected
+    assert source.stats()["counters"].get("notifications_sent", 0) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
+async def test_timeouts_name_what_timed_out_and_are_counted(agents: tuple[Agent, Agent]) -> None:
+    target, source = agents
+    size = 32 << 20
+    pool = target.alloc(size, remote=RW)
+    staging = source.alloc(size)
+    peer = source.peer(target.metadata())
+    remote = DescriptorList.from_bytes(pool.blocks(1 << 20).to_bytes())
+    with pytest.raises(TimeoutError, match=r"write of 32 blocks \(33554432 bytes\) with "
+                       r"<Peer .* did not finish within 0.05 s"):  # fmt: skip
+        await source.write(peer, staging.blocks(1 << 20), remote, timeout=0.05)
+    assert staging.mr.inflight == 0
+    with pytest.raises(TimeoutError, match=r"no notification b'never' arrived within 0\.05 s"):
+        await target.next_notification(b"never", timeout=0.05)
+    task = source.start_read(peer, staging.blocks(1 << 20), remote)
+    done, _ = await asyncio.wait([task], timeout=0.05)
+    assert not done
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    counters = source.stats()["counters"]
+    assert counters["timeouts:write"] == 1
+    assert counters["cancelled:read"] == 1
+    assert "transfers:write" not in counters
+
+
+@pytest.mark.asyncio
+async def test_a_closed_agent_and_impossible_memory_say_so(lab: Lab) -> None:
+    agent = await start_agent()
+    try:
+        with pytest.raises(MemoryLimitError, match=f"could not allocate {1 << 50} bytes"):
+            agent.alloc(1 << 50)
+        reg = agent.alloc(BLOCK)
+    finally:
+        await agent.aclose()
+    for call in (lambda: reg.blocks(BLOCK), lambda: agent.alloc(BLOCK),
+                 lambda: reg.descriptors([(0, 1)])):  # fmt: skip
+        with pytest.raises(ResourceClosedError, match="the transfer agent is closed"):
+            call()
