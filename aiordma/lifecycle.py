@@ -13,6 +13,7 @@ nothing of the package but its errors, so every layer can build on it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import warnings
 import weakref
@@ -21,7 +22,14 @@ from typing import Any, Self
 
 from aiordma.exceptions import WrongLoopError
 
-__all__ = ["Closable", "CloseWaiters", "check_loop", "consume_outcome", "spawn"]
+__all__ = [
+    "Closable",
+    "CloseWaiters",
+    "check_loop",
+    "consume_outcome",
+    "is_async_callable",
+    "spawn",
+]
 
 
 class Closable:
@@ -154,3 +162,11 @@ def consume_outcome(fut: asyncio.Future[Any]) -> None:
     """A done-callback for work nobody awaits: its failure is no news."""
     if not fut.cancelled():
         fut.exception()
+
+
+def is_async_callable(obj: object) -> bool:
+    """Whether calling ``obj`` gives a coroutine: an ``async def`` function, a
+    ``functools.partial`` of one, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(
+        getattr(obj, "__call__", None)  # noqa: B004  (the method itself, not callable())
+    )

@@ -488,8 +488,8 @@ class MessageChannel(Closable):
     # -- lifecycle ---------------------------------------------------------
 
     def is_closing(self) -> bool:
-        """True once the channel's connection is closing or closed."""
-        return self.link.is_closing()
+        """True once the channel failed, or its connection is closing or closed."""
+        return self._error is not None or self.link.is_closing()
 
     def close(self) -> Awaitable[None]:
         """Close the channel's connection (see :meth:`aiordma.Connection.close`)."""

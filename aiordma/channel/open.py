@@ -23,6 +23,7 @@ from aiordma.cm.connection import Connection, Prepare
 from aiordma.cm.server import DEFAULT_HANDSHAKE_TIMEOUT, Accept, Server
 from aiordma.cm.server import start_server as start_rdma_server
 from aiordma.exceptions import ConnectionLostError
+from aiordma.lifecycle import is_async_callable
 from aiordma.verbs.device import Device
 from aiordma.verbs.queue_pair import QueuePairOptions
 
@@ -189,7 +190,16 @@ async def start_channel_server(
     of posting its own: memory grows with the traffic, not with the number
     of clients (see the flow-control guide). ``handshake_timeout`` is
     :func:`aiordma.start_server`'s.
+
+    ``client_connected_cb`` must be an async function (the channel is
+    closed when it returns): anything else raises ``TypeError`` here.
     """
+    if not is_async_callable(client_connected_cb):
+        raise TypeError(
+            "client_connected_cb must be an async function taking the channel "
+            f"(async def handler(channel): ...), not {client_connected_cb!r}: the "
+            "channel is closed when it returns"
+        )
     check_options(channel_options, options, shared_receive)
     prepare_both = channel_factory(prepare, **channel_options)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aiordma.channel import MemoryRegion, Segment
-from aiordma.channel.buffers import Body
+from aiordma.channel.buffers import Body, body_length
 
 
 class Codec(Protocol):
@@ -24,18 +24,21 @@ class Codec(Protocol):
 class RawCodec:
     """Bytes-like payloads as they are: the default, and the zero-copy one.
 
-    Results of large calls decode to the ``bytearray`` the RDMA read landed in.
+    Any C-contiguous buffer is sent as its bytes (``bytes``, ``bytearray``,
+    ``memoryview``, ``array.array``, a numpy array...), as is registered
+    memory. Results of large calls decode to the ``bytearray`` the RDMA read
+    landed in.
     """
 
     def encode(self, obj: Any) -> Body:
-        """``obj`` itself: bytes-like objects and registered memory pass through untouched."""
+        """``obj`` itself: bytes-like objects and registered memory pass through
+        untouched; TypeError for anything else, or for a strided view."""
         if obj is None:
             return b""
         if isinstance(obj, bytes | bytearray | memoryview | MemoryRegion | Segment):
             return obj
-        raise TypeError(
-            f"RawCodec sends bytes-like objects or registered memory, not {type(obj).__name__}"
-        )
+        body_length(obj)  # TypeError naming it unless a contiguous buffer
+        return cast(Body, obj)  # any buffer: the channel sends it as it lies in memory
 
     def decode(self, data: bytes | bytearray) -> Any:
         """``data`` as it arrived: ``bytes``, or the ``bytearray`` a large message landed in."""

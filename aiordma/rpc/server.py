@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -36,6 +35,7 @@ from aiordma.exceptions import (
     RdmaError,
     ResourceClosedError,
 )
+from aiordma.lifecycle import is_async_callable
 from aiordma.metrics import Stats
 from aiordma.rpc._eager import start_eagerly
 from aiordma.rpc.codecs import Codec, RawCodec
@@ -72,14 +72,6 @@ def current_connection() -> Connection:
     except LookupError:
         raise LookupError("rpc.current_connection() is called from outside a handler") from None
     return channel.conn
-
-
-def _is_async(handler: Callable[..., Any]) -> bool:
-    """Whether calling ``handler`` gives a coroutine (an ``async def``
-    function, a partial of one, or an object whose ``__call__`` is one)."""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)  # noqa: B004  (the method itself, not callable())
-    )
 
 
 class Service:
@@ -124,7 +116,7 @@ class Service:
             raise ValueError("a method name needs 1 to 255 bytes of UTF-8")
         if not callable(handler):
             raise TypeError(f"the handler of {name!r} must be callable, not {handler!r}")
-        if not _is_async(handler):
+        if not is_async_callable(handler):
             raise TypeError(
                 f"the handler of {name!r} must be an async function "
                 f"(async def {getattr(handler, '__name__', name)}(payload): ...)"

@@ -1061,3 +1061,23 @@ async def test_heads_travel_with_bodies_on_any_link(device: aiordma.Device) -> N
         await left.send_message(b"x", head=bytes(left.eager_limit + 1))
     for channel in (left, right):
         await channel.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("close")
+async def test_a_failed_channel_is_closing(device: aiordma.Device) -> None:
+    a, b = await aiordma.connect_loopback_pair(device)
+    links = _PairLink(a), _PairLink(b)
+    left, right = [await prepare_channel(link) for link in links]
+    for link in links:
+        link.established()
+    await left.send_message(b"hello")
+    assert await asyncio.wait_for(right.recv_message(), 30) == b"hello"
+    await right.close()  # its queue pair is gone: the left one's next send fails
+    assert not left.is_closing()
+    await left.send_message(b"into the void")
+    with pytest.raises((aiordma.RdmaError, ConnectionError)):
+        await asyncio.wait_for(left.recv_message(), 30)
+    assert not links[0].is_closing()  # the link itself was not closed...
+    assert left.is_closing()  # ...but the channel failed: it is closing
+    await left.close()

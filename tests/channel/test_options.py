@@ -9,6 +9,7 @@ issue 41 saw), not as the ValueError or TypeError naming the option.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -79,8 +80,12 @@ def _open_channel(**kw: Any) -> Awaitable[object]:
     return aiordma.open_channel(*NOWHERE, timeout=5, **kw)
 
 
+async def _ignore(channel: aiordma.MessageChannel) -> None:
+    pass
+
+
 def _channel_server(**kw: Any) -> Awaitable[object]:
-    return aiordma.start_channel_server(lambda ch: None, NOWHERE[0], 0, **kw)
+    return aiordma.start_channel_server(_ignore, NOWHERE[0], 0, **kw)
 
 
 def _rpc_connect(**kw: Any) -> Awaitable[object]:
@@ -125,13 +130,25 @@ async def test_sizes_are_checked_against_the_queue_pair_options_given() -> None:
         await aiordma.open_channel(*NOWHERE, timeout=5, options=small)
     with pytest.raises(ValueError, match=r"send_slots \(12.*send depth \(8\)"):
         await aiordma.start_channel_server(
-            lambda ch: None,
+            _ignore,
             NOWHERE[0],
             0,
             options=aiordma.QueuePairOptions(send_depth=8),
             window=8,
             control_window=4,
         )
+
+
+@pytest.mark.asyncio
+async def test_a_channel_handler_that_is_not_async_is_refused_at_start() -> None:
+    def plain(channel: aiordma.MessageChannel) -> None:
+        pass
+
+    for handler in (plain, lambda ch: None, None):
+        with pytest.raises(TypeError, match="client_connected_cb must be an async function"):
+            await aiordma.start_channel_server(handler, NOWHERE[0], 0)  # type: ignore[arg-type]
+    partial = functools.partial(_ignore)  # partials and async __call__ are async too
+    assert aiordma.lifecycle.is_async_callable(partial)
 
 
 def test_the_keyword_types_name_every_option_once() -> None:

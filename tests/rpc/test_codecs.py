@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from array import array
+from typing import cast
+
+import numpy
 import pytest
 
 from aiordma.rpc import JsonCodec, RawCodec
@@ -15,6 +19,19 @@ def test_raw_codec_passes_bytes_like_objects_through_untouched() -> None:
     assert codec.decode(data) is data
     with pytest.raises(TypeError, match="not str"):
         codec.encode("text")
+
+
+def test_raw_codec_sends_any_contiguous_buffer_and_refuses_strided_ones() -> None:
+    codec = RawCodec()
+    values = numpy.arange(1000, dtype=numpy.float64)
+    encoded: object = codec.encode(values)
+    assert encoded is values  # an ndarray is bytes-like: no copy
+    words = array("I", range(10))
+    assert codec.encode(words) is cast(object, words)
+    with pytest.raises(TypeError, match=r"C-contiguous.*numpy\.ascontiguousarray"):
+        codec.encode(values[::2])
+    with pytest.raises(TypeError, match="not dict"):
+        codec.encode({"a": 1})
 
 
 def test_json_codec_round_trips() -> None:
