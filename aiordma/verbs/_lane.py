@@ -211,6 +211,8 @@ class PacketLane:
         while silent and self._seq[silent[0]] < seq:
             earlier: cython.int = silent.popleft()
             self._posted[self._recvs + earlier] = 0
+            # No completion of its own comes for it: its entry goes now.
+            self._handlers.pop(self._first + self._recvs + earlier, None)
             settled.append(earlier)
         if silent and silent[0] == slot:
             silent.popleft()  # its own completion: it failed (or was flushed)
@@ -240,10 +242,14 @@ class PacketLane:
         if not mrs:
             return
         pending = False
+        handlers = self._handlers
         for index in range(self._sends + self._recvs):
+            # Every id, posted or not: an unsignalled send's entry stays until
+            # a later completion settles it, and the CQ outlives the lane.
+            if handlers.get(self._first + index) is self:
+                del handlers[self._first + index]
             if self._posted[index]:
                 self._posted[index] = 0
-                self._handlers.pop(self._first + index, None)
                 pending = True
         self._silent.clear()
         self.outstanding = 0

@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 import random
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -1081,3 +1082,40 @@ async def test_a_failed_channel_is_closing(device: aiordma.Device) -> None:
     assert not links[0].is_closing()  # the link itself was not closed...
     assert left.is_closing()  # ...but the channel failed: it is closing
     await left.close()
+
+
+@pytest.mark.asyncio
+async def test_closed_channels_are_freed_on_both_sides(lab: Lab) -> None:
+    """Issue 50: a closed connection's unsignalled sends left their ids in the
+    device's completion queue, which kept every closed channel, its
+    connection and their buffers alive for as long as the device lived."""
+    refs: list[weakref.ref[object]] = []
+    served: list[MessageChannel] = []
+
+    async def echo(channel: MessageChannel) -> None:
+        served.append(channel)
+        async for message in channel:
+            await channel.send_message(message)
+
+    server = await aiordma.start_channel_server(echo, lab.addr, 0)
+    try:
+        port = server.addresses[0][1]
+        for _ in range(5):
+            async with await aiordma.open_channel(lab.addr, port) as channel:
+                refs += [weakref.ref(channel), weakref.ref(channel.link)]
+                for size in (100, 3000, 200_000):  # eager, medium, rendezvous
+                    await channel.send_message(bytes(size))
+                    assert len(await asyncio.wait_for(channel.recv_message(), 30)) == size
+            del channel
+        assert len(served) == 5
+        for channel in served:
+            refs += [weakref.ref(channel), weakref.ref(channel.link)]
+            await asyncio.wait_for(channel.wait_closed(), 30)
+        del channel
+        served.clear()
+    finally:
+        server.close()
+        await server.wait_closed()
+    gc.collect()
+    alive = [ref() for ref in refs if ref() is not None]
+    assert not alive, f"{len(alive)} of {len(refs)} closed channels and connections live on"
