@@ -33,6 +33,11 @@ bytes) to a ``checksums`` server and checking each digest; prints ``ok``.
 first message (printing ``holding`` once it came), then echoes every
 further message until a receive fails, and prints ``failed NAME SECONDS``:
 the exception that ended it and how long after the last message it came.
+
+``requests METHOD COUNT SIZE``: a raw RPC client posting COUNT requests of
+SIZE bytes (its own memory, read by the server) to METHOD without reading a
+reply; prints ``posted`` once all are announced, then waits to be stopped
+(a frozen client: stopped with SIGSTOP, it answers nothing).
 """
 
 from __future__ import annotations
@@ -253,6 +258,22 @@ async def hold(addr: str, port: int, keepalive: str) -> None:
     await channel.close()
 
 
+async def raw_requests(addr: str, port: int, method: str, count: str, size: str) -> None:
+    from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind
+
+    total = int(count) * int(size)
+    channel = await aiordma.open_channel(
+        addr, port, protocol=PROTOCOL, medium_limit=0, max_exposed=total, max_message=total
+    )
+    body = blob(int(size))
+    posted = []
+    for call_id in range(1, int(count) + 1):
+        head = Frame(FrameKind.REQUEST, call_id, method).pack()
+        posted.append(await channel.post_message(body, head=head))
+    print("posted", flush=True)
+    await asyncio.Event().wait()
+
+
 if __name__ == "__main__":
     mode, host, port_text, *rest = sys.argv[1:]
     modes: dict[str, Callable[..., Coroutine[None, None, None]]] = {
@@ -265,5 +286,6 @@ if __name__ == "__main__":
         "region": region,
         "digests": digests,
         "hold": hold,
+        "requests": raw_requests,
     }
     asyncio.run(modes[mode](host, int(port_text), *rest))

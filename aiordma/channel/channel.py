@@ -390,7 +390,9 @@ class MessageChannel(Closable):
 
     # -- sending -----------------------------------------------------------
 
-    async def send_message(self, data: Body, *, head: bytes = b"") -> None:
+    async def send_message(
+        self, data: Body, *, head: bytes = b"", until_unexposed: bool = False
+    ) -> None:
         """Send ``data`` as one message, with an optional small ``head``.
 
         Small messages are copied into a registered send buffer: this returns
@@ -414,10 +416,18 @@ class MessageChannel(Closable):
         size, and at most ``eager_limit`` bytes; the receiver gets it from
         :meth:`recv_message_with_head` (or its ``choose`` callback, before
         deciding where the body goes).
+
+        A revoked message's bytes stay readable until the peer answers the
+        revocation (it may be reading them), or ``exposure_timeout`` more at
+        most. With ``until_unexposed``, a large send that times out (or
+        fails with the channel) raises only once the peer can no longer read
+        ``data``, so it may be reused or freed at once; servers that bound
+        the memory their replies hold, such as :mod:`aiordma.rpc`'s, count
+        it until then.
         """
         posted = await self._post(data, head)
         if posted is not None:
-            await self._exposures.read_by_peer(*posted)
+            await self._exposures.read_by_peer(*posted, until_unexposed)
 
     async def post_message(self, data: Body, *, head: bytes = b"") -> asyncio.Future[None]:
         """:meth:`send_message`, but return once the message is posted, with a

@@ -84,6 +84,9 @@ class Exposure:
     bytes, or a window over them (revoked without deregistering)."""
     size: int
     done: asyncio.Future[None]
+    """Resolved once the peer has read the message (or failed: revoked, the channel failed)."""
+    unexposed: asyncio.Future[None]
+    """Resolved once the peer can no longer read the bytes."""
     timer: asyncio.TimerHandle | None = None
 
     @property
@@ -171,7 +174,7 @@ class Exposures:
             except TypeError:  # not contiguous
                 key = self._link.register(bytes(memoryview(source)), Access.REMOTE_READ)
         msg_id = self.ledger.expose(size)
-        exposure = Exposure(key, size, self._loop.create_future())
+        exposure = Exposure(key, size, self._loop.create_future(), self._loop.create_future())
         self._held[msg_id] = exposure
         for watcher in self.watchers:
             watcher(exposure)
@@ -212,13 +215,22 @@ class Exposures:
         self.posted(msg_id)
         return msg_id, exposure
 
-    async def read_by_peer(self, msg_id: int, exposure: Exposure) -> None:
-        """Wait until the peer has read the message; cancelled, it is revoked."""
+    async def read_by_peer(
+        self, msg_id: int, exposure: Exposure, until_unexposed: bool = False
+    ) -> None:
+        """Wait until the peer has read the message; cancelled, it is revoked.
+        With ``until_unexposed``, a message revoked for its timeout (or
+        failed with the channel) raises only once the peer can no longer
+        read its bytes."""
         try:
             await asyncio.shield(exposure.done)
         except asyncio.CancelledError:
             if not exposure.done.done():
                 self.revoke(msg_id, asyncio.CancelledError())
+            raise
+        except Exception:
+            if until_unexposed:
+                await asyncio.shield(exposure.unexposed)
             raise
 
     def delivery(self, msg_id: int, exposure: Exposure) -> asyncio.Future[None]:
@@ -284,6 +296,8 @@ class Exposures:
         exposure.revoke()
         if isinstance(exposure.key, MemoryWindow):
             self._cache.unbound(exposure.key.segment.mr)
+        if not exposure.unexposed.done():
+            exposure.unexposed.set_result(None)
         self._wake()
 
     def revoke(self, msg_id: int, cause: BaseException | None) -> None:

@@ -101,11 +101,13 @@ class Service:
         self.max_held = max_held
         """Bytes the calls of one connection may hold before the next request
         is read: a call holds its request until it returns and its result
-        until the client has it. A request that would take the total past
-        this waits unread (and so does its sender) until calls end, unless
-        nothing is held (a larger request runs alone). Results made after
-        their request was admitted come on top: a connection's calls hold at
-        most ``max_held`` of requests, plus their results."""
+        until the client has it (or can no longer read it: a result left
+        unread past ``exposure_timeout`` counts until the client answers its
+        revocation, or ``exposure_timeout`` more). A request that would take
+        the total past this waits unread (and so does its sender) until calls
+        end, unless nothing is held (a larger request runs alone). Results
+        made after their request was admitted come on top: a connection's
+        calls hold at most ``max_held`` of requests, plus their results."""
         self._handlers: dict[str, Handler] = {}
 
     def add(self, name: str, handler: Handler) -> None:
@@ -218,7 +220,10 @@ class Service:
                 stats.add("requests")
                 stats.observe("handler", time.perf_counter() - start)
         try:
-            await channel.send_message(result, head=head)
+            # A large result holds its memory until the client read it, or
+            # can no longer: the call (and what it counts against max_held)
+            # lasts until then.
+            await channel.send_message(result, head=head, until_unexposed=True)
         except (MessageTooLargeError, TypeError, ValueError) as exc:
             # The reply itself cannot be sent: tell the caller why instead.
             peer = "{}:{}".format(*channel.conn.peer_address)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import aiordma
 from aiordma import rpc
 from aiordma.rpc.frames import Frame, FrameKind
 from tests.channel.test_channel import exposures_ended
-from tests.conftest import Lab, start_peer_server
+from tests.conftest import ROOT, Lab, start_peer_server
 from tests.peer import blob
 
 TIMEOUT = 60
@@ -480,6 +481,60 @@ async def test_a_client_that_floods_large_requests_makes_the_server_hold_at_most
             assert peaks[0][2] <= max_held // size, peaks
             assert max(requests for requests, _, _ in peaks) <= max_held, peaks
             assert max(results for _, results, _ in peaks) <= max_held, peaks
+
+
+@pytest.mark.asyncio
+async def test_replies_a_frozen_client_never_took_count_against_max_held(lab: Lab) -> None:
+    # Issue 50: a reply revoked for its exposure_timeout stays readable until
+    # the client answers, and a frozen client never does. Its call used to end
+    # at the revocation, so the server read further requests while revoked
+    # replies still held their memory (12x what the client committed).
+    size, max_held, count = 256 << 10, 1 << 20, 6
+    service = rpc.Service(max_held=max_held)
+    started: list[int] = []
+    all_started = asyncio.Event()
+
+    @service.method()
+    async def copy(payload: bytes) -> bytes:
+        started.append(len(payload))
+        if len(started) == count:
+            all_started.set()
+        return bytes(payload)  # a request and a result held per call
+
+    server, channels = await _server_keeping_channels(
+        service, lab, exposure_timeout=1.0, medium_limit=0
+    )
+    async with server:
+        port = server.addresses[0][1]
+        argv = [sys.executable, "-m", "tests.peer", "requests", lab.addr, str(port), "copy"]
+        client = await asyncio.create_subprocess_exec(
+            *argv, str(count), str(size), cwd=ROOT, stdout=subprocess.PIPE
+        )
+        try:
+            assert client.stdout is not None
+            line = await asyncio.wait_for(client.stdout.readline(), TIMEOUT)
+            assert line == b"posted\n"
+            client.send_signal(signal.SIGSTOP)  # frozen: it answers no revocation
+            (server_channel,) = channels
+
+            def held() -> tuple[int, int, int]:
+                gauges = server_channel.conn.stats()["gauges"]
+                exposed = server_channel.exposed_bytes
+                return exposed, gauges["requests_held_bytes"], gauges["results_held_bytes"]
+
+            seen: list[tuple[int, int, int]] = [held()]
+            server_channel._exposures.watchers.append(lambda _: seen.append(held()))
+            await asyncio.wait_for(all_started.wait(), TIMEOUT * 2)
+        finally:
+            client.kill()
+            await client.wait()
+        assert started == [size] * count
+        for exposed, requests, results in seen:
+            assert requests <= max_held, seen  # results come on top (Service.max_held)
+            assert results <= max_held, seen
+            # every exposed byte is a running call's result, counted above
+            # (before: 1.25 MiB exposed, 0.5 MiB of it by calls still running)
+            assert exposed <= results, seen
 
 
 BIG = 8 << 20
