@@ -257,7 +257,9 @@ class BulkRun:
         mrs, self._mrs = self._mrs, ()
         for mr in mrs:
             mr._release()
-        self._engine.cq.loop.call_soon(self._done, self._error, self._tag)
+        loop = self._engine.cq.loop
+        if not loop.is_closed():  # closed: at exit, nothing runs there any more
+            loop.call_soon(self._done, self._error, self._tag)
 
 
 def _strerror(rc: int) -> str:

@@ -159,11 +159,11 @@ class _Work:
         if self.future is None:
             if not self.reported:
                 self.reported = True
-                if later:
-                    self.engine._loop.call_soon(self._call, exc, 0)
-                else:
+                if not later:
                     self._call(exc, 0)
-        elif not self.future.done():
+                elif not self.engine._loop.is_closed():  # else nothing runs there any more
+                    self.engine._loop.call_soon(self._call, exc, 0)
+        elif not self.future.done() and not self.future.get_loop().is_closed():
             self.future.set_exception(exc)
             if quiet:
                 self.future.exception()

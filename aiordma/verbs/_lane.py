@@ -257,5 +257,6 @@ class PacketLane:
             self._engine.rq.release(self._recvs)
         for mr in mrs:
             mr._release()
-        if pending:
-            self._engine.cq.loop.call_soon(self._failed, error)
+        loop = self._engine.cq.loop
+        if pending and not loop.is_closed():  # closed: at exit, nothing runs there any more
+            loop.call_soon(self._failed, error)

@@ -67,12 +67,19 @@ class Children:
         return iter(list(self._kinds[kind]))
 
     def release_all(self) -> None:
-        """Release every child, kind by kind in :data:`ORDER`."""
+        """Release every child, kind by kind in :data:`ORDER`; one that fails
+        to release does not keep the others (its error is raised at the end)."""
+        first: BaseException | None = None
         for kind in ORDER:
             children = list(self._kinds[kind])
             self._kinds[kind].clear()
             for child in children:
-                child._owner_closing()
+                try:
+                    child._owner_closing()
+                except Exception as exc:
+                    first = first or exc
+        if first is not None:
+            raise first
 
 
 class Owner(Protocol):

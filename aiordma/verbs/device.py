@@ -326,19 +326,20 @@ class Device(Closable):
         if self._context is None:
             return
         _open.discard(self)
-        self._children.release_all()
-        for cqs in self._cqs.values():
-            for cq in cqs:
-                cq.close()
-        self._cqs.clear()
-        pd, ctx = self._pd, self._context
-        self._pd = self._context = None
         try:
-            if pd is not None:
-                pd.close()
+            self._children.release_all()  # all of them, even if one fails
         finally:
-            ctx.close()
-            self._close_waiters.closed()
+            cqs, self._cqs = [cq for cqs in self._cqs.values() for cq in cqs], {}
+            pd, ctx = self._pd, self._context
+            self._pd = self._context = None
+            try:
+                for cq in cqs:
+                    cq.close()
+                if pd is not None:
+                    pd.close()
+            finally:
+                ctx.close()
+                self._close_waiters.closed()
 
     def is_closing(self) -> bool:
         """True once the device is closed (or was removed)."""

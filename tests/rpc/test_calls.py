@@ -619,6 +619,38 @@ def test_objects_used_from_a_second_asyncio_run_raise_wrong_loop_error(lab: Lab)
     assert "_reap_handlers" not in proc.stderr
 
 
+_DIES_ON_A_REMOTE_ERROR = """
+import asyncio, sys
+from aiordma import rpc
+
+async def main():
+    client = await rpc.connect(sys.argv[1], int(sys.argv[2]))
+    await client.call("fail", b"42")  # uncaught: the program dies, leaving all open
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("flags", [[], ["-X", "dev"]], ids=["plain", "dev-mode"])
+def test_a_program_that_dies_on_a_remote_error_exits_cleanly(
+    lab: Lab, rpc_port: int, flags: list[str]
+) -> None:
+    """Issue 50: the device's memory, PD and CQ were left to interpreter
+    teardown (closing them at exit stopped at a queue pair whose loop had
+    closed), which printed "Error in sys.excepthook:" five times."""
+    proc = subprocess.run(
+        [sys.executable, *flags, "-c", _DIES_ON_A_REMOTE_ERROR, lab.addr, str(rpc_port)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line and not line.startswith(" ")]
+    lines = [line for line in lines if not line.startswith("Executing <")]  # dev mode: slow steps
+    assert lines == [
+        "Traceback (most recent call last):",
+        "aiordma.rpc.errors.RemoteError: fail: ValueError: bad input: 42",
+    ], proc.stderr
+
+
 def test_current_connection_outside_a_handler_says_so() -> None:
     with pytest.raises(LookupError, match="outside a handler"):
         rpc.current_connection()
