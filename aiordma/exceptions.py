@@ -8,9 +8,49 @@ derives from that builtin so either ``except`` works.
 
 from __future__ import annotations
 
+import copy
+from types import TracebackType
+from typing import Any
+
 
 class RdmaError(Exception):
-    """Base class of every error aiordma raises on its own account."""
+    """Base class of every error aiordma raises on its own account.
+
+    Its subclasses copy and pickle whole (their own attributes included),
+    whatever their constructors take: errors cross processes in Dask and Ray.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(
+    cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]
+) -> BaseException:
+    """An error of ``cls`` with ``args`` and attributes ``state``, made without
+    its constructor (whose parameters need not be its ``args``)."""
+    error = cls.__new__(cls, *args)
+    (OSError if issubclass(cls, OSError) else BaseException).__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
+def again(error: BaseException, tb: TracebackType | None) -> BaseException:
+    """A copy of ``error``, with traceback ``tb``, to raise once more.
+
+    An object that fails keeps its error and raises it at every later use:
+    raising the one instance each time would hang on it every frame it
+    passed through (and the objects those frames hold, the failed object
+    among them), a reference cycle only the collector breaks.
+    """
+    try:
+        fresh = copy.copy(error)
+    except Exception:  # an error that cannot be copied is raised itself
+        return error.with_traceback(tb)
+    fresh.__cause__ = error.__cause__
+    fresh.__context__ = error.__context__
+    fresh.__suppress_context__ = error.__suppress_context__
+    return fresh.with_traceback(tb)
 
 
 class LabError(RdmaError):

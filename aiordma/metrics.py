@@ -11,6 +11,7 @@ the event happens); ``stats()`` on each returns a snapshot as a dict, and
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import re
 import weakref
@@ -106,6 +107,13 @@ class Stats:
         self.histograms: dict[str, Histogram] = {}
         self.gauge_sources: list[Callable[[], dict[str, int]]] = [gauges] if gauges else []
         """Functions giving current values (exposed bytes...), read at snapshot time."""
+
+    def freeze(self) -> None:
+        """Keep the gauges' values as they are now and let go of their
+        sources: the object they read has closed, and a source (a bound
+        method) would keep it alive."""
+        if self.gauge_sources:
+            self.gauge_sources = [functools.partial(dict, self.gauges())]
 
     def gauges(self) -> dict[str, int]:
         """Current values, summed over the gauge sources."""

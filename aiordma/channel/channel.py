@@ -25,6 +25,7 @@ CLOSE``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -48,6 +49,7 @@ from aiordma.exceptions import (
     ProtocolError,
     ProtocolMismatchError,
     ResourceClosedError,
+    again,
 )
 from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats
@@ -61,6 +63,19 @@ log = logging.getLogger(__name__)
 Deliver = Callable[[bytes, memoryview], bool]
 """Takes a small message as it arrives: its head and a view of its body,
 valid only during the call. Returns False to leave it queued instead."""
+
+
+class _Failed:
+    """What a failed channel's parts raise, without a reference to the channel."""
+
+    __slots__ = ("error", "tb")
+
+    def __init__(self, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.error, self.tb = error, tb
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise again(self.error, self.tb)
 
 
 class MessageChannel(Closable):
@@ -125,7 +140,7 @@ class MessageChannel(Closable):
         self._receiver = Receiver(
             self._packets, conn, self._kept_into,
             read_piece_for(options.read_piece, conn.loopback), self._check,
-            lambda msg_id: self._sender.control_soon(Kind.DONE, msg_id),
+            functools.partial(self._sender.control_soon, Kind.DONE),
         )  # fmt: skip
         self._reader = self._receiver.reader
         conn.add_stats(self._stats)
@@ -249,7 +264,7 @@ class MessageChannel(Closable):
         if self._error is not None:
             # Its traceback as it failed: raising one object again and again
             # would otherwise grow it by every raise.
-            raise self._error.with_traceback(self._error_tb)
+            raise again(self._error, self._error_tb)
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is not None:
@@ -260,6 +275,18 @@ class MessageChannel(Closable):
         self._kept_into.clear()
         self._kept_from.clear()
         self._packets.wake()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """A failed channel only raises its error from now on: its parts stop
+        calling back into it, so no reference cycle keeps a closed channel,
+        its connection and their buffers alive until the collector runs."""
+        check = _Failed(self._error, self._error_tb).check
+        self._stats.freeze()
+        self._packets.let_go()
+        self._sender.let_go(check)
+        self._exposures.let_go(check, self._packets.changed)
+        self._receiver.let_go(check)
 
     def _protocol_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc))

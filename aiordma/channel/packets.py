@@ -107,6 +107,10 @@ def _fits(header: Header) -> cython.bint:
     return 0 <= header.credits < 0x10000 and 0 <= header.control_credits < 0x10000
 
 
+def _report_nothing(event: Event, value: object) -> None:
+    """A failed channel's packets report nothing."""
+
+
 @cython.cclass
 class Packets:
     """The packets of one channel side through its send and receive slots.
@@ -154,6 +158,10 @@ class Packets:
         self._stats = stats
         self._shared = shared
         self._loop = loop
+
+    def let_go(self) -> None:
+        """The channel failed: report nothing more to it (no reference back to it)."""
+        self._report = _report_nothing
 
     def attach(self, lane: Lane) -> None:
         """The lane the packets go out through (made with this object's

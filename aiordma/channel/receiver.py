@@ -49,6 +49,12 @@ class Receiver:
         self._send_done = send_done
         self._lock = asyncio.Lock()
 
+    def let_go(self, check: Callable[[], None]) -> None:
+        """The channel failed: check with ``check`` (which raises its error)
+        from now on, and answer no more revocations."""
+        self._check = check
+        self.reader.let_go()
+
     def answer_revokes(self) -> None:
         """Tell the sender, by DONE, that revoked messages will not be read,
         once no read is in flight (so no read can meet a revoked key)."""

@@ -180,6 +180,12 @@ class Exposures:
             watcher(exposure)
         return msg_id, exposure
 
+    def let_go(self, check: Callable[[], None], changed: Callable[[], Awaitable[None]]) -> None:
+        """The channel failed (every exposure ended): check with ``check``
+        (which raises its error), and wait with ``changed``, from now on."""
+        self._check = check
+        self._changed = changed
+
     def _window_over(self, body: Body) -> MemoryWindow | None:
         """A window exposing exactly ``body``, bound (in send-queue order, so
         before the rendezvous that names it) on this channel's queue pair;
@@ -340,6 +346,10 @@ class Exposures:
             self._unexpose(exposure)
 
 
+def _nothing() -> None:
+    """What a failed channel's reader calls when its reads end."""
+
+
 class Reader:
     """Reads the peer's large messages: in pieces, at most a few at once,
     into registered memory directly (the application's, or a registration
@@ -368,6 +378,10 @@ class Reader:
         self.before_read: Callable[[RemoteBuffer], Awaitable[None]] | None = None
         """Awaited with each message's remote buffer before it is read (a
         seam for tests and tracing)."""
+
+    def let_go(self) -> None:
+        """The channel failed: nothing is answered any more when reads end."""
+        self._idle = _nothing
 
     @property
     def busy(self) -> bool:

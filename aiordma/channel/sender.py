@@ -41,6 +41,10 @@ class Sender:
         self._check = check
         self._lock = asyncio.Lock()
 
+    def let_go(self, check: Callable[[], None]) -> None:
+        """The channel failed: check with ``check`` (which raises its error) from now on."""
+        self._check = check
+
     async def take_turn(self) -> None:
         """Wait for the send turn (sends before this one are done)."""
         self._packets.turn(True, 1)

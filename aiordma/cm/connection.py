@@ -10,6 +10,8 @@ the device's completion queue of the running loop like any other QP's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -49,6 +51,39 @@ LINGER: Final = 2.0
 _NOT_PREPARED: Final[Any] = object()
 
 
+class _Released:
+    """What ``prepare`` made, held weakly once the connection closed."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: weakref.ref[Any]) -> None:
+        self.ref = ref
+
+
+class _LostError:
+    """Makes the error a closed connection's queue pair raises, holding the
+    connection weakly (the queue pair must not keep it alive)."""
+
+    __slots__ = ("_conn", "_final")
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = weakref.ref(conn)
+        self._final: Callable[[], BaseException] | None = None
+
+    def __call__(self) -> BaseException:
+        if self._final is not None:
+            return self._final()
+        conn = self._conn()
+        return ResourceClosedError("connection is closed") if conn is None else conn._lost_error()
+
+    def freeze(self, error: BaseException) -> None:
+        """From now on, errors like ``error`` (the connection is going away)."""
+        if isinstance(error, ConnectionLostError):
+            self._final = functools.partial(ConnectionLostError, str(error.strerror))
+        else:
+            self._final = functools.partial(ResourceClosedError, str(error))
+
+
 class Connection(Closable):
     """A connected reliable queue pair, set up through rdma_cm.
 
@@ -85,6 +120,8 @@ class Connection(Closable):
         self._established = False
         self._on_established: list[Callable[[], None]] = []
         self._keepalive: asyncio.TimerHandle | None = None
+        self._errors = _LostError(self)
+        """What the queue pair raises once this connection closes."""
         self._stat_parts: list[Stats] = [qp._stats]
         """The stats of what runs on this connection (its QP, channel, RPC)."""
         self._probing = qp.options.keepalive is not None
@@ -118,6 +155,14 @@ class Connection(Closable):
         without a ``prepare`` hook: a message channel, for instance, exists
         only if ``prepare=prepare_channel`` was given on this side.
         """
+        if type(self._prepared) is _Released:
+            prepared = self._prepared.ref()
+            if prepared is None:
+                raise ResourceClosedError(
+                    f"{self!r} is closed, and what its prepare hook made is gone (nothing "
+                    "else held it): keep a reference to it to use it after close"
+                )
+            return prepared
         if self._prepared is _NOT_PREPARED:
             raise NotPreparedError(
                 f"no prepare hook was given for {self!r}, so nothing was prepared: "
@@ -175,7 +220,7 @@ class Connection(Closable):
             self._lost(f"{self.peer_address[0]} did not acknowledge a keepalive probe ({error})")
             # Fail pending work now, as lost, before the completions the
             # failed queue pair flushes are reported as mere flushes.
-            self.qp._close(self._lost_error)
+            self.qp._close(self._errors)
 
     def on_established(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once both peers can send (now, if they already can).
@@ -216,7 +261,7 @@ class Connection(Closable):
         if not self._closing:
             self._error = ConnectionLostError(f"connection lost: device {device.name} was removed")
             self._closing = True
-            self.qp._close(self._lost_error)
+            self.qp._close(self._errors)
         self.qp.destroy()
         self._release()
 
@@ -277,7 +322,7 @@ class Connection(Closable):
                     _rdmacm.disconnect(cm_id.ptr)
                 except OSError as exc:
                     log.debug("rdma_disconnect: %s", exc)
-            self.qp._close(self._lost_error)
+            self.qp._close(self._errors)
             await self.qp.wait_closed()
         finally:
             self._release()
@@ -319,7 +364,21 @@ class Connection(Closable):
         finally:
             self.device._unwatch(self)
             metrics.unwatch(self)
+            self._let_go()
             self._closed.set_result(None)
+
+    def _let_go(self) -> None:
+        """Closed: let go of what refers back to this connection, so that
+        reference counting frees it (and what ran on it) once the
+        application drops it: what ``prepare`` made is held weakly from now
+        on (whoever uses it holds it), and the metrics keep their values."""
+        for stats in self._stat_parts:
+            stats.freeze()
+        self._errors.freeze(self._lost_error())
+        self._on_established.clear()
+        if self._prepared is not _NOT_PREPARED:
+            with contextlib.suppress(TypeError):  # not weakly referable: it stays
+                self._prepared = _Released(weakref.ref(self._prepared))
 
     def _unclosed(self) -> bool:
         return not self._closed.done()

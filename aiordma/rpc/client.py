@@ -30,6 +30,7 @@ from aiordma.exceptions import (
     ProtocolError,
     ProtocolMismatchError,
     ResourceClosedError,
+    again,
 )
 from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats
@@ -114,7 +115,7 @@ class Client(Closable):
         """
         check_loop(self._loop)  # before the error: a closed loop's client was closed by it
         if self._error is not None:
-            raise self._error.with_traceback(self._error_tb)  # not grown by each raise
+            raise again(self._error, self._error_tb)  # not grown by each raise
         if not isinstance(method, str):
             raise TypeError(f"method must be a str, not {type(method).__name__}")
         if not method:

@@ -57,6 +57,11 @@ else:
 _WR_SEND = cython.declare(cython.int, _ibv.WR_SEND)  # C integers for typed code
 _SIGNALED = cython.declare(cython.int, _ibv.SEND_SIGNALED)
 
+
+def _told_nothing(*_: object) -> None:
+    """A detached lane's callbacks."""
+
+
 Sent = Callable[[int], None]
 Arrived = Callable[[int, int], None]
 Failed = Callable[[BaseException], None]
@@ -257,6 +262,9 @@ class PacketLane:
             self._engine.rq.release(self._recvs)
         for mr in mrs:
             mr._release()
+        failed = self._failed
+        # The owner is told nothing more: no reference back to it outlives the lane's use.
+        self._sent = self._arrived = self._failed = _told_nothing
         loop = self._engine.cq.loop
         if pending and not loop.is_closed():  # closed: at exit, nothing runs there any more
-            loop.call_soon(self._failed, error)
+            loop.call_soon(failed, error)

@@ -18,6 +18,8 @@ from collections import deque
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from aiordma.exceptions import again
+
 if TYPE_CHECKING:
     from aiordma import _cython_shim as cython
 else:
@@ -44,7 +46,7 @@ class SlotPool:
     def try_acquire(self, n: cython.int) -> cython.bint:
         """Take ``n`` slots if they are free now and nobody is queued ahead."""
         if self._failure is not None:
-            raise self._failure.with_traceback(self._failure_tb)  # not grown by each raise
+            raise again(self._failure, self._failure_tb)  # not grown by each raise
         if not self._waiters and self.free >= n:
             self.free -= n
             return True
