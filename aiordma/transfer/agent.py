@@ -261,10 +261,12 @@ class Agent:
         return sum(r.mr.length for r in self._regs.values() if r.info.rkey)
 
     def register(self, obj: Any, *, remote: Access = Access.NONE) -> Registration:
-        """Register ``obj``'s memory (any writable buffer) for transfers.
+        """Register ``obj``'s memory (any C-contiguous buffer) for transfers.
 
         Local access only unless ``remote`` (``Access.REMOTE_READ`` and/or
-        ``REMOTE_WRITE``) lets peers read or write it. Raises
+        ``REMOTE_WRITE``) lets peers read or write it. Read-only memory
+        (``bytes``, a read-only ``memoryview``) may be a source only:
+        written from, or read by peers; a read into it is refused. Raises
         :class:`~aiordma.MemoryLimitError` when that would pass ``max_exposed``.
         """
         self._check_open()
