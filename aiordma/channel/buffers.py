@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 from collections.abc import Callable
 
 from aiordma.verbs.memory import Access, MemoryRegion, Segment
@@ -93,3 +95,33 @@ def buffer_view(buffer: Body) -> memoryview:
     if isinstance(buffer, MemoryRegion | Segment):
         return buffer.view()
     return memoryview(buffer).cast("B")
+
+
+GIVE_BACK_AFTER = 1 << 20
+"""Bodies this large, landed in new buffers, make a closing channel give
+freed memory back to the system (:func:`give_back_memory`)."""
+
+
+def give_back_memory() -> None:
+    """Return the memory the C heap holds free to the system (glibc's
+    ``malloc_trim``; nothing where there is none).
+
+    Large bodies land in new ``bytearray`` s. Once one of them is freed,
+    glibc serves later ones of that size from its heap instead of mapping
+    them, and keeps what they free: a server that read large messages
+    would hold their memory after its clients left.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-from aiordma.channel.buffers import Body, Into, body_length, check_into
+from aiordma.channel.buffers import Body, Into, body_length, check_into, give_back_memory
 from aiordma.channel.link import Link
 from aiordma.channel.medium import send_medium
 from aiordma.channel.options import ChannelKeywords, ChannelOptions
@@ -287,6 +287,8 @@ class MessageChannel(Closable):
         self._sender.let_go(check)
         self._exposures.let_go(check, self._packets.changed)
         self._receiver.let_go(check)
+        if self._receiver.landed_large:
+            give_back_memory()
 
     def _protocol_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, ProtocolError) else ProtocolError(str(exc))

@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from aiordma.channel.buffers import Into, buffer_length, buffer_view
+from aiordma.channel.buffers import GIVE_BACK_AFTER, Into, buffer_length, buffer_view
 from aiordma.channel.link import Link
 from aiordma.channel.packets import Packets
 from aiordma.channel.registrations import RegistrationCache
@@ -48,6 +48,8 @@ class Receiver:
         self._check = check
         self._send_done = send_done
         self._lock = asyncio.Lock()
+        self.landed_large = False
+        """Whether a body of :data:`GIVE_BACK_AFTER` bytes or more landed in a new buffer."""
 
     def let_go(self, check: Callable[[], None]) -> None:
         """The channel failed: check with ``check`` (which raises its error)
@@ -95,6 +97,8 @@ class Receiver:
             body = await self._take_pieces(arrival, into)
         else:
             landed = bytearray(header.length) if into is None else None
+            if landed is not None and header.length >= GIVE_BACK_AFTER:
+                self.landed_large = True
             target = landed if landed is not None else into
             assert header.remote is not None
             assert target is not None

@@ -33,7 +33,7 @@ from aiordma.channel.link import Link
 from aiordma.channel.registrations import RegistrationCache, release_mr
 from aiordma.channel.sender import Sender
 from aiordma.channel.wire import Kind
-from aiordma.exceptions import ExposureTimeoutError, ResourceBusyError
+from aiordma.exceptions import ExposureTimeoutError, ResourceBusyError, again
 from aiordma.lifecycle import consume_outcome
 from aiordma.metrics import Stats
 from aiordma.verbs.completion import WorkCompletion
@@ -228,16 +228,22 @@ class Exposures:
         With ``until_unexposed``, a message revoked for its timeout (or
         failed with the channel) raises only once the peer can no longer
         read its bytes."""
+        failure: Exception | None = None
         try:
             await asyncio.shield(exposure.done)
         except asyncio.CancelledError:
             if not exposure.done.done():
                 self.revoke(msg_id, asyncio.CancelledError())
             raise
-        except Exception:
+        except Exception as exc:
+            failure = exc
+        if failure is not None:
+            # The future keeps its error: raised as it is, it would hold this
+            # frame (and the sender's, with the message's bytes) in a cycle.
+            failure.__traceback__ = None
             if until_unexposed:
                 await asyncio.shield(exposure.unexposed)
-            raise
+            raise again(failure, None)
 
     def delivery(self, msg_id: int, exposure: Exposure) -> asyncio.Future[None]:
         """A future of the peer having read the message; cancelling it
@@ -289,7 +295,7 @@ class Exposures:
         for msg_id in self.ledger.clear():
             exposure = self._held.pop(msg_id, None) or self._withdrawn.pop(msg_id)
             if not exposure.done.done():
-                exposure.done.set_exception(exc)
+                exposure.done.set_exception(again(exc, exc.__traceback__))  # see again()
                 exposure.done.exception()
             self._unexpose(exposure)
 

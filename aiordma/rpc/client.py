@@ -280,7 +280,7 @@ class Client(Closable):
         pending, self._pending = self._pending, {}
         for call in pending.values():
             if not call.future.done():
-                call.future.set_exception(self._error)
+                call.future.set_exception(again(self._error, self._error_tb))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -26,6 +26,7 @@ from aiordma.channel import (
     channel_of,
     start_channel_server,
 )
+from aiordma.channel.buffers import GIVE_BACK_AFTER, give_back_memory
 from aiordma.exceptions import (
     CompletionError,
     MessageRevokedError,
@@ -192,6 +193,8 @@ class Service:
         finally:
             channel.deliver_to(None)
             await calls.cancel_all()
+            if calls.held_large:  # their bodies are gone now: their memory goes back
+                give_back_memory()
 
     async def _run(self, calls: _Calls, frame: Frame, body: bytes | bytearray) -> None:
         channel, stats = calls.channel, calls.stats
@@ -264,6 +267,8 @@ class _Calls:
         self._requests = 0
         self._results = 0
         self._freed: asyncio.Future[None] | None = None
+        self.held_large = False
+        """Whether a request or result of ``GIVE_BACK_AFTER`` bytes or more was held."""
 
     def _gauges(self) -> dict[str, int]:
         return {
@@ -282,6 +287,8 @@ class _Calls:
     def dispatch(self, frame: Frame, body: bytes | bytearray) -> None:
         if frame.kind == FrameKind.REQUEST:
             call_id = frame.call_id
+            if len(body) >= GIVE_BACK_AFTER:
+                self.held_large = True
             self._holding[call_id] = (len(body), 0)
             self._requests += len(body)
             coro = self._service._run(self, frame, body)
@@ -307,6 +314,8 @@ class _Calls:
         """Count a result of ``size`` bytes against the call ``call_id`` until it ends."""
         request, result = self._holding.get(call_id, (0, 0))
         self._holding[call_id] = (request, result + size)
+        if size >= GIVE_BACK_AFTER:
+            self.held_large = True
         self._results += size
 
     def _release(self, call_id: int) -> None:

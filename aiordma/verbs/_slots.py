@@ -98,4 +98,4 @@ class SlotPool:
         while self._waiters:
             _, fut = self._waiters.popleft()
             if not fut.done():
-                fut.set_exception(exc)
+                fut.set_exception(again(exc, exc.__traceback__))  # each its own: see again()

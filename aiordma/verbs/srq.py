@@ -26,7 +26,7 @@ from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 
 from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
-from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
+from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError, again
 from aiordma.lifecycle import Closable
 from aiordma.metrics import Stats
 from aiordma.verbs import _driver
@@ -323,7 +323,7 @@ class SharedReceiveRing(Closable):
         (an SRQ's buffers are not flushed), so its channel is told here."""
         message = self._unexpect(qp_num)
         if message is not None and not message.done():
-            message.set_exception(error)
+            message.set_exception(again(error, error.__traceback__))
         member = self._members.get(qp_num)
         if member is not None:
             member.failed(error)
