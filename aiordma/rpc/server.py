@@ -222,6 +222,7 @@ class Service:
             if timed:
                 stats.add("requests")
                 stats.observe("handler", time.perf_counter() - start)
+        calls.sending.add(frame.call_id)
         try:
             # A large result holds its memory until the client read it, or
             # can no longer: the call (and what it counts against max_held)
@@ -267,6 +268,8 @@ class _Calls:
         self._requests = 0
         self._results = 0
         self._freed: asyncio.Future[None] | None = None
+        self.sending: set[int] = set()
+        """Calls whose handler returned, sending their reply."""
         self.held_large = False
         """Whether a request or result of ``GIVE_BACK_AFTER`` bytes or more was held."""
 
@@ -319,6 +322,7 @@ class _Calls:
         self._results += size
 
     def _release(self, call_id: int) -> None:
+        self.sending.discard(call_id)
         request, result = self._holding.pop(call_id, (0, 0))
         self._requests -= request
         self._results -= result
@@ -343,8 +347,12 @@ class _Calls:
             self._freed.set_result(None)
 
     async def cancel_all(self) -> None:
-        for task in self._running.values():
-            task.cancel()
+        """End every call: handlers are cancelled; a call already sending its
+        reply ends by itself once the channel has failed (cancelled there, it
+        would keep its reply in the cancellation's reference cycle)."""
+        for call_id, task in self._running.items():
+            if call_id not in self.sending:
+                task.cancel()
         await asyncio.gather(*self._running.values(), return_exceptions=True)
 
 

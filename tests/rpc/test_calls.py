@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import logging
 import signal
 import subprocess
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
+import numpy
 import pytest
 
 import aiordma
@@ -535,6 +538,48 @@ async def test_replies_a_frozen_client_never_took_count_against_max_held(lab: La
             # every exposed byte is a running call's result, counted above
             # (before: 1.25 MiB exposed, 0.5 MiB of it by calls still running)
             assert exposed <= results, seen
+
+
+@pytest.mark.asyncio
+async def test_a_reply_its_client_left_unread_is_freed_when_the_client_goes(lab: Lab) -> None:
+    # Issue 50: the reply's exposure failed with the channel, and the error,
+    # raised from the future that kept it, held the sender's frame (and the
+    # reply's bytes) in a cycle: the server's memory stayed up after its
+    # clients left, until a full collection.
+    service = rpc.Service()
+    replies: list[weakref.ref[object]] = []
+    returned = asyncio.Event()
+
+    @service.method()
+    async def big(payload: bytes) -> Any:
+        array = numpy.ones(2 << 20, dtype=numpy.uint8)
+        replies.append(weakref.ref(array))
+        returned.set()
+        return array
+
+    server, channels = await _server_keeping_channels(service, lab, medium_limit=0)
+    gc.collect()
+    gc.disable()
+    try:
+        async with server:
+            port = server.addresses[0][1]
+            async with await aiordma.open_channel(lab.addr, port) as channel:
+                await channel.send_message(b"", head=Frame(FrameKind.REQUEST, 1, "big").pack())
+                await asyncio.wait_for(returned.wait(), TIMEOUT)
+                (server_channel,) = channels
+                async with asyncio.timeout(TIMEOUT):
+                    while not server_channel.exposed_bytes:  # the reply is exposed, unread
+                        await server_channel._changed()
+            await asyncio.wait_for(server_channel.wait_closed(), TIMEOUT)
+            del server_channel
+            channels.clear()
+            server.close_clients()
+            server.close()
+            await server.wait_closed()
+        assert replies
+        assert replies[0]() is None, "the unread reply outlived its connection"
+    finally:
+        gc.enable()
 
 
 BIG = 8 << 20
