@@ -35,7 +35,7 @@ from pyverbs.wr import SendWR
 
 from aiordma import _ibv
 from aiordma._pyverbs import verbs_errors
-from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError, again
+from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
 from aiordma.metrics import Stats
 from aiordma.verbs import _driver
 from aiordma.verbs._bulk import BulkRun, Starved
@@ -164,7 +164,7 @@ class _Work:
                 elif not self.engine._loop.is_closed():  # else nothing runs there any more
                     self.engine._loop.call_soon(self._call, exc, 0)
         elif not self.future.done() and not self.future.get_loop().is_closed():
-            self.future.set_exception(again(exc, exc.__traceback__))  # shared by many: see again()
+            self.future.set_exception(exc)  # the first failure: later ones name it as their cause
             if quiet:
                 self.future.exception()
 
