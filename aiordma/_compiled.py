@@ -44,6 +44,8 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.state",
     "aiordma.channel.packets",
     "aiordma.verbs._slots",
+    "aiordma.verbs._completed",
+    "aiordma.verbs._engine",
     "aiordma.verbs._lane",
     "aiordma.verbs._bulk",
     "aiordma.rpc.frames",

@@ -1,3 +1,4 @@
+# cython: annotation_typing=True
 """The work-request engine of one queue pair: validated work in, futures out.
 
 :class:`WorkEngine` owns a pyverbs ``QP`` handle and everything between "a
@@ -14,6 +15,13 @@ for queue room (``sq``/``rq``), then calls :meth:`WorkEngine.post_sends` or
 It posts through its queue pair's driver (``aiordma.verbs._driver``),
 compiled or pure, and never asks which; only a memory-window bind
 (:meth:`WorkEngine.post_bind`, rare) goes through pyverbs itself.
+
+Every awaited verb passes through here, so the module is compiled when the
+build could (``_engine.pxd``; see :mod:`aiordma._compiled`): a single
+awaited operation on plain arguments (:meth:`WorkEngine.quick_send`,
+:meth:`WorkEngine.quick_recvs`) is checked, recorded and posted in one call,
+and its completion resolves the future from the drain with no Python in
+between.
 """
 
 from __future__ import annotations
@@ -21,53 +29,71 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import errno
-import functools
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from pyverbs.qp import QPAttr
 from pyverbs.wr import SendWR
 
-from aiordma import _ibv
+from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
+from aiordma.lifecycle import check_loop
 from aiordma.metrics import Stats
 from aiordma.verbs import _driver
 from aiordma.verbs._bulk import BulkRun, Starved
 from aiordma.verbs._bulk import Done as BulkDone
+from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
 from aiordma.verbs._driver.pure import RECV_WR_CACHE
 from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
 from aiordma.verbs._slots import SlotPool
-from aiordma.verbs.completion import Opcode, WorkCompletion, completion_error, to_work_completion
-from aiordma.verbs.memory import MemoryRegion, Segment
+from aiordma.verbs.completion import completion_error
+from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
 
 if TYPE_CHECKING:
     from pyverbs.cq import WC
     from pyverbs.mr import MW
+    from pyverbs.pd import PD
     from pyverbs.qp import QP
 
+    from aiordma import _cython_shim as cython
     from aiordma.verbs.completion import CompletionQueue
+else:
+    try:
+        import cython
+    except ImportError:  # no Cython: the declarations below mean nothing
+        from aiordma import _cython_shim as cython
 
 SIGNAL_FRACTION = 4
 """However many unsignalled requests are posted, at least every
 ``send_depth // SIGNAL_FRACTION``-th is signalled, so their send-queue slots
 come back."""
+ID_BLOCK = 4096
+"""Work request ids an engine claims from its CQ at once (one Python call per block)."""
+
+_SIGNALED = cython.declare(cython.int, _ibv.SEND_SIGNALED)  # C integers for typed code
+_INLINE = cython.declare(cython.int, _ibv.SEND_INLINE)
+_WR_SEND = cython.declare(cython.int, _ibv.WR_SEND)
+_WR_SEND_IMM = cython.declare(cython.int, _ibv.WR_SEND_WITH_IMM)
+_WR_WRITE = cython.declare(cython.int, _ibv.WR_RDMA_WRITE)
+_WR_WRITE_IMM = cython.declare(cython.int, _ibv.WR_RDMA_WRITE_WITH_IMM)
+_WR_READ = cython.declare(cython.int, _ibv.WR_RDMA_READ)
+_LOCAL_WRITE = cython.declare(cython.int, int(Access.LOCAL_WRITE))
+_SUCCESS = cython.declare(cython.int, _ibv.WC_SUCCESS)
 __all__ = ["RECV_WR_CACHE", "SIGNAL_FRACTION", "SendRequest", "WorkEngine", "closed_error",
            "total_length"]  # fmt: skip
+__all__ = ["ID_BLOCK", "RECV_WR_CACHE", "SIGNAL_FRACTION", "SendRequest", "WorkEngine",
+           "closed_error", "total_length"]  # fmt: skip
 
 
 def closed_error() -> BaseException:
     """The error pending and later work gets once its queue pair is closed."""
     return ResourceClosedError("queue pair is closed")
-
-
-def _no_result() -> WorkCompletion:
-    raise AssertionError("callback work has no WorkCompletion")
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
@@ -80,78 +106,96 @@ def total_length(segments: tuple[Segment, ...]) -> int:
     return sum(seg.length for seg in segments)
 
 
-@dataclass(frozen=True, slots=True)
+@cython.cclass
 class SendRequest:
     """A validated send-queue work request, ready to post."""
 
-    opcode: int
-    segments: tuple[Segment, ...]
-    flags: int
-    imm: int | None = None
-    remote_addr: int = 0
-    rkey: int = 0
-    compare_add: int = 0
-    swap: int = 0
-    signaled: bool = True
+    def __init__(
+        self, opcode: int, segments: tuple[Segment, ...], flags: int, imm: int | None = None,
+        remote_addr: int = 0, rkey: int = 0, compare_add: int = 0, swap: int = 0,
+        signaled: bool = True,
+    ) -> None:  # fmt: skip
+        self.opcode = opcode
+        self.segments = segments
+        self.flags = flags
+        self.imm = imm
+        self.remote_addr = remote_addr
+        self.rkey = rkey
+        self.compare_add = compare_add
+        self.swap = swap
+        self.signaled = signaled
 
+
+_OP_COUNTERS: dict[str, str] = {
+    kind: "ops:" + kind
+    for kind in (
+        "send",
+        "rdma_write",
+        "rdma_read",
+        *(_ibv.WR_NAMES[op] for op in _ibv.ATOMIC_OPCODES),
+    )
+}
+"""The counter of each awaited verb, named once rather than per operation."""
 
 Done = Callable[[BaseException | None, int], None]
 """How callback work reports: ``done(None, byte_len)`` on success, else
 ``done(error, 0)``; called from the completion drain, no future involved."""
 
 
+@cython.cclass
 class _Work:
     """One posted work request: the future to resolve (or the callback to
-    call) and the memory to keep alive."""
-
-    __slots__ = (
-        "done", "engine", "future", "opcode", "recv", "reported", "scratch", "segments", "seq",
-        "silent",
-    )  # fmt: skip
+    call), the regions it keeps busy (and alive) until its completion, and,
+    for an awaited verb, the histogram its latency goes to."""
 
     def __init__(
-        self,
-        engine: WorkEngine,
-        future: asyncio.Future[WorkCompletion] | None,
-        opcode: int,
-        segments: tuple[Segment, ...],
-        recv: bool,
-        scratch: int | None = None,
-        seq: int = 0,
-        silent: bool = False,
-        done: Done | None = None,
-    ) -> None:
+        self, engine: WorkEngine, future: asyncio.Future[WorkCompletion] | None,
+        opcode: cython.int, mrs: tuple[MemoryRegion, ...], length: cython.longlong,
+        recv: cython.bint, scratch: cython.int = -1, seq: cython.longlong = 0,
+        silent: cython.bint = False, done: Done | None = None,
+    ) -> None:  # fmt: skip
         self.engine = engine
+        self.wr_id: int = 0
+        """Set when the engine registers it."""
         self.future = future
         self.done = done
         """Called instead of resolving a future (``future`` is None then)."""
         self.reported = False
         """Whether ``done`` was called."""
         self.opcode = opcode
-        self.segments = segments
+        self.mrs = mrs
+        self.length = length
+        """Bytes of local memory the request covers."""
         self.recv = recv
         self.scratch = scratch
+        """Offset of the atomic's result word in the scratch region (-1: none)."""
         self.seq = seq
         """Position on the send queue (send-side work only)."""
         self.silent = silent
         """Posted unsignalled: no completion entry unless it fails."""
+        self.kind: str | None = None
+        """The latency histogram of an awaited verb (None: not timed)."""
+        self.started = 0.0
 
-    def complete(self, wc: WC) -> None:
+    def complete(self, wc: Any) -> None:
         self.engine.complete(self, wc)
 
     @property
     def settled(self) -> bool:
         """Whether the outcome was given out (the future is done, or ``done`` was called)."""
-        return self.reported if self.future is None else self.future.done()
+        return self.reported if self.future is None else bool(self.future.done())
 
-    def succeed(self, byte_len: int, result: Callable[[], WorkCompletion]) -> None:
-        """Report success: ``result()`` resolves the future, or ``done`` gets ``byte_len``."""
+    @cython.ccall
+    def succeed(self, byte_len: cython.longlong, result: WorkCompletion | None) -> None:
+        """Report success: ``result`` (a :class:`WorkCompletion`, made only
+        for a future) resolves the future, or ``done`` gets ``byte_len``."""
         if self.future is None:
             if not self.reported:
                 self.reported = True
                 self._call(None, byte_len)
         elif not self.future.done():
-            self.future.set_result(result())
+            assert result is not None
+            self.future.set_result(result)
 
     def fail(self, exc: BaseException, *, later: bool = False, quiet: bool = False) -> None:
         """Report failure (``done`` on the loop's next turn if ``later``; a
@@ -178,6 +222,7 @@ class _Work:
             )
 
 
+@cython.cclass
 class WorkEngine:
     """Posts, tracks and completes the work requests of one pyverbs ``QP``.
 
@@ -185,7 +230,8 @@ class WorkEngine:
     slots (waiting if they must) before :meth:`post_sends` /
     :meth:`post_recvs`, and completions give them back. ``alloc(size)``
     registers local scratch memory (atomic results and the marker write of
-    :meth:`post_marker`) on first need.
+    :meth:`post_marker`) on first need. ``pd`` is the protection domain the
+    queue pair is in: the quick paths post only from regions registered there.
     """
 
     def __init__(
@@ -196,10 +242,12 @@ class WorkEngine:
         recv_depth: int,
         alloc: Callable[[int], MemoryRegion],
         recv_cq: CompletionQueue | None = None,
+        pd: PD | None = None,
+        max_inline: int = 0,
     ) -> None:
-        self.qp: QP | None = qp
+        self.qp = qp
         """The pyverbs handle (None once destroyed)."""
-        self.qp_num: int = qp.qp_num
+        self.qp_num = qp.qp_num
         self.cq = cq
         self.sq = SlotPool(send_depth)
         self.rq = SlotPool(recv_depth)
@@ -216,12 +264,24 @@ class WorkEngine:
         """Packet lanes (:meth:`open_lane`) and running bulk runs (:meth:`start_bulk`)."""
         self._loop = cq.loop
         self._alloc = alloc
+        self._pd = pd
+        self._max_inline = max_inline
         self._scratch: MemoryRegion | None = None
         self._scratch_free: list[int] = []
         self.driver = _driver.qp_driver(qp, cq._driver, (recv_cq or cq)._driver)
         """What posts this QP's work requests."""
+        self._post_one = self.driver.post_send
+        self._post_recv = self.driver.post_recv
+        self._handlers = cq.handlers
+        self._kick = cq.kick if cq.polls else None
+        """What to tell the CQ after a send, if it polls for completions."""
+        self._next_id = 0
+        self._last_id = 0
+        """This engine's block of work request ids: ``[_next_id, _last_id)``."""
+        self._thread = 0
+        """The thread the loop was last confirmed running in (:meth:`_on_loop`)."""
         self._send_seq = 0
-        self._silent: collections.deque[tuple[int, _Work]] = collections.deque()
+        self._silent: collections.deque[_Work] = collections.deque()
         self._silent_run = 0
         self._signal_every = max(1, send_depth // SIGNAL_FRACTION)
         self.stats = Stats("queue_pair")
@@ -236,6 +296,22 @@ class WorkEngine:
             raise self.close_error()
         if self.failure is not None:
             raise self.failed_error()
+
+    @cython.cfunc
+    def _usable_now(self) -> cython.bint:
+        """Whether work may be posted now, by the quick paths' test: open,
+        not failed, and called from the thread the CQ's loop was confirmed
+        running in while it runs (else the checked path says what is wrong)."""
+        if self.closing or self.qp is None or self.failure is not None:
+            return False
+        if self._thread == get_ident() and self._loop.is_running():
+            return True
+        try:
+            check_loop(self._loop)
+        except Exception:
+            return False
+        self._thread = get_ident()
+        return True
 
     def failed_error(self, flushed: BaseException | None = None) -> QueuePairError:
         """The error of work refused or flushed by a QP in the error state,
@@ -256,6 +332,38 @@ class WorkEngine:
             for lane in self.lanes:
                 lane.stop()
 
+    # -- records -------------------------------------------------------------
+
+    @cython.cfunc
+    def _register(self, work: _Work) -> cython.ulonglong:
+        """A fresh ``wr_id`` whose completion the CQ's drain gives to ``work``."""
+        if self._next_id == self._last_id:
+            self._next_id = self.cq.claim_ids(ID_BLOCK)
+            self._last_id = self._next_id + ID_BLOCK
+        wr_id: cython.ulonglong = self._next_id
+        self._next_id += 1
+        self._handlers[wr_id] = work
+        work.wr_id = wr_id
+        return wr_id
+
+    @cython.cfunc
+    def _next_send(self, signaled: cython.bint) -> cython.bint:
+        """Advance the send-queue position; whether the next request goes
+        unsignalled (asked for, and not the ``signal_every``-th in a row)."""
+        self._send_seq += 1
+        silent: cython.bint = not signaled and self._silent_run + 1 < self._signal_every
+        self._silent_run = self._silent_run + 1 if silent else 0
+        return silent
+
+    @cython.cfunc
+    def _timed(self, work: _Work, kind: str | None) -> None:
+        """Count an awaited verb as ``kind`` and time it from now to its
+        completion, while metrics are on."""
+        if kind is not None and metrics._on:
+            self.stats.counters[_OP_COUNTERS[kind]] += 1
+            work.kind = kind
+            work.started = time.perf_counter()
+
     # -- send side ---------------------------------------------------------
 
     def ensure_scratch(self) -> None:
@@ -264,12 +372,77 @@ class WorkEngine:
             self._scratch = self._alloc(8 * self.sq.size)
             self._scratch_free = list(range(0, 8 * self.sq.size, 8))
 
-    def post_sends(self, chunk: Sequence[SendRequest]) -> list[asyncio.Future[WorkCompletion]]:
+    @cython.ccall
+    def quick_send(
+        self, opcode: cython.int, local: object, remote: object, imm: object, kind: str
+    ) -> asyncio.Future[WorkCompletion] | None:
+        """Post one send, RDMA write or RDMA read of ``local`` (a
+        :class:`MemoryRegion` or a :class:`Segment` of one) and return its
+        future, when everything is plain: the queue pair usable from here,
+        the region open and registered in its protection domain (writable,
+        for a read), ``remote`` a :class:`RemoteBuffer` it fits (for writes
+        and reads), ``imm`` None or 32 bits, and a send-queue slot free.
+        Sends and writes that fit ``max_inline`` go inline. Returns None,
+        having done nothing, otherwise: the caller takes the checked path,
+        which waits for room and raises what is wrong. ``kind`` names the
+        counter and latency histogram of an awaited verb (see
+        :meth:`QueuePair.stats`)."""
+        mr: MemoryRegion
+        offset: cython.longlong
+        length: cython.longlong
+        if type(local) is Segment:
+            mr = local.mr
+            offset = local.offset
+            length = local.length
+        elif type(local) is MemoryRegion:
+            mr = local
+            offset = 0
+            length = mr.length
+        else:
+            return None
+        if mr._mr is None or mr._pd is not self._pd or not self._usable_now():
+            return None
+        flags: cython.int = _SIGNALED
+        raddr: cython.ulonglong = 0
+        rkey: cython.uint = 0
+        if imm is not None and (type(imm) is not int or not 0 <= imm < 1 << 32):
+            return None
+        if opcode != _WR_SEND and opcode != _WR_SEND_IMM:
+            if type(remote) is not RemoteBuffer or length > remote.length:
+                return None
+            raddr = remote.addr
+            rkey = remote.rkey
+            if opcode == _WR_READ and not int(mr.access) & _LOCAL_WRITE:
+                return None
+        if opcode != _WR_READ and length <= self._max_inline:
+            flags |= _INLINE
+        if not self.sq.try_acquire(1):
+            return None
+        fut = self._loop.create_future()
+        self._next_send(True)
+        work = _Work(self, fut, opcode, (mr,), length, False, -1, self._send_seq)
+        wr_id = self._register(work)
+        rc = self._post_one(wr_id, opcode, flags, mr.addr + offset, length, mr.lkey,
+                            0 if imm is None else imm, raddr, rkey)  # fmt: skip
+        if rc:
+            raise self._refused([(wr_id, work)], self.sq, rc)
+        mr._acquire()
+        self.works[wr_id] = work
+        self.last_send = work
+        self._timed(work, kind)
+        if self._kick is not None:
+            self._kick()
+        return fut
+
+    def post_sends(
+        self, chunk: Sequence[SendRequest], kind: str | None = None
+    ) -> list[asyncio.Future[WorkCompletion]]:
         """Post ``chunk`` (its send-queue slots already taken) as one linked list.
 
         Atomics need :meth:`ensure_scratch` to have been called. Returns one
-        future per request. Raises (giving the slots back, posting nothing)
-        when the queue pair is not usable or the provider refuses.
+        future per request (a single awaited verb's counted and timed as
+        ``kind``). Raises (giving the slots back, posting nothing) when the
+        queue pair is not usable or the provider refuses.
         """
         try:
             self.check_usable()
@@ -281,34 +454,35 @@ class WorkEngine:
         for b in chunk:
             wr_id, work, flags = self._new_send(b)
             works.append((wr_id, work))
-            requests.append((wr_id, b.opcode, flags, b.imm or 0, work.segments,
+            segments = b.segments if work.scratch < 0 else (self._scratch_word(work.scratch),)
+            requests.append((wr_id, b.opcode, flags, b.imm or 0, segments,
                              b.remote_addr, b.rkey, b.compare_add, b.swap))  # fmt: skip
         rc = self.driver.post_sends(requests)
         if rc:
             raise self._refused(works, self.sq, rc)
-        return self._sends_posted(works)
+        futures = self._sends_posted(works)
+        if kind is not None and len(works) == 1:
+            self._timed(works[0][1], kind)
+        return futures
+
+    def _scratch_word(self, offset: int) -> Segment:
+        assert self._scratch is not None
+        return self._scratch[offset : offset + 8]
 
     def _new_send(self, b: SendRequest) -> tuple[int, _Work, int]:
         """Book-keeping for one send-side request: its ``wr_id``, work and flags."""
         fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
-        scratch = None
-        segments = b.segments
+        scratch = -1
+        mrs = tuple(seg.mr for seg in b.segments)
         if b.opcode in _ibv.ATOMIC_OPCODES:
-            scratch = self._scratch_free.pop()
             assert self._scratch is not None
-            segments = (self._scratch[scratch : scratch + 8],)
-        seq, silent = self._next_send(b.signaled)
-        work = _Work(self, fut, b.opcode, segments, False, scratch, seq, silent)
+            scratch = self._scratch_free.pop()
+            mrs = (self._scratch,)
+        silent = self._next_send(b.signaled)
+        work = _Work(self, fut, b.opcode, mrs, total_length(b.segments), False, scratch,
+                     self._send_seq, silent)  # fmt: skip
         flags = b.flags if silent else _ibv.SEND_SIGNALED | b.flags
-        return self.cq.register(work), work, flags
-
-    def _next_send(self, signaled: bool) -> tuple[int, bool]:
-        """The next send-queue position, and whether that request goes
-        unsignalled (asked for, and not the ``signal_every``-th in a row)."""
-        self._send_seq += 1
-        silent = not signaled and self._silent_run + 1 < self._signal_every
-        self._silent_run = self._silent_run + 1 if silent else 0
-        return self._send_seq, silent
+        return self._register(work), work, flags
 
     def _refused(self, works: Sequence[tuple[int, _Work]], pool: SlotPool, rc: int) -> DeviceError:
         """Undo work whose post the provider refused; the error to raise."""
@@ -321,7 +495,7 @@ class WorkEngine:
     def _sends_posted(self, works: list[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
         self.cq.kick()
         self.last_send = works[-1][1]
-        self._silent.extend(item for item in works if item[1].silent)
+        self._silent.extend(work for _, work in works if work.silent)
         return self._track(works)
 
     def post_packet(
@@ -337,9 +511,10 @@ class WorkEngine:
         except BaseException:
             self.sq.release(1)
             raise
-        seq, silent = self._next_send(signaled)
-        work = _Work(self, None, opcode, (seg,), False, None, seq, silent, done)
-        wr_id = self.cq.register(work)
+        silent = self._next_send(signaled)
+        work = _Work(self, None, opcode, (seg.mr,), seg.length, False, -1, self._send_seq,
+                     silent, done)  # fmt: skip
+        wr_id = self._register(work)
         flags = 0 if silent else _ibv.SEND_SIGNALED
         rc = self.driver.post_send(wr_id, opcode, flags, seg.addr, seg.length, seg.lkey)
         if rc:
@@ -347,7 +522,7 @@ class WorkEngine:
         self.cq.kick()
         self.last_send = work
         if silent:
-            self._silent.append((wr_id, work))
+            self._silent.append(work)
         self.works[wr_id] = work
         seg.mr._acquire()
 
@@ -369,9 +544,10 @@ class WorkEngine:
         assert qp is not None
         assert mr is not None
         fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
-        seq, _ = self._next_send(True)
-        work = _Work(self, fut, _ibv.WR_BIND_MW, (seg,), False, None, seq)
-        wr_id = self.cq.register(work)
+        self._next_send(True)
+        work = _Work(self, fut, _ibv.WR_BIND_MW, (seg.mr,), seg.length, False, -1,
+                     self._send_seq)  # fmt: skip
+        wr_id = self._register(work)
         try:
             with verbs_errors("binding a memory window", errno.EINVAL):
                 info = MWBindInfo(mr, seg.addr, seg.length, access)
@@ -408,8 +584,8 @@ class WorkEngine:
         except BaseException:
             self.rq.release(1)
             raise
-        work = _Work(self, None, -1, (seg,), True, done=done)
-        wr_id = self.cq.register(work)
+        work = _Work(self, None, -1, (seg.mr,), seg.length, True, done=done)
+        wr_id = self._register(work)
         rc = self.driver.post_recv(wr_id, seg.addr, seg.length, seg.lkey)
         if rc:
             raise self._refused([(wr_id, work)], self.rq, rc)
@@ -419,7 +595,7 @@ class WorkEngine:
     def silent_tail(self) -> bool:
         """Whether the newest send-side request is unsignalled (and pending)."""
         last = self.last_send
-        return last is not None and bool(self._silent) and self._silent[-1][1] is last
+        return last is not None and bool(self._silent) and self._silent[-1] is last
 
     def post_marker(self) -> asyncio.Future[WorkCompletion]:
         """Post a signalled zero-length RDMA write (its send-queue slot already
@@ -442,6 +618,50 @@ class WorkEngine:
 
     # -- receive side ------------------------------------------------------
 
+    @cython.ccall
+    def quick_recvs(self, locals_: object) -> list[asyncio.Future[WorkCompletion]] | None:
+        """Post one receive into each of ``locals_`` (a list or tuple of
+        :class:`MemoryRegion` or :class:`Segment`) and return their futures,
+        when everything is plain: the queue pair usable from here, every
+        region open, writable and registered in its protection domain, and
+        receive-queue slots free for all. Returns None, having done nothing,
+        otherwise (the caller takes the checked path)."""
+        if type(locals_) is not list and type(locals_) is not tuple:
+            return None
+        count: cython.Py_ssize_t = len(locals_)
+        if count == 0 or count > self.rq.size or not self._usable_now():
+            return None
+        for local in locals_:
+            mr = local.mr if type(local) is Segment else local
+            if (type(mr) is not MemoryRegion or mr._mr is None or mr._pd is not self._pd
+                    or not int(mr.access) & _LOCAL_WRITE):  # fmt: skip
+                return None
+        if not self.rq.try_acquire(count):
+            return None
+        futures: list[asyncio.Future[WorkCompletion]] = []
+        for local in locals_:
+            if type(local) is Segment:
+                mr = local.mr
+                addr = mr.addr + local.offset
+                length = local.length
+            else:
+                mr = local
+                addr = mr.addr
+                length = mr.length
+            fut = self._loop.create_future()
+            work = _Work(self, fut, -1, (mr,), length, True)
+            wr_id = self._register(work)
+            rc = self._post_recv(wr_id, addr, length, mr.lkey)
+            if rc:
+                self.rq.release(count - len(futures) - 1)  # the rest were never posted
+                raise self._refused([(wr_id, work)], self.rq, rc)
+            mr._acquire()
+            self.works[wr_id] = work
+            futures.append(fut)
+        if metrics._on:
+            self.stats.counters["ops:recv"] += count
+        return futures
+
     def post_recvs(
         self, chunk: Sequence[tuple[Segment, ...]]
     ) -> list[asyncio.Future[WorkCompletion]]:
@@ -454,8 +674,9 @@ class WorkEngine:
         works: list[tuple[int, _Work]] = []
         requests: list[tuple[int, tuple[Segment, ...]]] = []
         for segments in chunk:
-            work = _Work(self, self._loop.create_future(), -1, segments, True)
-            wr_id = self.cq.register(work)
+            work = _Work(self, self._loop.create_future(), -1, tuple(s.mr for s in segments),
+                         total_length(segments), True)  # fmt: skip
+            wr_id = self._register(work)
             works.append((wr_id, work))
             requests.append((wr_id, segments))
         rc = self.driver.post_recvs(requests)
@@ -470,8 +691,8 @@ class WorkEngine:
         futures = []
         for wr_id, work in works:
             self.works[wr_id] = work
-            for seg in work.segments:
-                seg.mr._acquire()
+            for mr in work.mrs:
+                mr._acquire()
             assert work.future is not None
             futures.append(work.future)
         return futures
@@ -486,8 +707,8 @@ class WorkEngine:
         that list a second time.)
         """
         for wr_id, work in works:
-            self.cq.forget(wr_id)
-            if work.scratch is not None:
+            self._handlers.pop(wr_id, None)
+            if work.scratch >= 0:
                 self._scratch_free.append(work.scratch)
             if work.future is not None:
                 work.future.cancel()
@@ -496,27 +717,29 @@ class WorkEngine:
 
     # -- completions -------------------------------------------------------
 
-    def complete(self, work: _Work, wc: WC) -> None:
+    @cython.ccall
+    def complete(self, work: _Work, wc: Any) -> None:
         """The completion of ``work`` arrived: resolve or fail its future."""
         if not work.recv:
             self._settle_silent(work.seq)
         self._finish(wc.wr_id, work)
-        if wc.status == _ibv.WC_SUCCESS:
+        if work.kind is not None and metrics._on:
+            self.stats.observe(work.kind, time.perf_counter() - work.started)
+        if wc.status == _SUCCESS:
             if work.future is None:
-                work.succeed(wc.byte_len, _no_result)
+                work.succeed(wc.byte_len, None)
             elif not work.future.done():
-                result = to_work_completion(wc)
-                if work.scratch is not None:
+                value = None
+                if work.scratch >= 0:
                     assert self._scratch is not None
                     raw = self._scratch.view()[work.scratch : work.scratch + 8]
                     value = int.from_bytes(raw, sys.byteorder)
-                    result = dataclasses.replace(result, atomic_value=value)
-                work.future.set_result(result)
+                work.future.set_result(from_wc(wc, value))
         else:
             opname = "recv" if work.recv else _ibv.WR_NAMES.get(work.opcode, str(work.opcode))
             exc, flushed = self._failed_completion(wc, opname)
             work.fail(exc, quiet=flushed)  # a dropped flushed future is no news
-        if work.scratch is not None:
+        if work.scratch >= 0:
             self._scratch_free.append(work.scratch)
         if self.drained is not None and not self.works:
             self.lane_idle()
@@ -582,26 +805,30 @@ class WorkEngine:
         if self.drained is not None and not self.drained.done() and not self.pending():
             self.drained.set_result(None)
 
-    def _finish(self, wr_id: int, work: _Work) -> None:
+    @cython.cfunc
+    def _finish(self, wr_id: cython.ulonglong, work: _Work) -> None:
         self.works.pop(wr_id, None)
-        for seg in work.segments:
-            seg.mr._release()
+        for mr in work.mrs:
+            mr._release()
         (self.rq if work.recv else self.sq).release(1)
 
-    def _settle_silent(self, seq: int) -> None:
+    @cython.cfunc
+    def _settle_silent(self, seq: cython.longlong) -> None:
         """A send-queue completion arrived for request ``seq``: the send queue
         completes in order, so every unsignalled request before it succeeded."""
         silent = self._silent
-        while silent and silent[0][1].seq <= seq:
-            wr_id, work = silent.popleft()
+        while silent and silent[0].seq <= seq:
+            work: _Work = silent.popleft()
             if work.seq == seq:
                 break  # its own (failed) completion: handled by the caller
-            self.cq.forget(wr_id)
+            wr_id = work.wr_id
+            self._handlers.pop(wr_id, None)
             self._finish(wr_id, work)
-            length = total_length(work.segments)
-            opcode = Opcode.SEND if work.opcode in _ibv.SEND_OPCODES else Opcode.RDMA_WRITE
-            result = functools.partial(WorkCompletion, wr_id, opcode, length, None, self.qp_num)
-            work.succeed(length, result)
+            result = None
+            if work.future is not None:
+                opcode = Opcode.SEND if work.opcode in _ibv.SEND_OPCODES else Opcode.RDMA_WRITE
+                result = WorkCompletion(wr_id, opcode, work.length, None, self.qp_num)
+            work.succeed(work.length, result)
 
     # -- closing -----------------------------------------------------------
 
@@ -644,9 +871,9 @@ class WorkEngine:
         self.sq.fail(err)
         self.rq.fail(err)
         for wr_id, work in self.works.items():
-            self.cq.forget(wr_id)
-            for seg in work.segments:
-                seg.mr._release()
+            self._handlers.pop(wr_id, None)
+            for mr in work.mrs:
+                mr._release()
         works = list(self.works.values())
         self.works.clear()
         for work in works:

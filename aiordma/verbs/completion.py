@@ -17,14 +17,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import enum
 import errno
 import itertools
 import logging
 import os
-import socket
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from pyverbs import enums
@@ -40,6 +37,7 @@ from aiordma.exceptions import (
 )
 from aiordma.lifecycle import check_loop
 from aiordma.verbs import _driver
+from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
 from aiordma.verbs._driver.base import ACK_BATCH, POLL_BATCH
 from aiordma.verbs._driver.handles import create_with_fd
 
@@ -74,37 +72,7 @@ completion handled, before it arms its channel and waits for an event
 (``AIORDMA_POLL_US`` overrides it per process)."""
 
 
-class Opcode(enum.IntEnum):
-    """What a work completion completed (``ibv_wc_opcode``)."""
-
-    SEND = 0
-    RDMA_WRITE = 1
-    RDMA_READ = 2
-    COMP_SWAP = 3
-    FETCH_ADD = 4
-    BIND_MW = 5
-    LOCAL_INV = 6
-    TSO = 7
-    RECV = 128
-    RECV_RDMA_WITH_IMM = 129
-
-
 _REMOTE_ACCESS_STATUSES = frozenset({"IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_INV_REQ_ERR"})
-
-
-@dataclass(frozen=True, slots=True)
-class WorkCompletion:
-    """The successful completion of one work request."""
-
-    wr_id: int
-    opcode: Opcode
-    byte_len: int
-    """Bytes received (receives) or transferred (reads, atomics)."""
-    imm_data: int | None
-    """Immediate data carried by a send/write with immediate (host byte order), else None."""
-    qp_num: int
-    atomic_value: int | None = None
-    """For atomics: the 64-bit value the remote word held before the operation."""
 
 
 def _comp_channel(context: Context) -> CompChannel:
@@ -126,13 +94,9 @@ def completion_error(wc: WC, opcode: str) -> CompletionError:
     return cls(wc.status, name, wc.vendor_err, opcode, wc.wr_id)
 
 
-_OPCODES: dict[int, Opcode] = {int(opcode): opcode for opcode in Opcode}
-
-
 def to_work_completion(wc: WC) -> WorkCompletion:
-    opcode = _OPCODES.get(wc.opcode, Opcode.SEND)
-    imm = socket.ntohl(wc.imm_data) if wc.wc_flags & _ibv.WC_WITH_IMM else None
-    return WorkCompletion(wc.wr_id, opcode, wc.byte_len, imm, wc.qp_num)
+    """The :class:`WorkCompletion` of a successful completion entry."""
+    return from_wc(wc)
 
 
 class CompletionHandler(Protocol):

@@ -109,6 +109,8 @@ class MemoryRegion(Closable):
             export.release()
             raise
         self._export = export
+        self._pd = pd
+        """The protection domain it is registered in (queue pairs of another cannot use it)."""
         self.obj: Any = obj
         """The registered object; kept alive, and unable to resize, until close."""
         self.access: Access = access

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
-from aiordma import _ibv, metrics
+from aiordma import _ibv
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
 from aiordma.lifecycle import Closable
@@ -87,17 +86,6 @@ class ReceiveSource(Protocol):
 
     def _qp_destroyed(self, qp_num: int) -> None: ...
 
-
-_OP_COUNTERS: Final = {
-    kind: "ops:" + kind
-    for kind in (
-        "send",
-        "rdma_write",
-        "rdma_read",
-        *(_ibv.WR_NAMES[op] for op in _ibv.ATOMIC_OPCODES),
-    )
-}
-"""The counter of each awaited verb, named once rather than per operation."""
 
 __all__ = [
     "FLUSH_TIMEOUT",
@@ -325,8 +313,9 @@ class QueuePair(Closable):
         self.remote_endpoint: Endpoint | None = None
         self._connected = False
         self._engine = WorkEngine(
-            qp, cq, opts.send_depth, opts.recv_depth, device.alloc, recv_cq=recv_cq
-        )
+            qp, cq, opts.send_depth, opts.recv_depth, device.alloc, recv_cq=recv_cq,
+            pd=device.pd, max_inline=opts.max_inline,
+        )  # fmt: skip
         if shared_receive is not None:
             shared_receive._attach(self, self._engine.driver)
         device._adopt(self)
@@ -653,28 +642,23 @@ class QueuePair(Closable):
         return self._stats.snapshot()
 
     async def _run(self, kind: str, request: SendRequest) -> WorkCompletion:
-        """Post ``request`` and await its completion, counting it as ``kind``
-        and timing it (from posting to completion) while metrics are on."""
-        if not metrics.enabled():
-            return await (await self._one(request))
-        stats = self._stats
-        stats.add(_OP_COUNTERS[kind])
-        start = time.perf_counter()
-        try:
-            return await (await self._one(request))
-        finally:
-            stats.observe(kind, time.perf_counter() - start)
-
-    async def _one(self, request: SendRequest) -> asyncio.Future[WorkCompletion]:
+        """Post ``request`` (waiting for send-queue room) and await its
+        completion, counted as ``kind`` and timed from posting to completion
+        while metrics are on: the checked path of a single awaited verb."""
         engine = self._engine
         engine.check_usable()
         if not engine.sq.try_acquire(1):
             await engine.sq.acquire(1)
-        return engine.post_sends([request])[0]
+        return await engine.post_sends([request], kind)[0]
 
     async def post_send(self, local: Local, *, imm: int | None = None,
                         inline: bool | None = None) -> WorkCompletion:  # fmt: skip
         """Send ``local`` to the peer's next posted receive; resolves when acknowledged."""
+        opcode = _ibv.WR_SEND if imm is None else _ibv.WR_SEND_WITH_IMM
+        if inline is None:
+            fut = self._engine.quick_send(opcode, local, None, imm, "send")
+            if fut is not None:
+                return await fut
         return await self._run("send", self._build(Send(local, imm, inline)))
 
     async def send_with_imm(self, local: Local, imm: int) -> WorkCompletion:
@@ -688,10 +672,18 @@ class QueuePair(Closable):
         With ``imm`` the write also consumes one of the peer's posted
         receives, whose completion carries the immediate data.
         """
+        opcode = _ibv.WR_RDMA_WRITE if imm is None else _ibv.WR_RDMA_WRITE_WITH_IMM
+        if inline is None:
+            fut = self._engine.quick_send(opcode, local, remote, imm, "rdma_write")
+            if fut is not None:
+                return await fut
         return await self._run("rdma_write", self._build(Write(local, remote, imm, inline)))
 
     async def rdma_read(self, local: Local, remote: RemoteBuffer) -> WorkCompletion:
         """Read the peer's ``remote`` buffer into ``local`` (``len(local)`` bytes)."""
+        fut = self._engine.quick_send(_ibv.WR_RDMA_READ, local, remote, None, "rdma_read")
+        if fut is not None:
+            return await fut
         return await self._run("rdma_read", self._build(Read(local, remote)))
 
     def _atomic_remote(self, remote: RemoteBuffer) -> RemoteBuffer:
@@ -864,6 +856,10 @@ class QueuePair(Closable):
         self, locals_: Sequence[Local]
     ) -> list[asyncio.Future[WorkCompletion]]:
         """Post receives for ``locals_``; one future per buffer, resolved when a message lands."""
+        if self.shared_receive is None:
+            quick = self._engine.quick_recvs(locals_)
+            if quick is not None:
+                return quick
         seglists = self._recv_lists(locals_)
         engine = self._engine
         self._stats.add("ops:recv", len(seglists))

@@ -10,13 +10,18 @@ is two messages, and each message's sending and receiving side both run
 here). The per-message path (compiled or pure) is the one this process
 picked; run it with ``AIORDMA_PURE=1`` for the pure one. With ``--rpc``
 the round trip is an RPC call to an ``echo`` method instead (its request
-and its reply are the two messages).
+and its reply are the two messages). With ``--verbs`` it is awaited verbs
+written as ``aiordma bench send_lat`` and its peer write them (each side
+awaits a posted receive, then awaits ``post_send`` of the reply): a
+"message" is then one side's share of a round trip, so calls per message is
+what one process spends per awaited round trip.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import json
 import pstats
@@ -75,6 +80,42 @@ async def measure_rpc(host: str, rounds: int, size: int) -> pstats.Stats:
     return pstats.Stats(profile)
 
 
+async def measure_verbs(host: str, rounds: int, size: int) -> pstats.Stats:
+    """The profile of ``rounds`` round trips of awaited verbs (both sides here)."""
+
+    async def prepare(conn: aiordma.Connection) -> object:
+        inbox = conn.alloc(size)
+        return inbox, await conn.post_recv_batch([inbox])
+
+    async def echo(conn: aiordma.Connection) -> None:
+        inbox, (pending,) = conn.prepared
+        with contextlib.suppress(aiordma.RdmaError):
+            while True:
+                wc = await pending
+                (pending,) = await conn.post_recv_batch([inbox])
+                await conn.post_send(inbox[: wc.byte_len])
+
+    async with (
+        await aiordma.start_server(echo, host, 0, prepare=prepare) as server,
+        await aiordma.connect(host, server.addresses[0][1]) as conn,
+    ):
+        local, inbox = conn.alloc(size), conn.alloc(size)
+
+        async def ping() -> None:
+            (reply,) = await conn.post_recv_batch([inbox])
+            await conn.post_send(local)
+            await reply
+
+        for _ in range(50):  # warm up: first-use paths out of the count
+            await ping()
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(rounds):
+            await ping()
+        profile.disable()
+    return pstats.Stats(profile)
+
+
 def summary(stats: pstats.Stats, rounds: int, size: int) -> dict[str, object]:
     """Calls per message (two per round trip), and the most called functions."""
     messages = 2 * rounds
@@ -100,9 +141,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--rpc", action="store_true", help="RPC calls instead of messages")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--rpc", action="store_true", help="RPC calls instead of messages")
+    kind.add_argument("--verbs", action="store_true", help="awaited verbs instead of messages")
     args = parser.parse_args()
-    work = (measure_rpc if args.rpc else measure)(lab_address(), args.rounds, args.size)
+    measure_kind = measure_rpc if args.rpc else measure_verbs if args.verbs else measure
+    work = measure_kind(lab_address(), args.rounds, args.size)
     if args.loop == "uvloop":
         import uvloop
 
@@ -113,7 +157,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(row))
         return
-    what = "RPC message" if args.rpc else "message"
+    what = "awaited round trip, one side" if args.verbs else "message"
+    what = "RPC message" if args.rpc else what
     print(f"{row['path']}: {row['calls_per_message']:.1f} Python calls per {args.size}-byte "
           f"{what} (both sides, {args.rounds} round trips)")  # fmt: skip
     for entry in cast(list[dict[str, object]], row["most_called"]):

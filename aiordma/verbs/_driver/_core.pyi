@@ -40,7 +40,16 @@ class QPDriver:
     def __init__(self, address: int) -> None: ...
     def post_sends(self, requests: Sequence[tuple[Any, ...]]) -> int: ...
     def post_send(
-        self, wr_id: int, opcode: int, flags: int, addr: int, length: int, lkey: int
+        self,
+        wr_id: int,
+        opcode: int,
+        flags: int,
+        addr: int,
+        length: int,
+        lkey: int,
+        imm: int = 0,
+        remote_addr: int = 0,
+        rkey: int = 0,
     ) -> int: ...
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int: ...
     def post_recvs(self, requests: Sequence[tuple[int, Sequence[Any]]]) -> int: ...

@@ -125,7 +125,7 @@ cdef enum:
     SEND_SIGNALED = 2
     TABLE_WORDS = 4
 
-ABI = 5
+ABI = 6
 """Bumped whenever the Python side's expectations of this module change."""
 
 
@@ -567,9 +567,11 @@ cdef class QPDriver:
                 free(wrs)
 
     def post_send(self, uint64_t wr_id, int opcode, unsigned int flags,
-                  uint64_t addr, uint32_t length, uint32_t lkey):
-        """Post one send or RDMA-free request with one buffer (the message
-        channel's packets); 0 or the provider's errno."""
+                  uint64_t addr, uint32_t length, uint32_t lkey, uint32_t imm=0,
+                  uint64_t remote_addr=0, uint32_t rkey=0):
+        """Post one request (not an atomic) with one buffer: the message
+        channel's packets, and a single awaited send, write or read; ``imm``
+        in host byte order. 0 or the provider's errno."""
         cdef ibv_send_wr wr
         cdef ibv_sge sge
         cdef ibv_send_wr *bad = NULL
@@ -581,8 +583,12 @@ cdef class QPDriver:
         wr.wr_id = wr_id
         wr.opcode = opcode
         wr.send_flags = flags
+        wr.imm_data = htonl(imm)
         wr.sg_list = &sge
         wr.num_sge = 1
+        if opcode != WR_SEND and opcode != WR_SEND_WITH_IMM:
+            wr.wr.rdma.remote_addr = remote_addr
+            wr.wr.rdma.rkey = rkey
         return ibv_post_send(self.qp, &wr, &bad)
 
     def post_table(self, uint64_t first_id, uint64_t ring, int opcode,

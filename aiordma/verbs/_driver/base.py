@@ -88,9 +88,18 @@ class QPDriver(Protocol):
         only the last signalled; record ``r`` gets ``wr_id`` ``first_id + r % ring``."""
 
     def post_send(
-        self, wr_id: int, opcode: int, flags: int, addr: int, length: int, lkey: int
+        self,
+        wr_id: int,
+        opcode: int,
+        flags: int,
+        addr: int,
+        length: int,
+        lkey: int,
+        imm: int = 0,
+        remote_addr: int = 0,
+        rkey: int = 0,
     ) -> int:
-        """Post one request with one buffer and no remote address."""
+        """Post one request (not an atomic) with one buffer (``imm`` in host order)."""
 
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
         """Post one receive into one buffer."""

@@ -277,10 +277,19 @@ class PureQPDriver:
         return 0
 
     def post_send(
-        self, wr_id: int, opcode: int, flags: int, addr: int, length: int, lkey: int
+        self,
+        wr_id: int,
+        opcode: int,
+        flags: int,
+        addr: int,
+        length: int,
+        lkey: int,
+        imm: int = 0,
+        remote_addr: int = 0,
+        rkey: int = 0,
     ) -> int:
         return self.post_sends(
-            [(wr_id, opcode, flags, 0, (_Single(addr, length, lkey),), 0, 0, 0, 0)]
+            [(wr_id, opcode, flags, imm, (_Single(addr, length, lkey),), remote_addr, rkey, 0, 0)]
         )
 
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
