@@ -35,6 +35,7 @@ longlong = int
 ulonglong = int
 uint = int
 Py_ssize_t = int
+double = float
 
 
 def cclass(cls: F) -> F:

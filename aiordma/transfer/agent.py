@@ -591,14 +591,23 @@ class Agent:
         self._check_pairs(local, remote)
         kind = "write" if write else "read"
         try:
-            async with asyncio.timeout_at(deadline):
-                channel = await peer.channel()
+            if peer.connected:
+                channel = await peer.channel()  # at once
+            else:
+                async with asyncio.timeout_at(deadline):
+                    channel = await peer.channel()
             self._check_remote(peer, remote, write)  # the peer's id is known now
             loopback = channel.conn.loopback
             piece = read_piece_for(self._piece, loopback)
-            window = self._window or (LOCAL_WINDOW if loopback else WIRE_WINDOW)
-            table, count = self._plan(local, remote, piece)
-            await self._run(channel, write, table, count, mrs, window, deadline)
+            block = None
+            if deadline is None and len(local) == 1 and local.lengths[0] <= piece:
+                block = self._post_block(channel, write, local, remote, mrs)
+            if block is not None:
+                await self._block_done(channel, write, block)
+            else:
+                window = self._window or (LOCAL_WINDOW if loopback else WIRE_WINDOW)
+                table, count = self._plan(local, remote, piece)
+                await self._run(channel, write, table, count, mrs, window, deadline)
         except TimeoutError as exc:
             if exc.args:  # not the deadline's own
                 raise
@@ -614,6 +623,34 @@ class Agent:
         if note is not None:
             await channel.send_message(wire.note(note))
             self._stats.add("notifications_sent")
+
+    @staticmethod
+    def _post_block(
+        channel: MessageChannel, write: bool, local: DescriptorList, remote: DescriptorList,
+        mrs: tuple[MemoryRegion, ...],
+    ) -> asyncio.Future[Any] | None:  # fmt: skip
+        """A single block of at most one piece, posted as one RDMA write or
+        read with no table and no bulk run; None (nothing posted) when the
+        queue pair cannot take it now (the bulk run then waits, or says why)."""
+        rkey = remote.regions[remote.region_of[0]].rkey
+        return channel.conn.qp.post_block(write, mrs[local.region_of[0]], local.addrs[0],
+                                          local.lengths[0], remote.addrs[0], rkey)  # fmt: skip
+
+    async def _block_done(
+        self, channel: MessageChannel, write: bool, block: asyncio.Future[Any]
+    ) -> None:
+        """Wait for a block of :meth:`_post_block` (for its completion, even
+        if cancelled); its failure as the bulk run reports one."""
+        what = "write" if write else "read"
+        try:
+            await asyncio.shield(block)
+        except asyncio.CancelledError:
+            await _settled(block)
+            raise
+        except Exception as error:
+            self._stats.add(f"failures:{what}")
+            channel.close()  # its queue pair is in the error state: the next use reconnects
+            raise TransferError(f"{what} failed at descriptor 0: {error}", 0) from error
 
     async def _run(
         self, channel: MessageChannel, write: bool, table: array[int], count: int,
@@ -792,7 +829,7 @@ def _note(value: bytes | bytearray | memoryview | None, name: str) -> bytes | No
     return bytes(value)
 
 
-async def _settled(done: asyncio.Future[None]) -> None:
+async def _settled(done: asyncio.Future[Any]) -> None:
     """Wait for ``done`` however often the caller is cancelled meanwhile (the
     device is still using the buffers); then let the cancellation go on."""
     cancelled = False

@@ -3,6 +3,8 @@
 
 from aiordma.verbs._slots cimport SlotPool
 
+cdef _let_go(object mr)
+
 cdef class SendRequest:
     cdef public int opcode
     cdef public tuple segments
@@ -67,7 +69,14 @@ cdef class WorkEngine:
     cdef unsigned long long _register(self, _Work work)
     cdef bint _next_send(self, bint signaled)
     cdef _timed(self, _Work work, str kind)
+    cdef _observe(self, str kind, double seconds)
     cpdef object quick_send(self, int opcode, object local, object remote, object imm, str kind)
+    cpdef object quick_block(self, int opcode, object mr, unsigned long long addr,
+                             long long length, unsigned long long raddr, unsigned int rkey,
+                             str counter)
+    cdef object _post_quick(self, int opcode, object mr, unsigned long long addr,
+                            long long length, int flags, unsigned int imm,
+                            unsigned long long raddr, unsigned int rkey, str kind)
     cpdef list quick_recvs(self, object locals_)
     cpdef complete(self, _Work work, object wc)
     cdef _finish(self, unsigned long long wr_id, _Work work)

@@ -33,6 +33,7 @@ import errno
 import os
 import sys
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
 from aiordma.lifecycle import check_loop
-from aiordma.metrics import Stats
+from aiordma.metrics import BUCKETS, Stats
 from aiordma.verbs import _driver
 from aiordma.verbs._bulk import BulkRun, Starved
 from aiordma.verbs._bulk import Done as BulkDone
@@ -85,6 +86,7 @@ _WR_WRITE_IMM = cython.declare(cython.int, _ibv.WR_RDMA_WRITE_WITH_IMM)
 _WR_READ = cython.declare(cython.int, _ibv.WR_RDMA_READ)
 _LOCAL_WRITE = cython.declare(cython.int, int(Access.LOCAL_WRITE))
 _SUCCESS = cython.declare(cython.int, _ibv.WC_SUCCESS)
+_LAST_BUCKET = cython.declare(cython.Py_ssize_t, len(BUCKETS) - 1)
 __all__ = ["RECV_WR_CACHE", "SIGNAL_FRACTION", "SendRequest", "WorkEngine", "closed_error",
            "total_length"]  # fmt: skip
 __all__ = ["ID_BLOCK", "RECV_WR_CACHE", "SIGNAL_FRACTION", "SendRequest", "WorkEngine",
@@ -99,6 +101,16 @@ def closed_error() -> BaseException:
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()
+
+
+@cython.cfunc
+def _let_go(mr: MemoryRegion) -> None:
+    """``mr._release()``, without its Python frame unless it may wake a closer."""
+    inflight: cython.Py_ssize_t = mr._inflight
+    if inflight > 1 or mr._idle is None:
+        mr._inflight = inflight - 1
+    else:
+        mr._release()
 
 
 def total_length(segments: tuple[Segment, ...]) -> int:
@@ -366,6 +378,19 @@ class WorkEngine:
 
     # -- send side ---------------------------------------------------------
 
+    @cython.cfunc
+    def _observe(self, kind: str, seconds: cython.double) -> None:
+        """``stats.observe(kind, seconds)`` without its Python frames (the
+        same bucket, count and sum as :meth:`Histogram.observe`)."""
+        histogram = self.stats.histograms.get(kind)
+        if histogram is None:
+            self.stats.observe(kind, seconds)  # makes the histogram, once
+            return
+        index: cython.Py_ssize_t = bisect_left(BUCKETS, seconds)
+        histogram.counts[min(index, _LAST_BUCKET)] += 1
+        histogram.count += 1
+        histogram.sum += seconds
+
     def ensure_scratch(self) -> None:
         """Register the scratch memory atomics land in (one 8-byte word per send slot)."""
         if self._scratch is None:
@@ -416,17 +441,49 @@ class WorkEngine:
                 return None
         if opcode != _WR_READ and length <= self._max_inline:
             flags |= _INLINE
+        return self._post_quick(opcode, mr, mr.addr + offset, length, flags,
+                                0 if imm is None else imm, raddr, rkey, kind)  # fmt: skip
+
+    @cython.ccall
+    def quick_block(
+        self, opcode: cython.int, mr: MemoryRegion, addr: cython.ulonglong,
+        length: cython.longlong, raddr: cython.ulonglong, rkey: cython.uint, counter: str,
+    ) -> asyncio.Future[WorkCompletion] | None:  # fmt: skip
+        """Post one RDMA write or read of ``length`` bytes at ``addr``, inside
+        ``mr``, to or from the peer's ``raddr`` (all checked by the caller, as
+        for :meth:`start_bulk`) and return its future, when the queue pair is
+        usable from here, ``mr`` open (writable, for a read) and a send-queue
+        slot free; None otherwise, having done nothing. ``counter`` counts it."""
+        if mr._mr is None or not self._usable_now():
+            return None
+        if opcode == _WR_READ and not int(mr.access) & _LOCAL_WRITE:
+            return None
+        flags: cython.int = _SIGNALED
+        if opcode != _WR_READ and length <= self._max_inline:
+            flags |= _INLINE
+        fut = self._post_quick(opcode, mr, addr, length, flags, 0, raddr, rkey, None)
+        if fut is not None and metrics._on:
+            self.stats.counters[counter] += 1
+        return fut
+
+    @cython.cfunc
+    def _post_quick(
+        self, opcode: cython.int, mr: MemoryRegion, addr: cython.ulonglong,
+        length: cython.longlong, flags: cython.int, imm: cython.uint, raddr: cython.ulonglong,
+        rkey: cython.uint, kind: str | None,
+    ) -> asyncio.Future[WorkCompletion] | None:  # fmt: skip
+        """The posting of the quick paths (everything checked): a future, or
+        None when the send queue has no free slot."""
         if not self.sq.try_acquire(1):
             return None
         fut = self._loop.create_future()
         self._next_send(True)
         work = _Work(self, fut, opcode, (mr,), length, False, -1, self._send_seq)
         wr_id = self._register(work)
-        rc = self._post_one(wr_id, opcode, flags, mr.addr + offset, length, mr.lkey,
-                            0 if imm is None else imm, raddr, rkey)  # fmt: skip
+        rc = self._post_one(wr_id, opcode, flags, addr, length, mr.lkey, imm, raddr, rkey)
         if rc:
             raise self._refused([(wr_id, work)], self.sq, rc)
-        mr._acquire()
+        mr._inflight += 1  # open: checked by the caller (what _acquire does, without its frames)
         self.works[wr_id] = work
         self.last_send = work
         self._timed(work, kind)
@@ -655,7 +712,7 @@ class WorkEngine:
             if rc:
                 self.rq.release(count - len(futures) - 1)  # the rest were never posted
                 raise self._refused([(wr_id, work)], self.rq, rc)
-            mr._acquire()
+            mr._inflight += 1  # open: checked above
             self.works[wr_id] = work
             futures.append(fut)
         if metrics._on:
@@ -724,7 +781,7 @@ class WorkEngine:
             self._settle_silent(work.seq)
         self._finish(wc.wr_id, work)
         if work.kind is not None and metrics._on:
-            self.stats.observe(work.kind, time.perf_counter() - work.started)
+            self._observe(work.kind, time.perf_counter() - work.started)
         if wc.status == _SUCCESS:
             if work.future is None:
                 work.succeed(wc.byte_len, None)
@@ -809,7 +866,7 @@ class WorkEngine:
     def _finish(self, wr_id: cython.ulonglong, work: _Work) -> None:
         self.works.pop(wr_id, None)
         for mr in work.mrs:
-            mr._release()
+            _let_go(mr)
         (self.rq if work.recv else self.sq).release(1)
 
     @cython.cfunc

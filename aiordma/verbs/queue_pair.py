@@ -621,6 +621,19 @@ class QueuePair(Closable):
         holder.append(run)  # before any wait for room starts: that is a task
         return run
 
+    def post_block(
+        self, write: bool, mr: MemoryRegion, addr: int, length: int, remote_addr: int, rkey: int
+    ) -> asyncio.Future[WorkCompletion] | None:
+        """One RDMA WRITE (or READ) of ``length`` bytes at ``addr`` inside
+        ``mr`` to (from) the peer's ``remote_addr`` under ``rkey``, everything
+        checked by the caller as for :meth:`start_bulk`: posted now, and its
+        future returned, if the queue pair is usable and has a free send
+        slot; else None, having done nothing (use :meth:`start_bulk`). What a
+        transfer agent moves a single block with."""
+        opcode = _ibv.WR_RDMA_WRITE if write else _ibv.WR_RDMA_READ
+        counter = "ops:bulk_write" if write else "ops:bulk_read"
+        return self._engine.quick_block(opcode, mr, addr, length, remote_addr, rkey, counter)
+
     def send_room(self) -> bool:
         """Whether a send posted now finds room in the send queue (nobody
         waits ahead and a slot is free); posting may still fail if the

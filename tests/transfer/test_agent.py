@@ -414,3 +414,34 @@ async def test_a_closed_agent_and_impossible_memory_say_so(lab: Lab) -> None:
                  lambda: reg.descriptors([(0, 1)])):  # fmt: skip
         with pytest.raises(ResourceClosedError, match="the transfer agent is closed"):
             call()
+
+
+@pytest.mark.asyncio
+async def test_a_single_block_moves_fails_and_cancels_as_a_list_does(
+    agents: tuple[Agent, Agent],
+) -> None:
+    target, source = agents
+    pool = target.alloc(4096, remote=RW)
+    pool.view()[:64] = pattern(3, 64)
+    landing = source.alloc(4096)
+    peer = source.peer(target.metadata())
+    one = DescriptorList.from_bytes(pool.blocks(64, 1).to_bytes())
+    async with asyncio.timeout(TIMEOUT):
+        await source.read(peer, landing.blocks(64, 1), one)
+        assert landing.view()[:64] == pattern(3, 64)
+        task = source.start_write(peer, landing.blocks(64, 1), one)
+        await asyncio.sleep(0)  # the task has posted its one write and awaits it
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert landing.mr.inflight == 0  # returned only once the device was done with it
+        await target.unregister(pool)  # remote access ends: the next read fails on the device
+        with pytest.raises(TransferError) as info:
+            await source.read(peer, landing.blocks(64, 1), one)
+    assert isinstance(info.value.__cause__, RemoteAccessError)
+    assert info.value.index == 0
+    assert landing.mr.inflight == 0
+    counters = source.stats()["counters"]
+    assert counters["transfers:read"] == 1
+    assert counters["failures:read"] == 1
+    assert counters["cancelled:write"] == 1
