@@ -39,6 +39,7 @@ PURE_ENV: Final = "AIORDMA_PURE"
 """Set to 1 to force the pure-Python path (for comparison or debugging)."""
 
 MODULES: Final[tuple[str, ...]] = (
+    "aiordma._histogram",
     "aiordma.channel.wire",
     "aiordma.channel.credits",
     "aiordma.channel.state",
@@ -49,6 +50,7 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.verbs._lane",
     "aiordma.verbs._bulk",
     "aiordma.rpc.frames",
+    "aiordma.rpc._pending",
     "aiordma.transfer._plan",
 )
 """The modules on the per-message path, compiled when the build could.

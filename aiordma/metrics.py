@@ -10,18 +10,15 @@ the event happens); ``stats()`` on each returns a snapshot as a dict, and
 
 from __future__ import annotations
 
-import bisect
 import functools
 import os
 import re
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final
+from typing import Any
 
-BUCKETS: Final = tuple(1e-6 * 2**i for i in range(0, 25))
-"""Upper bounds of the latency histograms' buckets, in seconds: 1 us to
-about 16.8 s, doubling (the last bucket also takes anything slower)."""
+from aiordma._histogram import BUCKETS, Histogram
 
 _on: bool = os.environ.get("AIORDMA_METRICS", "1").strip().lower() not in (
     "0",
@@ -41,52 +38,6 @@ def enable(on: bool = True) -> None:
     ``AIORDMA_METRICS=0``). Counts already made are kept."""
     global _on
     _on = bool(on)
-
-
-class Histogram:
-    """Latencies in fixed power-of-two buckets (see :data:`BUCKETS`)."""
-
-    __slots__ = ("count", "counts", "sum")
-
-    def __init__(self) -> None:
-        self.counts = [0] * len(BUCKETS)
-        self.count = 0
-        self.sum = 0.0
-
-    def observe(self, seconds: float) -> None:
-        index = bisect.bisect_left(BUCKETS, seconds)
-        self.counts[min(index, len(BUCKETS) - 1)] += 1
-        self.count += 1
-        self.sum += seconds
-
-    def merge(self, other: Histogram) -> None:
-        for i, n in enumerate(other.counts):
-            self.counts[i] += n
-        self.count += other.count
-        self.sum += other.sum
-
-    def quantile(self, q: float) -> float | None:
-        """An upper bound of the ``q`` quantile (the bucket it falls in), or None if empty."""
-        if not self.count:
-            return None
-        rank = q * self.count
-        seen = 0
-        for bound, n in zip(BUCKETS, self.counts, strict=True):
-            seen += n
-            if seen >= rank:
-                return float(bound)
-        return float(BUCKETS[-1])
-
-    def snapshot(self) -> dict[str, Any]:
-        """``count``, ``sum`` (seconds), ``p50``/``p99`` upper bounds and the
-        non-empty ``buckets`` as ``{upper bound: count}``."""
-        return {
-            "count": self.count,
-            "sum": self.sum,
-            "p50": self.quantile(0.5),
-            "p99": self.quantile(0.99),
-            "buckets": {b: n for b, n in zip(BUCKETS, self.counts, strict=True) if n},
-        }
 
 
 class Stats:

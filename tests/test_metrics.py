@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 import aiordma
 import aiordma.prometheus
 from aiordma import Access, metrics, rpc
-from aiordma.metrics import BUCKETS, Histogram, Stats
+from aiordma.metrics import Stats
 from tests.conftest import Lab
 
 
@@ -72,19 +72,6 @@ def test_a_scrape_with_nothing_open_says_so(monkeypatch: pytest.MonkeyPatch) -> 
     assert "no server, client connection or pool is open" in metrics.format_exposition(text)
     unregistered = generate_latest(CollectorRegistry()).decode()
     assert "register() called?" in metrics.format_exposition(unregistered)
-
-
-def test_histogram_buckets_and_quantiles() -> None:
-    h = Histogram()
-    assert h.quantile(0.5) is None
-    for seconds in (0.5e-6, 3e-6, 3e-6, 1e-3, 100.0):
-        h.observe(seconds)
-    assert h.count == 5
-    assert h.sum == pytest.approx(100.0010065)
-    snap = h.snapshot()
-    assert snap["buckets"] == {1e-6: 1, 4e-6: 2, BUCKETS[10]: 1, BUCKETS[-1]: 1}
-    assert snap["p50"] == 4e-6  # the third of five falls in the 4 us bucket
-    assert snap["p99"] == BUCKETS[-1]
 
 
 def test_stats_count_merge_and_switch_off(recording: None) -> None:

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from aiordma import metrics
 from aiordma.channel import (
     Connection,
     Device,
@@ -34,6 +30,7 @@ from aiordma.exceptions import (
 )
 from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats
+from aiordma.rpc._pending import Call, Pending
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, parse_error_body
@@ -42,14 +39,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Call:
-    method: str
-    future: asyncio.Future[Any]
-    into: Into | None
-    error: BaseException | None = field(default=None)
 
 
 class Client(Closable):
@@ -70,11 +59,10 @@ class Client(Closable):
         channel.link.add_stats(self._stats)
         self._channel: MessageChannel = channel
         self._codec: Codec = codec or RawCodec()
-        self._ids = itertools.count(1)
-        self._pending: dict[int, _Call] = {}
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
         self._loop = asyncio.get_running_loop()
+        self._pending = Pending(self._loop, self._stats)
         self._reader = self._loop.create_task(self._read_replies())
         self._background: set[asyncio.Task[None]] = set()
         self._channel.deliver_to(self._on_reply)
@@ -131,23 +119,9 @@ class Client(Closable):
             raise TimeoutError(
                 f"call {method!r} was not sent: its timeout ({timeout} s) had expired"
             )
-        call_id = next(self._ids)
-        head = Frame(FrameKind.REQUEST, call_id, method).pack()
         body = self._codec.encode(payload)
-        fut: asyncio.Future[Any] = self._loop.create_future()
-        self._pending[call_id] = _Call(method, fut, into)
-        if not metrics.enabled():
-            return await self._call(method, call_id, head, body, fut, timeout)
-        stats = self._stats
-        stats.add("calls")
-        start = time.perf_counter()
-        try:
-            return await self._call(method, call_id, head, body, fut, timeout)
-        except BaseException:
-            stats.add("calls_failed")
-            raise
-        finally:
-            stats.observe("call", time.perf_counter() - start)
+        call_id, head, call = self._pending.start(method, into)
+        return await self._call(method, call_id, head, body, call.future, timeout)
 
     async def _call(
         self, method: str, call_id: int, head: bytes, body: Any, fut: asyncio.Future[Any],
@@ -166,8 +140,9 @@ class Client(Closable):
                     raise
                 raise TimeoutError(f"call {method!r} got no reply within {timeout} s") from None
         except BaseException:
-            if self._pending.pop(call_id, None) is not None and self._error is None:
+            if self._pending.drop(call_id) and self._error is None:
                 self._spawn(self._send_cancel(call_id))
+            self._stats.add("calls_failed")
             raise
 
     def stats(self) -> dict[str, Any]:
@@ -187,7 +162,7 @@ class Client(Closable):
         return self._into(frame, self._pending.get(frame.call_id), length)
 
     @staticmethod
-    def _into(frame: Frame, call: _Call | None, length: int) -> Into | None:
+    def _into(frame: Frame, call: Call | None, length: int) -> Into | None:
         """Where a reply of ``length`` bytes lands: the caller's ``into=``, or None
         for a new object (with ``call.error`` set if ``into`` is too small)."""
         if call is None or call.into is None or frame.kind != FrameKind.REPLY:
@@ -199,9 +174,8 @@ class Client(Closable):
 
     def _on_reply(self, head: bytes, body: memoryview) -> bool:
         """A small reply, straight from the receive buffer (see MessageChannel.deliver_to)."""
-        frame = self._reply_frame(head)
-        call = self._pending.pop(frame.call_id, None)
-        if call is None or call.future.done():
+        frame, call = self._pending.take(head)
+        if call is None:
             return True  # the caller gave up: a late reply
         into = self._into(frame, call, len(body))
         if into is None:
@@ -223,13 +197,6 @@ class Client(Closable):
         mismatch.__cause__ = exc
         return mismatch
 
-    @staticmethod
-    def _reply_frame(head: bytes) -> Frame:
-        frame = Frame.unpack(head)
-        if frame.kind not in (FrameKind.REPLY, FrameKind.ERROR):
-            raise ProtocolError(f"a server sent a {frame.kind.name} frame")
-        return frame
-
     async def _read_replies(self) -> None:
         """Replies the delivery hook leaves queued: large ones, read by RDMA."""
         try:
@@ -237,14 +204,12 @@ class Client(Closable):
                 try:
                     head, body = await self._channel.recv_message_with_head(self._choose)
                 except MessageRevokedError as revoked:  # that reply alone is lost
-                    frame = self._reply_frame(revoked.head)
-                    call = self._pending.pop(frame.call_id, None)
-                    if call is not None and not call.future.done():
+                    _, call = self._pending.take(revoked.head)
+                    if call is not None:
                         call.future.set_exception(revoked)
                     continue
-                frame = self._reply_frame(head)
-                call = self._pending.pop(frame.call_id, None)
-                if call is None or call.future.done():
+                frame, call = self._pending.take(head)
+                if call is None:
                     continue  # the caller gave up: a late reply
                 self._complete(call, frame.kind, body)
         except ProtocolError as exc:
@@ -255,7 +220,7 @@ class Client(Closable):
         except BaseException as exc:
             self._fail(exc)
 
-    def _complete(self, call: _Call, kind: FrameKind, body: bytes | bytearray | int) -> None:
+    def _complete(self, call: Call, kind: FrameKind, body: bytes | bytearray | int) -> None:
         if call.error is not None:
             call.future.set_exception(call.error)
         elif kind == FrameKind.ERROR:
@@ -277,8 +242,7 @@ class Client(Closable):
                 exc if isinstance(exc, Exception) else ResourceClosedError("RPC client closed")
             )
             self._error_tb = self._error.__traceback__
-        pending, self._pending = self._pending, {}
-        for call in pending.values():
+        for call in self._pending.clear():
             if not call.future.done():
                 call.future.set_exception(again(self._error, self._error_tb))
 

@@ -33,7 +33,6 @@ import errno
 import os
 import sys
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
@@ -45,7 +44,7 @@ from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
 from aiordma.lifecycle import check_loop
-from aiordma.metrics import BUCKETS, Stats
+from aiordma.metrics import Stats
 from aiordma.verbs import _driver
 from aiordma.verbs._bulk import BulkRun, Starved
 from aiordma.verbs._bulk import Done as BulkDone
@@ -86,7 +85,6 @@ _WR_WRITE_IMM = cython.declare(cython.int, _ibv.WR_RDMA_WRITE_WITH_IMM)
 _WR_READ = cython.declare(cython.int, _ibv.WR_RDMA_READ)
 _LOCAL_WRITE = cython.declare(cython.int, int(Access.LOCAL_WRITE))
 _SUCCESS = cython.declare(cython.int, _ibv.WC_SUCCESS)
-_LAST_BUCKET = cython.declare(cython.Py_ssize_t, len(BUCKETS) - 1)
 __all__ = ["RECV_WR_CACHE", "SIGNAL_FRACTION", "SendRequest", "WorkEngine", "closed_error",
            "total_length"]  # fmt: skip
 __all__ = ["ID_BLOCK", "RECV_WR_CACHE", "SIGNAL_FRACTION", "SendRequest", "WorkEngine",
@@ -380,16 +378,12 @@ class WorkEngine:
 
     @cython.cfunc
     def _observe(self, kind: str, seconds: cython.double) -> None:
-        """``stats.observe(kind, seconds)`` without its Python frames (the
-        same bucket, count and sum as :meth:`Histogram.observe`)."""
+        """``stats.observe(kind, seconds)`` without its Python frame."""
         histogram = self.stats.histograms.get(kind)
         if histogram is None:
             self.stats.observe(kind, seconds)  # makes the histogram, once
-            return
-        index: cython.Py_ssize_t = bisect_left(BUCKETS, seconds)
-        histogram.counts[min(index, _LAST_BUCKET)] += 1
-        histogram.count += 1
-        histogram.sum += seconds
+        else:
+            histogram.observe(seconds)
 
     def ensure_scratch(self) -> None:
         """Register the scratch memory atomics land in (one 8-byte word per send slot)."""

@@ -9,7 +9,7 @@ one 64 B block. This process's agent moves each list ``--rounds`` times
 (READ, and WRITE for the 64 KiB blocks) from or into a staging region and
 reports the median rate, with ``ib_read_bw`` / ``ib_write_bw`` /
 ``ib_read_lat`` of the same sizes from the same run. It also counts the
-Python calls of one transfer of 10 and of 1,000 blocks (cProfile, this
+Python calls of one transfer of 1, 10 and 1,000 blocks (cProfile, this
 process only: the target does nothing per transfer) and the CPU both
 processes burn over three idle seconds with the connection open.
 
@@ -137,7 +137,7 @@ async def _measure(agent: Agent, lines: dict[str, str], rounds: int, target: int
         rows[f"{kind} {name}"] = {"seconds": median, "bytes": local.nbytes,
                                   "mb_per_s": local.nbytes / median / 1e6}  # fmt: skip
     calls = {}
-    for count in (10, BLOCKS):
+    for count in (1, 10, BLOCKS):
         local, far = staging.blocks(16 << 10, count), remote["blocks16"][:count]
         await agent.read(peer, local, far)
         profile = cProfile.Profile()

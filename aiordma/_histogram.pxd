@@ -1,0 +1,8 @@
+# C-level declarations of aiordma/_histogram.py (compiled in Cython's pure
+# Python mode).
+
+cdef class Histogram:
+    cdef public list counts
+    cdef public long long count
+    cdef public double sum
+    cpdef observe(self, double seconds)
