@@ -226,6 +226,15 @@ def fabric() -> Fabric:
     return found
 
 
+@pytest.fixture
+def recording() -> Iterator[None]:
+    """Metrics recorded for the test, whatever ``AIORDMA_METRICS`` says."""
+    was = aiordma.metrics.enabled()
+    aiordma.metrics.enable(True)
+    yield
+    aiordma.metrics.enable(was)
+
+
 @pytest_asyncio.fixture
 async def device(lab: Lab) -> AsyncIterator[aiordma.Device]:
     """The lab device, opened for one test on that test's loop."""

@@ -14,15 +14,6 @@ from aiordma import Access, metrics, rpc
 from aiordma.metrics import Stats
 from tests.conftest import Lab
 
-
-@pytest.fixture
-def recording() -> Iterator[None]:
-    was = metrics.enabled()
-    metrics.enable(True)
-    yield
-    metrics.enable(was)
-
-
 # -- logic (host) --------------------------------------------------------------
 
 

@@ -6,18 +6,10 @@ import asyncio
 
 import pytest
 
-from aiordma import ProtocolError, metrics
+from aiordma import ProtocolError
 from aiordma.metrics import Stats
 from aiordma.rpc._pending import Pending
 from aiordma.rpc.frames import Frame, FrameKind
-
-
-@pytest.fixture
-def recording() -> object:
-    was = metrics.enabled()
-    metrics.enable(True)
-    yield
-    metrics.enable(was)
 
 
 @pytest.mark.asyncio

@@ -8,22 +8,14 @@ import asyncio
 import pytest
 
 import aiordma
-from aiordma import Access, Opcode, QueuePair, metrics
+from aiordma import Access, Opcode, QueuePair
 from aiordma.verbs._engine import ID_BLOCK
 
 Pair = tuple[QueuePair, QueuePair]
 
 
-@pytest.fixture
-def metrics_on() -> object:
-    was = metrics.enabled()
-    metrics.enable(True)
-    yield
-    metrics.enable(was)
-
-
 @pytest.mark.asyncio
-@pytest.mark.usefixtures("metrics_on")
+@pytest.mark.usefixtures("recording")
 async def test_quick_and_checked_paths_resolve_alike_and_are_counted_alike(
     device: aiordma.Device, pair: Pair
 ) -> None:
