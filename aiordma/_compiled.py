@@ -51,6 +51,7 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.verbs._bulk",
     "aiordma.rpc.frames",
     "aiordma.rpc._pending",
+    "aiordma.rpc._calls",
     "aiordma.transfer._plan",
 )
 """The modules on the per-message path, compiled when the build could.

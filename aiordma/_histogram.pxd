@@ -6,3 +6,5 @@ cdef class Histogram:
     cdef public long long count
     cdef public double sum
     cpdef observe(self, double seconds)
+
+cpdef record(dict histograms, str name, double seconds)

@@ -20,7 +20,7 @@ else:
     except ImportError:  # no Cython: the declarations below mean nothing
         from aiordma import _cython_shim as cython
 
-__all__ = ["BUCKETS", "Histogram"]
+__all__ = ["BUCKETS", "Histogram", "record"]
 
 BUCKETS: Final = tuple(1e-6 * 2**i for i in range(0, 25))
 """Upper bounds of the latency histograms' buckets, in seconds: 1 us to
@@ -73,3 +73,13 @@ class Histogram:
             "p99": self.quantile(0.99),
             "buckets": {b: n for b, n in zip(BUCKETS, self.counts, strict=True) if n},
         }
+
+
+@cython.ccall
+def record(histograms: dict, name: str, seconds: cython.double) -> None:  # type: ignore[type-arg]
+    """Observe ``seconds`` in ``histograms[name]``, made on first use: what
+    :meth:`aiordma.metrics.Stats.observe` does (compiled, no Python frame)."""
+    histogram: Histogram | None = histograms.get(name)
+    if histogram is None:
+        histogram = histograms[name] = Histogram()
+    histogram.observe(seconds)

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from aiordma._histogram import BUCKETS, Histogram
+from aiordma._histogram import BUCKETS, Histogram, record
 
 _on: bool = os.environ.get("AIORDMA_METRICS", "1").strip().lower() not in (
     "0",
@@ -86,10 +86,7 @@ class Stats:
 
     def observe(self, name: str, seconds: float) -> None:
         if _on:
-            histogram = self.histograms.get(name)
-            if histogram is None:
-                histogram = self.histograms[name] = Histogram()
-            histogram.observe(seconds)
+            record(self.histograms, name, seconds)
 
     def merge(self, other: Stats, *, gauges: bool = True) -> None:
         """Add ``other``'s counts (and, with ``gauges``, its live values) to these."""
@@ -200,4 +197,5 @@ def format_exposition(text: str) -> str:
     return "\n".join(out)
 
 
-__all__ = ["BUCKETS", "Histogram", "Stats", "collect", "enable", "enabled", "format_exposition"]
+__all__ = ["BUCKETS", "Histogram", "Stats", "collect", "enable", "enabled", "format_exposition",
+           "record"]  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiordma.metrics import BUCKETS, Histogram
+from aiordma.metrics import BUCKETS, Histogram, record
 
 
 def test_histogram_buckets_and_quantiles() -> None:
@@ -29,3 +29,11 @@ def test_merging_adds_counts_buckets_and_sums() -> None:
     assert a.count == 3
     assert a.sum == pytest.approx(1.000004)
     assert a.snapshot()["buckets"] == {2e-6: 2, BUCKETS[20]: 1}
+
+
+def test_record_makes_the_histogram_on_first_use() -> None:
+    histograms: dict[str, Histogram] = {}
+    record(histograms, "call", 3e-6)
+    record(histograms, "call", 3e-6)
+    assert histograms["call"].count == 2
+    assert histograms["call"].snapshot()["buckets"] == {4e-6: 2}

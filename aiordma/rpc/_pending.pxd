@@ -17,4 +17,3 @@ cdef class Pending:
     cdef public dict calls
     cpdef object start(self, str method, object into)
     cpdef object take(self, object head)
-    cdef _observe(self, double seconds)

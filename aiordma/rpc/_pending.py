@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiordma import metrics
 from aiordma.channel.buffers import Into
 from aiordma.exceptions import ProtocolError
-from aiordma.metrics import Stats
+from aiordma.metrics import Stats, record
 from aiordma.rpc.frames import Frame, FrameKind
 
 if TYPE_CHECKING:
@@ -99,16 +99,8 @@ class Pending:
         if call is None:
             return frame, None
         if call.started and metrics._on:
-            self._observe(time.perf_counter() - call.started)
+            record(self._stats.histograms, "call", time.perf_counter() - call.started)
         return frame, None if call.future.done() else call
-
-    @cython.cfunc
-    def _observe(self, seconds: cython.double) -> None:
-        histogram = self._stats.histograms.get("call")
-        if histogram is None:
-            self._stats.observe("call", seconds)  # makes the histogram, once
-        else:
-            histogram.observe(seconds)
 
     def get(self, call_id: int) -> Call | None:
         """The pending call ``call_id``, left pending."""

@@ -177,7 +177,7 @@ class Client(Closable):
         frame, call = self._pending.take(head)
         if call is None:
             return True  # the caller gave up: a late reply
-        into = self._into(frame, call, len(body))
+        into = None if call.into is None else self._into(frame, call, len(body))
         if into is None:
             self._complete(call, frame.kind, bytes(body))
         else:

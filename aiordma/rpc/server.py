@@ -6,13 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from aiordma import metrics
 from aiordma.channel import (
     Accept,
     Connection,
@@ -26,7 +24,7 @@ from aiordma.channel import (
     channel_of,
     start_channel_server,
 )
-from aiordma.channel.buffers import GIVE_BACK_AFTER, give_back_memory
+from aiordma.channel.buffers import give_back_memory
 from aiordma.exceptions import (
     CompletionError,
     MessageRevokedError,
@@ -37,8 +35,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
 )
 from aiordma.lifecycle import is_async_callable
-from aiordma.metrics import Stats
-from aiordma.rpc._eager import start_eagerly
+from aiordma.rpc._calls import Calls
 from aiordma.rpc.codecs import Codec, RawCodec
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, error_body
 
@@ -98,7 +95,8 @@ class Service:
             raise ValueError(f"max_held must be at least 1 byte, not {max_held}")
         self.codec: Codec = codec or RawCodec()
         self.max_concurrency = max_concurrency
-        """Calls run at once per connection; further requests wait (and so does their sender)."""
+        """Calls run at once per connection; further requests wait (and so does
+        their sender). Both limits are read when a connection starts."""
         self.max_held = max_held
         """Bytes the calls of one connection may hold before the next request
         is read: a call holds its request until it returns and its result
@@ -168,7 +166,7 @@ class Service:
         ``max_concurrency``, wait in the channel's queue for this task.
         """
         link = channel.link
-        calls = _Calls(self, channel)
+        calls = Calls(channel, self._run, self.max_concurrency, self.max_held)
         channel.link.add_stats(calls.stats)
         channel.deliver_to(calls.on_message)
         try:
@@ -196,13 +194,12 @@ class Service:
             if calls.held_large:  # their bodies are gone now: their memory goes back
                 give_back_memory()
 
-    async def _run(self, calls: _Calls, frame: Frame, body: bytes | bytearray) -> None:
+    async def _run(self, calls: Calls, frame: Frame, body: bytes | bytearray) -> None:
         channel, stats = calls.channel, calls.stats
         _serving.set(channel)  # this call's own context (a task's, or start_eagerly's copy)
         handler = self._handlers.get(frame.method)
         head = Frame(FrameKind.REPLY, frame.call_id).pack()
-        timed = metrics.enabled()
-        start = time.perf_counter() if timed else 0.0
+        start = time.perf_counter()
         try:
             if handler is None:
                 raise _Unknown(f"no method named {frame.method!r}")
@@ -219,9 +216,7 @@ class Service:
             head = Frame(FrameKind.ERROR, frame.call_id).pack()
             result = error_body(name, str(exc))
         finally:
-            if timed:
-                stats.add("requests")
-                stats.observe("handler", time.perf_counter() - start)
+            calls.handled(start)
         calls.sending.add(frame.call_id)
         try:
             # A large result holds its memory until the client read it, or
@@ -251,109 +246,6 @@ def _size(result: object) -> int:
         return memoryview(result).nbytes  # type: ignore[arg-type]
     except TypeError:
         return 0
-
-
-class _Calls:
-    """The calls running on one connection: at most ``max_concurrency`` at
-    once, holding at most about ``max_held`` bytes."""
-
-    def __init__(self, service: Service, channel: MessageChannel) -> None:
-        self._service = service
-        self.channel = channel
-        self.stats = Stats("rpc_server", self._gauges)
-        self._loop = channel.link.qp.loop
-        self._running: dict[int, asyncio.Task[None]] = {}
-        self._holding: dict[int, tuple[int, int]] = {}
-        """Bytes each running call holds: its request, its result."""
-        self._requests = 0
-        self._results = 0
-        self._freed: asyncio.Future[None] | None = None
-        self.sending: set[int] = set()
-        """Calls whose handler returned, sending their reply."""
-        self.held_large = False
-        """Whether a request or result of ``GIVE_BACK_AFTER`` bytes or more was held."""
-
-    def _gauges(self) -> dict[str, int]:
-        return {
-            "requests_held_bytes": self._requests,
-            "results_held_bytes": self._results,
-            "calls_running": len(self._running),
-        }
-
-    def on_message(self, head: bytes, body: memoryview) -> bool:
-        frame = Frame.unpack(head)
-        if frame.kind == FrameKind.REQUEST and self._full(len(body)):
-            return False  # stays queued: its credit comes back only when a call ends
-        self.dispatch(frame, bytes(body))
-        return True
-
-    def dispatch(self, frame: Frame, body: bytes | bytearray) -> None:
-        if frame.kind == FrameKind.REQUEST:
-            call_id = frame.call_id
-            if len(body) >= GIVE_BACK_AFTER:
-                self.held_large = True
-            self._holding[call_id] = (len(body), 0)
-            self._requests += len(body)
-            coro = self._service._run(self, frame, body)
-            if self._running:
-                # Other calls (or cancellations) are scheduled: queue behind them.
-                task: asyncio.Task[None] | None = self._loop.create_task(coro)
-            else:
-                # Started now, from the receive completion: a handler that
-                # does not suspend has replied before this returns, no task.
-                task = start_eagerly(self._loop, coro)
-            if task is None:
-                self._release(call_id)
-            else:
-                self._running[call_id] = task
-                task.add_done_callback(functools.partial(self._finished, call_id))
-        elif frame.kind == FrameKind.CANCEL:
-            if (victim := self._running.get(frame.call_id)) is not None:
-                victim.cancel()
-        else:
-            raise ProtocolError(f"a client sent a {frame.kind.name} frame")
-
-    def hold_result(self, call_id: int, size: int) -> None:
-        """Count a result of ``size`` bytes against the call ``call_id`` until it ends."""
-        request, result = self._holding.get(call_id, (0, 0))
-        self._holding[call_id] = (request, result + size)
-        if size >= GIVE_BACK_AFTER:
-            self.held_large = True
-        self._results += size
-
-    def _release(self, call_id: int) -> None:
-        self.sending.discard(call_id)
-        request, result = self._holding.pop(call_id, (0, 0))
-        self._requests -= request
-        self._results -= result
-
-    def _full(self, size: int) -> bool:
-        """Whether a request of ``size`` bytes must wait for a call to end."""
-        if len(self._running) >= self._service.max_concurrency:
-            return True
-        held = self._requests + self._results
-        return held > 0 and held + size > self._service.max_held
-
-    async def room(self, size: int | None) -> None:
-        """Wait until a request of ``size`` bytes may start (None: a small one)."""
-        while self._full(size or 0):
-            self._freed = self._loop.create_future()
-            await self._freed
-
-    def _finished(self, call_id: int, _: object) -> None:
-        self._running.pop(call_id, None)
-        self._release(call_id)
-        if self._freed is not None and not self._freed.done():
-            self._freed.set_result(None)
-
-    async def cancel_all(self) -> None:
-        """End every call: handlers are cancelled; a call already sending its
-        reply ends by itself once the channel has failed (cancelled there, it
-        would keep its reply in the cancellation's reference cycle)."""
-        for call_id, task in self._running.items():
-            if call_id not in self.sending:
-                task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
 
 
 async def start_server(

@@ -69,7 +69,6 @@ cdef class WorkEngine:
     cdef unsigned long long _register(self, _Work work)
     cdef bint _next_send(self, bint signaled)
     cdef _timed(self, _Work work, str kind)
-    cdef _observe(self, str kind, double seconds)
     cpdef object quick_send(self, int opcode, object local, object remote, object imm, str kind)
     cpdef object quick_block(self, int opcode, object mr, unsigned long long addr,
                              long long length, unsigned long long raddr, unsigned int rkey,

@@ -44,7 +44,7 @@ from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
 from aiordma.lifecycle import check_loop
-from aiordma.metrics import Stats
+from aiordma.metrics import Stats, record
 from aiordma.verbs import _driver
 from aiordma.verbs._bulk import BulkRun, Starved
 from aiordma.verbs._bulk import Done as BulkDone
@@ -375,15 +375,6 @@ class WorkEngine:
             work.started = time.perf_counter()
 
     # -- send side ---------------------------------------------------------
-
-    @cython.cfunc
-    def _observe(self, kind: str, seconds: cython.double) -> None:
-        """``stats.observe(kind, seconds)`` without its Python frame."""
-        histogram = self.stats.histograms.get(kind)
-        if histogram is None:
-            self.stats.observe(kind, seconds)  # makes the histogram, once
-        else:
-            histogram.observe(seconds)
 
     def ensure_scratch(self) -> None:
         """Register the scratch memory atomics land in (one 8-byte word per send slot)."""
@@ -775,7 +766,7 @@ class WorkEngine:
             self._settle_silent(work.seq)
         self._finish(wc.wr_id, work)
         if work.kind is not None and metrics._on:
-            self._observe(work.kind, time.perf_counter() - work.started)
+            record(self.stats.histograms, work.kind, time.perf_counter() - work.started)
         if wc.status == _SUCCESS:
             if work.future is None:
                 work.succeed(wc.byte_len, None)
