@@ -7,10 +7,10 @@ failed": building work requests (reusing pyverbs objects, which are costly
 to make and never freed), posting them, tracking them by ``wr_id`` on the
 completion queue, resolving their futures when completions arrive, settling
 unsignalled sends, and failing or flushing what is pending when the queue
-pair fails or closes. It checks nothing the caller should have checked and
-starts no tasks: :class:`~aiordma.QueuePair` validates arguments and waits
-for queue room (``sq``/``rq``), then calls :meth:`WorkEngine.post_sends` or
-:meth:`WorkEngine.post_recvs`.
+pair fails or closes. It starts no tasks. On the checked path it checks
+nothing the caller should have: :class:`~aiordma.QueuePair` validates
+arguments and waits for queue room (``sq``/``rq``), then calls
+:meth:`WorkEngine.post_sends` or :meth:`WorkEngine.post_recvs`.
 
 It posts through its queue pair's driver (``aiordma.verbs._driver``),
 compiled or pure, and never asks which; only a memory-window bind
@@ -19,9 +19,10 @@ compiled or pure, and never asks which; only a memory-window bind
 Every awaited verb passes through here, so the module is compiled when the
 build could (``_engine.pxd``; see :mod:`aiordma._compiled`): a single
 awaited operation on plain arguments (:meth:`WorkEngine.quick_send`,
-:meth:`WorkEngine.quick_recvs`) is checked, recorded and posted in one call,
+:meth:`WorkEngine.quick_recvs`, and a transfer agent's single block,
+:meth:`WorkEngine.quick_block`) is checked, recorded and posted in one call,
 and its completion resolves the future from the drain with no Python in
-between.
+between; what is not plain goes back to the checked path.
 """
 
 from __future__ import annotations
