@@ -12,18 +12,25 @@ measured by client processes of each kind:
   on uvloop;
 * the same over aiordma's verbs (``verbs``: an awaited receive and send on
   a connection, as ``aiordma bench send_lat`` does), and over a
-  :class:`~aiordma.MessageChannel` (``aiordma``) on asyncio and on uvloop.
+  :class:`~aiordma.MessageChannel` (``aiordma``) on asyncio and on uvloop;
+* with ``--ucxx PYTHON``, the kind ``ucxx uvloop``: UCXX's asyncio API in
+  its "blocking" progress mode (the worker's descriptor on the loop), one
+  tagged send each way with the size known to both ends, against its own
+  echo server; ``PYTHON`` is an interpreter that has ``ucxx`` and can import
+  aiordma, ``--ucx-lib DIR`` the UCX built with verbs that it should load
+  (``scripts/peer-ucxx`` makes both). It is not one of the default kinds.
 
 For each: the median round trip, and per round trip the client's user and
 system CPU time and its voluntary context switches (each one a sleep in
 ``epoll_wait`` or a blocking read: the process's wake-ups), which a Python
 client takes around its timed loop (``getrusage``) and perftest's from
-two runs, of ``rounds`` and ``5 * rounds``, and their difference; and its
-system calls (``strace -c``, when strace is installed; by name), from two
-runs under strace, so start-up is not counted. The latency comes from a
-run without strace. With ``--perf DIR`` each Python client's timed loop is
-also sampled by ``perf record`` (``cpu-clock``), and its CPU is shown by
-shared object.
+two runs, of ``rounds`` and ``5 * rounds``, and their difference; its
+system calls (``strace -c``, when strace is installed; by name) and the
+packets the device sent (both sides: requests and acknowledgements), from
+two runs of ``rounds`` and ``2 * rounds`` (under strace), so start-up is not
+counted. The latency comes from a run without strace. With ``--perf DIR``
+each Python client's timed loop is also sampled by ``perf record``
+(``cpu-clock``), and its CPU is shown by shared object.
 """
 
 from __future__ import annotations
@@ -38,16 +45,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiordma.bench import perftest, tcp
 from aiordma.bench.stats import percentile
 from aiordma.bench.studies import lab_address
 
+T = TypeVar("T")
+
 KINDS = ("ib_send_lat", "ib_send_lat -e", "tcp asyncio", "tcp uvloop",
          "verbs uvloop", "aiordma asyncio", "aiordma uvloop")  # fmt: skip
+UCXX = "ucxx uvloop"
+"""The peer library's kind, run only when asked for (it needs ``--ucxx``)."""
 
 
 @dataclass
@@ -58,6 +69,9 @@ class Run:
     wakeups: float
     user_us: float
     system_us: float
+    packets: float
+    """Packets the device sent per round trip, both directions (requests and
+    acknowledgements: client and peer share the device)."""
     syscalls: dict[str, float] = field(default_factory=dict)
 
 
@@ -75,6 +89,17 @@ def strace_counts(path: str) -> dict[str, int]:
                 continue
             counts[fields[-1]] = int(fields[3])
     return counts
+
+
+def sent_packets(device: str) -> int:
+    """The packets ``device``'s port 1 has sent (rxe's ``hw_counters``), or 0
+    where the device does not count them."""
+    path = f"/sys/class/infiniband/{device}/ports/1/hw_counters/sent_pkts"
+    try:
+        with open(path) as counter:
+            return int(counter.read())
+    except OSError:
+        return 0
 
 
 Usage = tuple[str, tuple[int, float, float], dict[str, int]]
@@ -113,9 +138,10 @@ def _client_argv(kind: str, addr: str, port: int, tcp_port: int, rounds: int, si
                 "-p", str(perftest.PORT)]  # fmt: skip
         return [*argv, *(["-e"] if kind.endswith("-e") else []), addr]
     what, loop = kind.split()
-    return [sys.executable, "-m", __name__, "--client", what, "--loop", loop, "--addr", addr,
-            "--port", str(tcp_port if what == "tcp" else port), "--rounds", str(rounds),
-            "--size", str(size)]  # fmt: skip
+    python = UCXX_PYTHON[0] if what == "ucxx" else sys.executable
+    port = {"tcp": tcp_port, "ucxx": UCXX_PORT}.get(what, port)
+    return [python, "-m", __name__, "--client", what, "--loop", loop, "--addr", addr,
+            "--port", str(port), "--rounds", str(rounds), "--size", str(size)]  # fmt: skip
 
 
 def _attempts(kind: str, argv: list[str], traced: bool) -> Usage:
@@ -145,10 +171,14 @@ def measure(kind: str, addr: str, port: int, tcp_port: int, rounds: int, size: i
     def argv(count: int) -> list[str]:
         return _client_argv(kind, addr, port, tcp_port, count, size, device)
 
-    syscalls: dict[str, float] = {}
-    if strace:
-        (_, _, fewer), (_, _, more) = (_attempts(kind, argv(n), True) for n in (rounds, 2 * rounds))
-        syscalls = {name: (more.get(name, 0) - fewer.get(name, 0)) / rounds for name in more}
+    runs = []
+    for count in (rounds, 2 * rounds):
+        sent = sent_packets(device)
+        _, _, calls = _attempts(kind, argv(count), strace)
+        runs.append((calls, sent_packets(device) - sent))
+    (fewer, fewer_sent), (more, more_sent) = runs
+    syscalls = {name: (more.get(name, 0) - fewer.get(name, 0)) / rounds for name in more}
+    packets = (more_sent - fewer_sent) / rounds
     if kind.startswith("ib_send_lat"):
         (_, short, _), (out, long, _) = (
             _attempts(kind, argv(n), False) for n in (rounds, 5 * rounds)
@@ -159,11 +189,11 @@ def measure(kind: str, addr: str, port: int, tcp_port: int, rounds: int, size: i
         latency = perftest.to_result("send_lat", row, 1).latency
         assert latency is not None
         switches, user, system = ((b - a) / (4 * rounds) for a, b in zip(short, long, strict=True))
-        return Run(latency.p50, switches, user * 1e6, system * 1e6, syscalls)
+        return Run(latency.p50, switches, user * 1e6, system * 1e6, packets, syscalls)
     out, _, _ = _attempts(kind, argv(rounds), False)
-    own = json.loads(out)
+    own = json.loads(out.splitlines()[-1])  # UCX may log to stdout first
     return Run(own["p50_us"], own["switches"] / rounds, own["user_s"] / rounds * 1e6,
-               own["system_s"] / rounds * 1e6, syscalls)  # fmt: skip
+               own["system_s"] / rounds * 1e6, packets, syscalls)  # fmt: skip
 
 
 # -- the client processes ------------------------------------------------------
@@ -177,6 +207,8 @@ async def _client(what: str, addr: str, port: int, rounds: int, size: int) -> li
             return await _timed(rounds, lambda: framed.ping(payload))
     import aiordma
 
+    if what == "ucxx":
+        return await _ucxx_client(addr, port, rounds, size)
     if what == "verbs":
         async with await aiordma.connect(addr, port, private_data=b"echo") as conn:
             local, inbox = conn.alloc(size), conn.alloc(size)
@@ -194,6 +226,80 @@ async def _client(what: str, addr: str, port: int, rounds: int, size: int) -> li
             await channel.recv_message()
 
         return await _timed(rounds, message)
+
+
+# -- UCXX, when asked for: its client and echo server run in ``--ucxx``'s interpreter --
+
+UCXX_PYTHON: list[str] = []
+"""The interpreter that runs UCXX's client and server (``--ucxx``), once set."""
+
+UCXX_PORT = 13337
+
+
+def _ucxx() -> Any:
+    """UCXX, imported after its settings for this lab: rc_verbs on the device,
+    and the "blocking" progress mode (its descriptor on the running loop)."""
+    os.environ.setdefault("UCX_TLS", "rc_verbs,self")
+    os.environ.setdefault("UCX_NET_DEVICES", os.environ.get("AIORDMA_DEVICE", "rxe0") + ":1")
+    os.environ.setdefault("UCXPY_PROGRESS_MODE", "blocking")
+    import ucxx  # type: ignore[import-not-found]
+
+    return ucxx
+
+
+async def _ucxx_client(addr: str, port: int, rounds: int, size: int) -> list[float]:
+    """One tagged send each way, the size known to both ends (no header)."""
+    import numpy
+
+    ucxx = _ucxx()
+    endpoint = await ucxx.create_endpoint(addr, port)
+    out, back = numpy.zeros(size, dtype="u1"), numpy.empty(size, dtype="u1")
+
+    async def ping() -> None:
+        await endpoint.send(out)
+        await endpoint.recv(back)
+
+    try:
+        return await _timed(rounds, ping)
+    finally:
+        await endpoint.close()
+
+
+async def _ucxx_echo(port: int, size: int) -> None:
+    """Echo messages of ``size`` bytes to each client until it goes, forever."""
+    import numpy
+
+    ucxx = _ucxx()
+
+    async def echo(endpoint: Any) -> None:
+        buffer = numpy.empty(size, dtype="u1")
+        try:
+            while True:
+                await endpoint.recv(buffer)
+                await endpoint.send(buffer)
+        except ucxx.exceptions.UCXError:  # the client closed its endpoint
+            pass
+
+    listener = ucxx.create_listener(echo, port)
+    print("listening", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        listener.close()
+
+
+def _start_ucxx_server(size: int) -> subprocess.Popen[str]:
+    """UCXX's echo server, listening once this returns."""
+    server = subprocess.Popen([UCXX_PYTHON[0], "-m", __name__, "--serve-ucxx", "--size",
+                               str(size)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert server.stdout is not None
+    printed = []
+    for line in server.stdout:  # UCX may log to stdout first
+        if line.strip() == "listening":
+            return server
+        printed.append(line)
+    raise RuntimeError(f"UCXX's echo server did not start (exit status {server.wait()}): "
+                       + "".join(printed)[-400:])  # fmt: skip
 
 
 USAGE: dict[str, float] = {}
@@ -230,16 +336,20 @@ async def _timed(rounds: int, op: Callable[[], Awaitable[object]]) -> list[float
     return samples
 
 
+def _run(work: Coroutine[Any, Any, T], loop: str) -> T:
+    """Run ``work`` on a new event loop of the kind named (``uvloop`` or asyncio's)."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(work)
+    return asyncio.run(work)
+
+
 def _client_main(args: argparse.Namespace) -> None:
     if args.perf_control:
         PERF_CONTROL.append(args.perf_control)
-    work = _client(args.client, args.addr, args.port, args.rounds, args.size)
-    if args.loop == "uvloop":
-        import uvloop
-
-        samples = uvloop.run(work)
-    else:
-        samples = asyncio.run(work)
+    samples = _run(_client(args.client, args.addr, args.port, args.rounds, args.size),
+                   args.loop)  # fmt: skip
     print(json.dumps({"p50_us": percentile(samples, 0.5) * 1e6, **USAGE}))
 
 
@@ -248,10 +358,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--kinds", default=",".join(KINDS),
-                        help="comma-separated, of: " + ", ".join(KINDS))  # fmt: skip
+                        help="comma-separated, of: " + ", ".join((*KINDS, UCXX)))  # fmt: skip
     parser.add_argument("--device", default=os.environ.get("AIORDMA_DEVICE", "rxe0"))
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--client", choices=("tcp", "verbs", "aiordma"), help=argparse.SUPPRESS)
+    parser.add_argument("--ucxx", metavar="PYTHON",
+                        help=f"the interpreter (with ucxx) for the {UCXX!r} kind")  # fmt: skip
+    parser.add_argument("--ucx-lib", metavar="DIR",
+                        help="the install prefix of the UCX that UCXX should load")  # fmt: skip
+    parser.add_argument("--client", choices=("tcp", "verbs", "aiordma", "ucxx"),
+                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument("--serve-ucxx", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop", default="uvloop", help=argparse.SUPPRESS)
     parser.add_argument("--addr", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -263,14 +379,31 @@ def main() -> None:
     if args.client:
         _client_main(args)
         return
+    if args.serve_ucxx:
+        _run(_ucxx_echo(UCXX_PORT, args.size), "uvloop")
+        return
     from aiordma.bench.runner import Peer
 
+    kinds = args.kinds.split(",")
+    for kind in kinds:
+        if kind not in (*KINDS, UCXX):
+            parser.error(f"unknown kind {kind!r}: use {', '.join((*KINDS, UCXX))}")
+    if UCXX in kinds:
+        if not args.ucxx:
+            parser.error(f"{UCXX!r} needs --ucxx PYTHON (an interpreter with ucxx)")
+        UCXX_PYTHON.append(args.ucxx)
+        if args.ucx_lib:  # the children inherit it; only UCXX loads from there
+            os.environ["RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY"] = "true"
+            os.environ["LD_LIBRARY_PATH"] = ":".join(
+                filter(None, (os.path.join(args.ucx_lib, "lib"),
+                              os.environ.get("LD_LIBRARY_PATH"))))  # fmt: skip
     addr = lab_address()
     strace = shutil.which("strace") is not None
     peer = Peer.start(addr, max(args.size, 4096), "uvloop")
+    ucxx_server = _start_ucxx_server(args.size) if UCXX in kinds else None
     rows: dict[str, Any] = {}
     try:
-        for kind in args.kinds.split(","):
+        for kind in kinds:
             run = measure(kind, addr, peer.port, peer.tcp_port, args.rounds, args.size,
                           args.device, strace)  # fmt: skip
             per_round = sorted(run.syscalls.items(), key=lambda item: -item[1])
@@ -279,6 +412,7 @@ def main() -> None:
                 "wakeups_per_round_trip": run.wakeups,
                 "user_us_per_round_trip": run.user_us,
                 "system_us_per_round_trip": run.system_us,
+                "packets_per_round_trip": run.packets,
                 "syscalls_per_round_trip": {n: c for n, c in per_round if c > 0},
             }
             if args.perf and not kind.startswith("ib_send_lat"):
@@ -289,6 +423,9 @@ def main() -> None:
                 _print_row(kind, rows[kind])
     finally:
         peer.close()
+        if ucxx_server is not None:
+            ucxx_server.terminate()
+            ucxx_server.wait()
     if args.json:
         print(json.dumps({"size": args.size, "rounds": args.rounds, "kinds": rows}))
 
@@ -328,7 +465,8 @@ def _print_row(kind: str, row: dict[str, Any]) -> None:
     syscalls = f"{total:5.1f} syscalls ({named})" if total is not None else "no strace"
     print(f"{kind:<16} p50 {row['p50_us']:7.1f} us  cpu {row['user_us_per_round_trip']:6.1f} "
           f"user + {row['system_us_per_round_trip']:6.1f} sys us  "
-          f"{row['wakeups_per_round_trip']:4.1f} wake-ups  {syscalls}", flush=True)  # fmt: skip
+          f"{row['wakeups_per_round_trip']:4.1f} wake-ups  "
+          f"{row['packets_per_round_trip']:4.1f} packets  {syscalls}", flush=True)  # fmt: skip
     shares = row.get("cpu_by_object")
     if shares:
         top = sorted(shares.items(), key=lambda item: -item[1])[:8]
