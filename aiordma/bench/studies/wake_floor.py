@@ -69,6 +69,10 @@ class Run:
     wakeups: float
     user_us: float
     system_us: float
+    machine_us: float
+    """CPU time of the whole machine (both vCPUs: client, peer, rxe) per round trip."""
+    softirq_us: float
+    """The part of ``machine_us`` spent in softirqs."""
     packets: float
     """Packets the device sent per round trip, both directions (requests and
     acknowledgements: client and peer share the device)."""
@@ -180,20 +184,27 @@ def measure(kind: str, addr: str, port: int, tcp_port: int, rounds: int, size: i
     syscalls = {name: (more.get(name, 0) - fewer.get(name, 0)) / rounds for name in more}
     packets = (more_sent - fewer_sent) / rounds
     if kind.startswith("ib_send_lat"):
-        (_, short, _), (out, long, _) = (
-            _attempts(kind, argv(n), False) for n in (rounds, 5 * rounds)
-        )
+        spans = []
+        for count in (rounds, 5 * rounds):
+            busy = machine_cpu()
+            out, usage, _ = _attempts(kind, argv(count), False)
+            spans.append((*usage, *(b - a for a, b in zip(busy, machine_cpu(), strict=True))))
         row = perftest.parse_row(out)
         if row is None:
             raise RuntimeError(f"{kind} printed no result")
         latency = perftest.to_result("send_lat", row, 1).latency
         assert latency is not None
-        switches, user, system = ((b - a) / (4 * rounds) for a, b in zip(short, long, strict=True))
-        return Run(latency.p50, switches, user * 1e6, system * 1e6, packets, syscalls)
+        switches, user, system, machine, softirq = (
+            (b - a) / (4 * rounds) for a, b in zip(*spans, strict=True)
+        )
+        return Run(latency.p50, switches, user * 1e6, system * 1e6, machine * 1e6,
+                   softirq * 1e6, packets, syscalls)  # fmt: skip
     out, _, _ = _attempts(kind, argv(rounds), False)
     own = json.loads(out.splitlines()[-1])  # UCX may log to stdout first
-    return Run(own["p50_us"], own["switches"] / rounds, own["user_s"] / rounds * 1e6,
-               own["system_s"] / rounds * 1e6, packets, syscalls)  # fmt: skip
+    us = {name: own[name] / rounds * 1e6
+          for name in ("user_s", "system_s", "machine_s", "softirq_s")}  # fmt: skip
+    return Run(own["p50_us"], own["switches"] / rounds, us["user_s"], us["system_s"],
+               us["machine_s"], us["softirq_s"], packets, syscalls)  # fmt: skip
 
 
 # -- the client processes ------------------------------------------------------
@@ -302,6 +313,17 @@ def _start_ucxx_server(size: int) -> subprocess.Popen[str]:
                        + "".join(printed)[-400:])  # fmt: skip
 
 
+def machine_cpu() -> tuple[float, float]:
+    """Seconds all CPUs have been busy (user, system, interrupts) and in
+    softirqs, from ``/proc/stat``: the peer's share and rxe's (much of it in
+    softirqs, charged to whichever process they interrupt) included."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:8]]
+    hz = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / hz, softirq / hz
+
+
 USAGE: dict[str, float] = {}
 """The client's resource usage over its timed loop (set by :func:`_timed`)."""
 
@@ -323,16 +345,17 @@ async def _timed(rounds: int, op: Callable[[], Awaitable[object]]) -> list[float
     samples: list[float] = []
     clock = time.perf_counter
     _perf("enable")
-    before = resource.getrusage(resource.RUSAGE_SELF)
+    before, busy = resource.getrusage(resource.RUSAGE_SELF), machine_cpu()
     for _ in range(rounds):
         start = clock()
         await op()
         samples.append(clock() - start)
-    after = resource.getrusage(resource.RUSAGE_SELF)
+    after, busy_after = resource.getrusage(resource.RUSAGE_SELF), machine_cpu()
     _perf("disable")
     USAGE.update(switches=after.ru_nvcsw - before.ru_nvcsw,
                  user_s=after.ru_utime - before.ru_utime,
-                 system_s=after.ru_stime - before.ru_stime)  # fmt: skip
+                 system_s=after.ru_stime - before.ru_stime,
+                 machine_s=busy_after[0] - busy[0], softirq_s=busy_after[1] - busy[1])  # fmt: skip
     return samples
 
 
@@ -412,6 +435,8 @@ def main() -> None:
                 "wakeups_per_round_trip": run.wakeups,
                 "user_us_per_round_trip": run.user_us,
                 "system_us_per_round_trip": run.system_us,
+                "machine_us_per_round_trip": run.machine_us,
+                "softirq_us_per_round_trip": run.softirq_us,
                 "packets_per_round_trip": run.packets,
                 "syscalls_per_round_trip": {n: c for n, c in per_round if c > 0},
             }
@@ -465,6 +490,8 @@ def _print_row(kind: str, row: dict[str, Any]) -> None:
     syscalls = f"{total:5.1f} syscalls ({named})" if total is not None else "no strace"
     print(f"{kind:<16} p50 {row['p50_us']:7.1f} us  cpu {row['user_us_per_round_trip']:6.1f} "
           f"user + {row['system_us_per_round_trip']:6.1f} sys us  "
+          f"machine {row['machine_us_per_round_trip']:4.0f} us "
+          f"(softirq {row['softirq_us_per_round_trip']:3.0f})  "
           f"{row['wakeups_per_round_trip']:4.1f} wake-ups  "
           f"{row['packets_per_round_trip']:4.1f} packets  {syscalls}", flush=True)  # fmt: skip
     shares = row.get("cpu_by_object")
