@@ -122,3 +122,27 @@ def test_strace_tables_are_counted_by_name(tmp_path: Path) -> None:
     assert strace_counts(str(table)) == {
         "epoll_pwait": 2001, "read": 2000, "openat": 12, "total": 4013,
     }  # fmt: skip
+
+
+def test_the_floor_refuses_the_ucxx_kind_without_its_interpreter_and_unknown_kinds(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from aiordma.bench.studies import wake_floor
+
+    for kinds, said in (("aiordma uvloop,ucxx uvloop", "needs --ucxx PYTHON"),
+                        ("aiordma trio", "unknown kind 'aiordma trio'")):  # fmt: skip
+        monkeypatch.setattr(sys, "argv", ["wake_floor", "--kinds", kinds])
+        with pytest.raises(SystemExit) as exited:
+            wake_floor.main()
+        assert exited.value.code == 2
+        assert said in capsys.readouterr().err
+
+
+def test_the_floor_counts_no_packets_on_a_device_without_counters() -> None:
+    from aiordma.bench.studies.wake_floor import machine_cpu, sent_packets
+
+    assert sent_packets("no-such-device") == 0
+    busy, softirq = machine_cpu()
+    assert busy > 0 and 0 <= softirq <= busy
