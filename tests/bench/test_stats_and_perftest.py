@@ -145,4 +145,5 @@ def test_the_floor_counts_no_packets_on_a_device_without_counters() -> None:
 
     assert sent_packets("no-such-device") == 0
     busy, softirq = machine_cpu()
-    assert busy > 0 and 0 <= softirq <= busy
+    assert busy > 0
+    assert 0 <= softirq <= busy
