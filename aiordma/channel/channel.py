@@ -53,7 +53,7 @@ from aiordma.exceptions import (
 )
 from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats
-from aiordma.verbs.memory import Access, MemoryRegion, Segment
+from aiordma.verbs.memory import Access
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -95,8 +95,8 @@ class MessageChannel(Closable):
     built on the channel, such as :mod:`aiordma.rpc`, put their framing
     there, so the body can still land, unsplit and uncopied, in the
     receiver's own buffer. Small messages take one packet; larger ones up
-    to ``medium_limit`` several, copied; larger ones and registered memory
-    (:class:`MemoryRegion`, :class:`Segment`) are read by the peer where
+    to ``medium_limit`` several, copied (from registered memory too:
+    copying is faster up to there); larger ones are read by the peer where
     they are, exposed for at most ``exposure_timeout`` and within
     ``max_exposed``. A plain buffer that a second large message is
     received into or sent from keeps its registration (see
@@ -426,9 +426,9 @@ class MessageChannel(Closable):
 
         Small messages are copied into a registered send buffer: this returns
         once that is posted, and ``data`` may be reused at once. So are
-        plain bodies up to ``medium_limit``, in several packets; cancelled
-        after the first went, the rest is copied and still delivered.
-        Larger ones, and registered memory, are read by the peer from
+        bodies up to ``medium_limit``, in several packets, whether or not
+        they are registered; cancelled after the first went, the rest is
+        copied and still delivered. Larger ones are read by the peer from
         ``data`` itself, and this returns once the peer has them; ``data``
         must not change meanwhile. Waits for credit
         when the peer is slow to receive, and for room under ``max_exposed``.
@@ -508,11 +508,7 @@ class MessageChannel(Closable):
             await self._sender.in_turn(Kind.EAGER, 0, size, None, head, data)
             self._stats.count("messages_sent", "bytes_sent", size)
             return None
-        if (
-            size <= self.medium_limit
-            and len(head) < self.eager_limit
-            and not isinstance(data, MemoryRegion | Segment)  # registered: no copy
-        ):
+        if size <= self.medium_limit and len(head) < self.eager_limit:  # registered too
             await send_medium(self._sender, packets, head, data, size)
             self._stats.count("messages_sent", "bytes_sent", size)
             return None

@@ -98,9 +98,10 @@ class ChannelOptions:
     sides announce it; when both name one and they differ, the channel
     fails on both sides with :class:`~aiordma.ProtocolMismatchError`."""
     medium_limit: int = DEFAULT_MEDIUM_LIMIT
-    """Bodies larger than one packet and at most this size (0: none) are
-    copied through the registered slots in several packets, against the
-    same credits; larger ones, and registered memory, go by rendezvous."""
+    """Bodies larger than one packet and at most this size (0: none),
+    registered memory included, are copied through the registered slots in
+    several packets, against the same credits; larger ones go by
+    rendezvous."""
     registration_cache: int = DEFAULT_REGISTRATION_CACHE
     """Bytes of plain buffers each way whose registration is kept for the
     next large message (0: none; least recently used evicted first; see

@@ -77,9 +77,9 @@ class Service:
 
     Register with :meth:`method` (a decorator) or :meth:`add`, then serve
     with :func:`start_server`. A handler's exception reaches the caller as
-    :class:`~aiordma.rpc.RemoteError`; a result that is registered memory
-    (or any large bytes-like object) is read by the caller straight from
-    it.
+    :class:`~aiordma.rpc.RemoteError`; a large result (registered memory
+    or any bytes-like object above the channel's ``medium_limit``) is read
+    by the caller straight from it.
     """
 
     def __init__(

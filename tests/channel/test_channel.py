@@ -354,8 +354,8 @@ async def test_a_large_send_from_registered_memory_is_read_in_place_through_its_
 ) -> None:
     async with await aiordma.connect(lab.addr, checksum_server, prepare=prepare_channel) as conn:
         channel: MessageChannel = conn.prepared
-        source = conn.alloc(300_000, Access.REMOTE_READ)
-        source.view()[:] = _payload(7, 300_000)
+        source = conn.alloc(900_000, Access.REMOTE_READ)
+        source.view()[:] = _payload(7, 900_000)
         registered: list[aiordma.MemoryRegion] = []
         register = conn.register
 
@@ -365,13 +365,13 @@ async def test_a_large_send_from_registered_memory_is_read_in_place_through_its_
             return mr
 
         monkeypatch.setattr(conn, "register", recording_register)
-        sending = asyncio.create_task(channel.send_message(source[100_000:200_000]))
+        sending = asyncio.create_task(channel.send_message(source[300_000:600_000]))
         digest = await asyncio.wait_for(channel.recv_message(), 30)
         await sending
-        assert digest == hashlib.sha256(_payload(7, 300_000)[100_000:200_000]).digest()
+        assert digest == hashlib.sha256(_payload(7, 900_000)[300_000:600_000]).digest()
         # Exposed where it is (no copy), as exactly its bytes, and only until DONE.
         (exposure,) = registered
-        assert (exposure.addr, exposure.length) == (source.addr + 100_000, 100_000)
+        assert (exposure.addr, exposure.length) == (source.addr + 300_000, 300_000)
         assert exposure.access == Access.REMOTE_READ
         assert exposure.rkey != source.rkey
         assert exposure.closed
@@ -636,7 +636,7 @@ async def test_a_slice_of_a_readable_pool_exposes_only_its_bytes_and_only_until_
         seen["message"] = bytes(await channel.recv_message())
         await channel.send_message(b"ok")
 
-    async with channel_to(lab, receive) as channel:
+    async with channel_to(lab, receive, medium_limit=0) as channel:  # rendezvous
         pool = channel.conn.alloc(4 * slot, Access.REMOTE_READ)
         for i in range(4):
             pool.view()[i * slot : (i + 1) * slot] = bytes([i + 1]) * slot
@@ -698,7 +698,7 @@ async def test_bindable_memory_is_exposed_through_a_window_until_done(lab: Lab) 
         except aiordma.RdmaError as exc:
             seen["after"] = exc
 
-    async with channel_to(lab, receive) as channel:
+    async with channel_to(lab, receive, medium_limit=0) as channel:  # rendezvous
         conn = channel.conn
         region = conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
         region.view()[:] = _payload(5, size)
@@ -753,7 +753,7 @@ async def test_a_cancelled_send_revokes_its_window(lab: Lab) -> None:
         except aiordma.RdmaError as exc:
             got.append(exc)
 
-    async with channel_to(lab, slow) as channel:
+    async with channel_to(lab, slow, medium_limit=0) as channel:  # rendezvous
         region = channel.conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
         exposed: list[object] = []
         channel._exposures.watchers.append(lambda exposure: exposed.append(exposure.key))
@@ -778,13 +778,39 @@ async def test_a_cancelled_send_revokes_its_window(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("whole", [True, False], ids=["region", "segment"])
+async def test_registered_memory_up_to_the_medium_limit_is_copied_not_exposed(
+    lab: Lab, whole: bool
+) -> None:
+    """Registered for speed, a 64 KiB body takes the faster way, in pieces:
+    nothing is exposed or registered for it, and it may be reused as soon
+    as the send returns."""
+    size = 64 << 10
+    async with channel_to(lab, echo) as channel:
+        conn = channel.conn
+        region = conn.alloc(2 * size, Access.LOCAL_WRITE | Access.MW_BIND)
+        body = region[:size] if not whole else region
+        length = len(body)
+        region.view()[:length] = _payload(7, length)
+        exposed: list[object] = []
+        channel._exposures.watchers.append(lambda exposure: exposed.append(exposure.key))
+        registered = _recording_registrations(conn)
+        await asyncio.wait_for(channel.send_message(body), 60)
+        region.view()[:] = bytes(2 * size)  # what went was copied
+        assert await asyncio.wait_for(channel.recv_message(), 60) == _payload(7, length)
+        assert exposed == []
+        assert registered == []
+        assert region.inflight == 0
+
+
+@pytest.mark.asyncio
 async def test_a_slice_of_bindable_memory_uses_a_window_only_where_windows_are_bounded(
     lab: Lab,
 ) -> None:
     """On rxe a window's rkey reaches its whole region, so a slice of a
     bindable region is registered on its own instead."""
     size = 128 << 10
-    async with channel_to(lab, echo) as channel:
+    async with channel_to(lab, echo, medium_limit=0) as channel:  # rendezvous
         conn = channel.conn
         pool = conn.alloc(2 * size, Access.LOCAL_WRITE | Access.MW_BIND)
         pool.view()[size:] = _payload(6, size)

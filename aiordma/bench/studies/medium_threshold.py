@@ -13,7 +13,9 @@ parallel, as in an application):
 - ``bw``: MB/s of ``--depth`` messages in flight, sent to a server that
   answers each with one byte.
 
-Plain ``bytes`` bodies, default windows and buffers otherwise. Prints one
+Plain ``bytes`` bodies, or with ``--registered`` bodies in registered
+memory (``Device.shared().alloc``) as a caller that registered for speed
+sends them; default windows and buffers otherwise. Prints one
 line per size, or one JSON line per size with ``--json``; the decision
 record that chose ``DEFAULT_MEDIUM_LIMIT`` cites it (docs/decisions/0006).
 """
@@ -51,13 +53,27 @@ asyncio.run(main())
 """
 
 
+def _bodies(size: int, registered: bool) -> list[bytes] | list[aiordma.MemoryRegion]:
+    """A body the server echoes back whole, and one it answers with one byte."""
+    echoed = b"e" + bytes(size - 1)
+    acked = b"a" + bytes(size - 1)
+    if not registered:
+        return [echoed, acked]
+    regions = []
+    for body in (echoed, acked):
+        region = aiordma.Device.shared().alloc(size)
+        region.view()[:] = body
+        regions.append(region)
+    return regions
+
+
 async def _measure(
-    host: str, port: int, size: int, limit: int, rounds: int, depth: int
+    host: str, port: int, size: int, limit: int, rounds: int, depth: int, registered: bool
 ) -> dict[str, float]:
     channel = await aiordma.open_channel(host, port, medium_limit=limit, max_message=64 << 20)
+    bodies = _bodies(size, registered)
+    echoed, acked = bodies
     async with channel:
-        echoed = b"e" + bytes(size - 1)  # echoed back whole
-        acked = b"a" + bytes(size - 1)  # answered with one byte
         samples = []
         for i in range(rounds + 3):
             start = time.perf_counter()
@@ -77,6 +93,9 @@ async def _measure(
             await channel.send_message(acked)
         await reader
         elapsed = time.perf_counter() - start
+    for body in bodies:
+        if isinstance(body, aiordma.MemoryRegion):
+            body.close()
     latency = Latency.of(samples).p50  # in microseconds
     return {"lat_us": latency, "bw_mbs": count * size / elapsed / 1e6}
 
@@ -86,6 +105,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--registered", action="store_true",
+                        help="send from registered memory instead of bytes")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     host = lab_address()
@@ -103,7 +124,9 @@ def main() -> None:
             row: dict[str, object] = {"size": size}
             for way, limit in WAYS.items():
                 port = servers[way][1]
-                figures = asyncio.run(_measure(host, port, size, limit, args.rounds, args.depth))
+                figures = asyncio.run(
+                    _measure(host, port, size, limit, args.rounds, args.depth, args.registered)
+                )
                 row[way] = figures
             if args.json:
                 print(json.dumps(row), flush=True)
