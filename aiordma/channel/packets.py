@@ -61,6 +61,8 @@ else:
 _EAGER = cython.declare(cython.int, Kind.EAGER)
 _RENDEZVOUS = cython.declare(cython.int, Kind.RENDEZVOUS)
 _HELLO_KIND = cython.declare(cython.int, Kind.HELLO)
+_CREDIT_KIND = cython.declare(cython.int, Kind.CREDIT)
+_CONTROL_CREDIT_KIND = cython.declare(cython.int, Kind.CONTROL_CREDIT)
 _MEDIUM = cython.declare(cython.int, Kind.MEDIUM)
 _HEADER_SIZE = cython.declare(cython.Py_ssize_t, HEADER_SIZE)
 
@@ -348,6 +350,8 @@ class Packets:
         except (ProtocolError, ValueError) as err:
             self._report(Event.BROKEN, err)
             return
+        if header.code == _CREDIT_KIND or header.code == _CONTROL_CREDIT_KIND:
+            self._stats.add("credit_updates_received")
         if ended:
             self._report(Event.ENDED, ended)
         if state.acks_due:
@@ -630,10 +634,11 @@ class Packets:
                     slot: cython.int
                     header: Header
                     slot, header = packet
-                    try:  # noqa: SIM105 (compiled, a try costs nothing; a context manager, calls)
+                    try:
                         self.post(slot, header, b"", None)
                     except (RdmaError, ResourceClosedError):
-                        pass  # the channel failed
+                        return  # the channel failed
+                    self._stats.add("credit_updates_sent")
 
     def room_came(self) -> None:
         """The send queue has room again (or never will): the credit update

@@ -79,9 +79,10 @@ class Side:
         self.send = bytearray(send_slots * size)
         self.recv = bytearray((window + control) * size)
         self.events: list[tuple[Event, object]] = []
+        self.stats = Stats("channel")
         self.packets = Packets(
             self.report, window, control, send_slots, None, memoryview(self.send),
-            memoryview(self.recv), size, MAX_MESSAGE, Stats("channel"), None, loop,
+            memoryview(self.recv), size, MAX_MESSAGE, self.stats, None, loop,
         )  # fmt: skip
         self.lane = FakeLane(send_depth)
         self.lane.side = self
@@ -168,6 +169,11 @@ def test_small_messages_flow_in_order_and_a_slow_receiver_holds_the_sender(
     _settled(a)
     _settled(b)
     assert a.reported(Event.FAILED) == b.reported(Event.BROKEN) == []
+    # No data went a's way to carry b's credits: each round's came in a packet
+    # of its own, and each side counts what the other sent.
+    assert b.stats.counters["credit_updates_sent"] >= 30
+    assert a.stats.counters["credit_updates_received"] == b.stats.counters["credit_updates_sent"]
+    assert b.stats.counters["credit_updates_received"] == a.stats.counters["credit_updates_sent"]
 
 
 def test_a_message_goes_into_the_callers_buffer(loop: asyncio.AbstractEventLoop) -> None:
