@@ -41,6 +41,9 @@ def row(result: Result, references: Sequence[Result] = ()) -> str:
     ratios = [ratio(result, ref) for ref in references if ref is not result]
     if ratios:
         text += f"  ({', '.join(ratios)})"
+    credits = result.extra.get("credit_packets_per_message")
+    if credits is not None:
+        text += f"  [{credits:.2f} credit-only packets/msg]"
     return text
 
 

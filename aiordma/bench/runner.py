@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiordma
-from aiordma import RemoteBuffer, rpc
+from aiordma import RemoteBuffer, metrics, rpc
 from aiordma.bench import tcp
 from aiordma.bench.stats import Latency, Result
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE
@@ -317,8 +317,11 @@ async def _measure_messages(
                 await channel.send_message(outgoing)
                 await receive()
 
+            before = _credit_packets(channel)
             samples = await _latencies(plan, ping, progress)
-            return Result("aiordma", mode, size, 1, len(samples), sum(samples), Latency.of(samples))
+            extra = _credit_extra(channel, before, 2 * len(samples))  # two messages a round trip
+            return Result("aiordma", mode, size, 1, len(samples), sum(samples), Latency.of(samples),
+                          extra)  # fmt: skip
 
         async def stream(count: int | None, report: Progress | None) -> tuple[int, float]:
             async def post() -> asyncio.Future[Any]:
@@ -335,8 +338,24 @@ async def _measure_messages(
             return done, time.perf_counter() - start
 
         await stream(plan.warmup, None)
+        before = _credit_packets(channel)
         done, seconds = await stream(None, progress)
-        return Result("aiordma", mode, size, plan.depth, done, seconds)
+        extra = _credit_extra(channel, before, done)
+        return Result("aiordma", mode, size, plan.depth, done, seconds, extra=extra)
+
+
+def _credit_packets(channel: aiordma.MessageChannel) -> int:
+    """Credit-only packets this channel has sent and received so far."""
+    counters = channel.stats()["counters"]
+    return int(counters.get("credit_updates_sent", 0) + counters.get("credit_updates_received", 0))
+
+
+def _credit_extra(channel: aiordma.MessageChannel, before: int, messages: int) -> dict[str, float]:
+    """``credit_packets_per_message``: the packets that carried only credits,
+    both ways, per message since ``before`` (none when metrics are off)."""
+    if not messages or not metrics.enabled():
+        return {}
+    return {"credit_packets_per_message": (_credit_packets(channel) - before) / messages}
 
 
 async def _measure_connect(peer: Peer, plan: Plan, progress: Progress | None) -> Result:

@@ -46,6 +46,10 @@ def test_rows_name_the_tool_and_append_every_reference() -> None:
     bw = row(Result("tcp", "read_bw", 1 << 20, 8, 10, 1.0))
     assert "10.5 MB/s" in bw
     assert "10 ops/s" in bw
+    stream = row(Result("aiordma", "msg_bw", 65536, 8, 10, 1.0,
+                        extra={"credit_packets_per_message": 0.125}))  # fmt: skip
+    assert stream.endswith("[0.12 credit-only packets/msg]")
+    assert "credit" not in bw
 
 
 def test_default_sizes_per_kind_of_mode() -> None:
