@@ -48,6 +48,17 @@ class Lane(Protocol):
     def send(self, slot: int, length: int) -> None:
         """Post the first ``length`` bytes of send slot ``slot``."""
 
+    def hold(self) -> None:
+        """Stage the sends that follow, to go as one chain at :meth:`flush`."""
+
+    def flush(self) -> int:
+        """Post the staged sends; 0, or an errno (then :attr:`unposted` names
+        the send slots that did not go)."""
+
+    @property
+    def unposted(self) -> list[int]:
+        """The send slots the last failed :meth:`flush` did not post."""
+
     def recv(self, slot: int) -> None:
         """Post receive slot ``slot``."""
 

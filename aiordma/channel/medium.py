@@ -1,7 +1,8 @@
 """Sending a MEDIUM message: too large for one packet, copied through the send slots.
 
 Its first packet (MEDIUM) carries the head and the body's first bytes;
-PIECEs bring the rest, each copied into a send slot as credit allows, so
+PIECEs bring the rest, each copied into a send slot as credit allows and
+posted with the others that can go at once as one chain, so
 nothing is registered or exposed for it (larger bodies go by
 :mod:`~aiordma.channel.rendezvous`). The receiving side's half is
 :meth:`~aiordma.channel.packets.Packets.begin_medium` and
@@ -34,9 +35,11 @@ async def send_medium(sender: Sender, packets: Packets, head: bytes, data: Body,
         with buffer_view(data) as view:
             offset = 0
             try:
-                room = packets.eager_limit - len(head)
-                await sender.post(Kind.MEDIUM, 0, size, None, head, view[:room])
-                offset = room
+                offset = packets.send_medium(head, view, size)  # with what can go now
+                if not offset:  # wait for what the first packet needs
+                    room = packets.eager_limit - len(head)
+                    await sender.post(Kind.MEDIUM, 0, size, None, head, view[:room])
+                    offset = room
                 while offset < size:
                     offset = packets.send_pieces(view, offset, size)  # what can go now
                     if offset < size:  # wait for what it needs, then send one

@@ -29,12 +29,18 @@ cdef class Packets:
     cdef object _stats
     cdef object _shared
     cdef object _loop
+    cdef Arrival _sink
+    cdef object _sink_target
+    cdef Py_ssize_t _sink_offset
     cpdef turn(self, bint send, int step)
     cpdef post(self, int slot, Header header, object head, object body)
     cpdef int try_send(self, object kind, unsigned long long msg_id, unsigned long long length,
                        object remote, object head, object body) except? -1
     cpdef bint send_eager(self, object head, object body, Py_ssize_t size) except *
+    cpdef Py_ssize_t send_medium(self, object head, object view, Py_ssize_t size)
     cpdef Py_ssize_t send_pieces(self, object view, Py_ssize_t offset, Py_ssize_t size)
+    cdef Py_ssize_t _pieces(self, object view, Py_ssize_t offset, Py_ssize_t size) except? -1
+    cdef _flush(self)
     cpdef sent(self, int slot)
     cpdef arrived(self, int slot, Py_ssize_t size)
     cpdef bint needs_turn(self) except *
@@ -46,6 +52,7 @@ cdef class Packets:
     cdef _update(self)
     cdef _wake(self, bint receiving)
     cpdef Py_ssize_t take_pieces(self, Arrival arrival, object target, Py_ssize_t offset)
+    cdef Py_ssize_t _copy_pieces(self, Arrival arrival, object target, Py_ssize_t offset) except? -1
     cpdef bint repost(self, int slot) except *
     cpdef consumed(self)
     cpdef object take_eager(self, object into)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -36,7 +37,7 @@ from aiordma.channel.credits import DataCredits
 from aiordma.channel.state import Arrival as Arrival  # (the records the shell reads)
 from aiordma.channel.state import ChannelState
 from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
-from aiordma.exceptions import ProtocolError, RdmaError, ResourceClosedError
+from aiordma.exceptions import DeviceError, ProtocolError, RdmaError, ResourceClosedError
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -64,6 +65,7 @@ _HELLO_KIND = cython.declare(cython.int, Kind.HELLO)
 _CREDIT_KIND = cython.declare(cython.int, Kind.CREDIT)
 _CONTROL_CREDIT_KIND = cython.declare(cython.int, Kind.CONTROL_CREDIT)
 _MEDIUM = cython.declare(cython.int, Kind.MEDIUM)
+_PIECE_KIND = cython.declare(cython.int, Kind.PIECE)
 _HEADER_SIZE = cython.declare(cython.Py_ssize_t, HEADER_SIZE)
 
 Bytes = bytes | bytearray
@@ -107,6 +109,10 @@ _POSTED = cython.declare(cython.int, POSTED)
 def _fits(header: Header) -> cython.bint:
     """Whether the header's credits fit their 16 bits (else packing it raises)."""
     return 0 <= header.credits < 0x10000 and 0 <= header.control_credits < 0x10000
+
+
+_NO_TARGET = memoryview(bytearray())
+"""What :meth:`Packets.fill` copies into when nothing is being filled."""
 
 
 def _report_nothing(event: Event, value: object) -> None:
@@ -160,6 +166,10 @@ class Packets:
         self._stats = stats
         self._shared = shared
         self._loop = loop
+        self._sink: Arrival | None = None
+        """The MEDIUM message whose PIECEs are copied as they land (:meth:`fill`)."""
+        self._sink_target: View = _NO_TARGET
+        self._sink_offset = 0
 
     def let_go(self) -> None:
         """The channel failed: report nothing more to it (no reference back to it)."""
@@ -292,13 +302,43 @@ class Packets:
         return True
 
     @cython.ccall
+    def send_medium(self, head: Bytes, view: View, size: cython.Py_ssize_t) -> cython.Py_ssize_t:
+        """Post a MEDIUM message's first packet (``head`` and the start of its
+        body ``view`` of ``size`` bytes) and the PIECEs that can go with it
+        now, as one chain; returns how far the body is sent (0: the first
+        packet cannot go yet, nothing was posted). The caller holds the send
+        turn."""
+        room: cython.Py_ssize_t = self.eager_limit - len(head)
+        offset: cython.Py_ssize_t = 0
+        self.lane.hold()  # type: ignore[union-attr]
+        try:
+            if self.try_send(Kind.MEDIUM, 0, size, None, head, view[:room]) == _POSTED:
+                offset = self._pieces(view, room, size)
+        finally:
+            self._flush()
+        return offset
+
+    @cython.ccall
     def send_pieces(
         self, view: View, offset: cython.Py_ssize_t, size: cython.Py_ssize_t
     ) -> cython.Py_ssize_t:
         """Post the PIECEs of a MEDIUM message (its body ``view`` of ``size``
         bytes, sent up to ``offset``) that the send queue, the send slots
-        and the credits let go now; returns how far it is sent. The caller
-        holds the send turn and waits for whatever stops it."""
+        and the credits let go now, as one chain; returns how far it is
+        sent. The caller holds the send turn and waits for whatever stops it."""
+        self.lane.hold()  # type: ignore[union-attr]
+        try:
+            offset = self._pieces(view, offset, size)
+        finally:
+            self._flush()
+        return offset
+
+    @cython.cfunc
+    @cython.exceptval(-1, check=True)
+    def _pieces(
+        self, view: View, offset: cython.Py_ssize_t, size: cython.Py_ssize_t
+    ) -> cython.Py_ssize_t:
+        """:meth:`send_pieces`' staging, inside the lane's hold."""
         limit: cython.Py_ssize_t = self.eager_limit
         n: cython.Py_ssize_t
         slot: cython.int
@@ -312,6 +352,18 @@ class Packets:
             self.post(slot, header, b"", view[offset : offset + n])
             offset += n
         return offset
+
+    @cython.cfunc
+    def _flush(self) -> None:
+        """Post what the lane staged. If the provider refused part of it, so
+        does the channel fail (the credits spent cannot be given back)."""
+        rc: cython.int = self.lane.flush()  # type: ignore[union-attr]
+        if rc:
+            for slot in self.lane.unposted:  # type: ignore[union-attr]
+                self.state.sent(slot)
+            exc = DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
+            self._report(Event.FAILED, exc)
+            raise exc
 
     @cython.ccall
     def sent(self, slot: cython.int) -> None:
@@ -356,6 +408,11 @@ class Packets:
             self._report(Event.ENDED, ended)
         if state.acks_due:
             self._report(Event.ANSWER, None)
+        sink = self._sink
+        if sink is not None and header.code == _PIECE_KIND:
+            self._sink_offset = self._copy_pieces(sink, self._sink_target, self._sink_offset)
+            if self._sink_offset == sink.header.length:
+                self._sink = None  # whole: its task wakes below
         if repost:
             self.repost(slot)
         elif offer and self.deliver is not None and self._delivered(slot, header):
@@ -499,6 +556,16 @@ class Packets:
         into ``target`` (a flat writable view of its body, filled up to
         ``offset``), giving each buffer back as it is copied; returns how far
         the body is filled. The channel must not have failed."""
+        offset = self._copy_pieces(arrival, target, offset)
+        self.pump()
+        return offset
+
+    @cython.cfunc
+    @cython.exceptval(-1, check=True)
+    def _copy_pieces(
+        self, arrival: Arrival, target: View, offset: cython.Py_ssize_t
+    ) -> cython.Py_ssize_t:
+        """:meth:`take_pieces` without the wake-up."""
         pieces = arrival.pieces
         slot: cython.int
         length: cython.Py_ssize_t
@@ -513,8 +580,23 @@ class Packets:
             offset += length
             if self.state.piece_taken():
                 self.repost(slot)
-        self.pump()
         return offset
+
+    def fill(self, arrival: Arrival, target: View, offset: int) -> None:
+        """Copy the PIECEs of ``arrival`` (the MEDIUM message being taken, not
+        yet whole, its pieces so far taken) into ``target`` as they land,
+        from the completion drain; the receiving task is woken once the body
+        is whole (or the channel changes state), not for each piece. Call
+        order: ``fill -> (await arrivals) -> filled``."""
+        self._sink = arrival
+        self._sink_target = target
+        self._sink_offset = offset
+
+    def filled(self) -> int:
+        """Stop :meth:`fill`; how far the body is filled."""
+        self._sink = None
+        self._sink_target = _NO_TARGET
+        return self._sink_offset
 
     def begin_medium(self, arrival: Arrival, target: View) -> tuple[bytes, int]:
         """Start taking a MEDIUM message into ``target`` (a flat writable view
@@ -542,10 +624,6 @@ class Packets:
         arrival.slot = -1
         self.pump()
         return head, offset
-
-    def pieces_ready(self, arrival: Arrival) -> bool:
-        """Whether PIECEs of the MEDIUM message being taken wait to be copied."""
-        return bool(arrival.pieces)
 
     def keep_taken(self, arrival: Arrival, head: bytes, target: View, offset: int) -> None:
         """A receive taking a MEDIUM message was cancelled with its body filled
@@ -616,9 +694,13 @@ class Packets:
 
     @cython.ccall
     def pump(self) -> None:
-        """Return owed credits if an update is due, and wake waiters."""
+        """Return owed credits if an update is due, and wake waiters (not the
+        receiving task while the pieces it waits for are copied for it)."""
         self._update()
-        if self.waiters or self.receiving:
+        if self._sink is not None:
+            if self.waiters:
+                self._wake(False)
+        elif self.waiters or self.receiving:
             self.wake()
 
     @cython.cfunc

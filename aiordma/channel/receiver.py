@@ -135,8 +135,10 @@ class Receiver:
     async def _take_pieces(self, arrival: Arrival, into: Into | None) -> bytearray | int:
         """Copy a MEDIUM message's body out piece by piece, each buffer given
         back (and its credit owed) as soon as it is copied, so a message
-        larger than the window flows. Cancelled, what was copied is kept,
-        and the next receive resumes from it."""
+        larger than the window flows; the pieces that land while this task
+        waits are copied from the completion drain, which wakes it once the
+        body is whole. Cancelled, what was copied is kept, and the next
+        receive resumes from it."""
         packets = self._packets
         length = arrival.header.length
         landed = bytearray(length) if into is None else None
@@ -145,10 +147,14 @@ class Receiver:
             try:
                 while offset < length:
                     self._check()  # failed: the buffers are no longer readable
-                    if not packets.pieces_ready(arrival):
-                        await self._packets.arrivals()
-                        continue
                     offset = packets.take_pieces(arrival, target, offset)
+                    if offset == length:
+                        break
+                    packets.fill(arrival, target, offset)  # the rest copied as it lands
+                    try:
+                        await packets.arrivals()
+                    finally:
+                        offset = packets.filled()
             except BaseException:
                 if not packets.failed:  # cancelled: the next receive resumes
                     packets.keep_taken(arrival, head, target, offset)

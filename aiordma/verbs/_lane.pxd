@@ -6,6 +6,7 @@ from aiordma.verbs._slots cimport SlotPool
 cdef class PacketLane:
     cdef object _engine
     cdef object _post_send
+    cdef object _post_list
     cdef object _post_recv
     cdef object _kick
     cdef SlotPool _sq
@@ -28,9 +29,18 @@ cdef class PacketLane:
     cdef bytearray _posted
     cdef public int outstanding
     cdef bint _stopped
+    cdef bint _holding
+    cdef list _staged_ids
+    cdef list _staged_flags
+    cdef list _staged_addrs
+    cdef list _staged_lengths
+    cdef public list unposted
     cdef unsigned long long _first
     cdef tuple _mrs
     cpdef send(self, int slot, Py_ssize_t length)
+    cpdef hold(self)
+    cpdef int flush(self) except? -1
+    cdef _unstage(self, Py_ssize_t posted)
     cpdef recv(self, int slot)
     cpdef bint send_room(self) except *
     cdef _send_completed(self, int slot, int status, object wc)

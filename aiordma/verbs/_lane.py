@@ -16,9 +16,13 @@ order, so a signalled completion also reports the unsignalled sends
 before it. The lane holds its regions busy (``MemoryRegion.inflight``)
 and its receive slots' share of the receive queue while it lives.
 
-Call order: ``(send | recv | complete)* -> stop -> complete* -> detach``
-(``stop`` when the queue pair closes or fails; ``detach`` before it is
-destroyed).
+Sends made between :meth:`PacketLane.hold` and :meth:`PacketLane.flush`
+are staged and posted by ``flush`` as one chain, one doorbell (a message's
+packets; nothing else may post in between).
+
+Call order: ``(send | hold -> send* -> flush | recv | complete)* -> stop
+-> complete* -> detach`` (``stop`` when the queue pair closes or fails;
+``detach`` before it is destroyed).
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class PacketLane:
         self._engine = engine
         driver = engine.driver
         self._post_send = driver.post_send
+        self._post_list = driver.post_send_list
         self._post_recv = driver.post_recv
         self._kick = engine.cq.kick if engine.cq.polls else None
         """What to tell the CQ after a send, if it polls for completions."""
@@ -118,6 +123,14 @@ class PacketLane:
         self.outstanding = 0
         """Posted receives and signalled sends whose completion has not come."""
         self._stopped = False
+        self._holding = False
+        self._staged_ids: list[int] = []
+        """The staged sends' ``wr_id``, flags, address and length, in order."""
+        self._staged_flags: list[int] = []
+        self._staged_addrs: list[int] = []
+        self._staged_lengths: list[int] = []
+        self.unposted: list[int] = []
+        """The send slots the last failed :meth:`flush` did not post."""
         if recvs and not engine.rq.try_acquire(recvs):
             raise ResourceBusyError(f"receive queue has no room for {recvs} buffers")
         self._first = engine.cq.claim_ids(sends + recvs)
@@ -146,12 +159,19 @@ class PacketLane:
         flags: cython.int = 0 if silent else _SIGNALED
         addr: cython.ulonglong = self._send_base + slot * self._size
         self._handlers[wr_id] = self
-        rc: cython.int = self._post_send(wr_id, _WR_SEND, flags, addr, length, self._send_lkey)
-        if rc:
-            del self._handlers[wr_id]
-            self._sq.release(1)
-            self._silent_run = 0
-            raise DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
+        if self._holding:  # posted by flush(); undone there if refused
+            self._staged_ids.append(wr_id)
+            self._staged_flags.append(flags)
+            self._staged_addrs.append(addr)
+            self._staged_lengths.append(length)
+        else:
+            rc: cython.int = self._post_send(wr_id, _WR_SEND, flags, addr, length,
+                                             self._send_lkey)  # fmt: skip
+            if rc:
+                del self._handlers[wr_id]
+                self._sq.release(1)
+                self._silent_run = 0
+                raise DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
         self._silent_run = run if silent else 0
         self._next_seq += 1
         self._seq[slot] = self._next_seq
@@ -160,8 +180,66 @@ class PacketLane:
             self._silent.append(slot)
         else:
             self.outstanding += 1
-        if self._kick is not None:
+        if self._kick is not None and not self._holding:
             self._kick()
+
+    @cython.ccall
+    def hold(self) -> None:
+        """Stage the sends that follow until :meth:`flush` (not nested)."""
+        self._holding = True
+
+    @cython.ccall
+    @cython.exceptval(-1, check=True)
+    def flush(self) -> cython.int:
+        """Post the sends staged since :meth:`hold` as one chain and stop
+        staging. Returns 0, or the provider's errno: then the sends from the
+        one it refused on are undone (their slots in :attr:`unposted`) and
+        the signalling restarts."""
+        self._holding = False
+        ids = self._staged_ids
+        count: cython.Py_ssize_t = len(ids)
+        if count == 0:
+            return 0
+        rc: cython.int
+        posted: cython.Py_ssize_t
+        if count == 1:
+            rc = self._post_send(ids[0], _WR_SEND, self._staged_flags[0],
+                                 self._staged_addrs[0], self._staged_lengths[0],
+                                 self._send_lkey)  # fmt: skip
+            posted = 0 if rc else 1
+        else:
+            rc, posted = self._post_list(ids, self._staged_flags, self._staged_addrs,
+                                         self._staged_lengths, self._send_lkey)  # fmt: skip
+        if rc:
+            self._unstage(posted)
+        self._staged_ids = []
+        self._staged_flags = []
+        self._staged_addrs = []
+        self._staged_lengths = []
+        if posted and self._kick is not None:
+            self._kick()
+        return rc
+
+    @cython.cfunc
+    def _unstage(self, posted: cython.Py_ssize_t) -> None:
+        """Undo the staged sends from ``posted`` on: the provider refused them."""
+        unposted: list[int] = []
+        i: cython.Py_ssize_t
+        for i in range(len(self._staged_ids) - 1, posted - 1, -1):
+            wr_id: cython.ulonglong = self._staged_ids[i]
+            index: cython.Py_ssize_t = wr_id - self._first
+            slot: cython.int = index - self._recvs
+            self._handlers.pop(wr_id, None)
+            self._posted[index] = 0
+            if self._staged_flags[i] & _SIGNALED:
+                self.outstanding -= 1
+            else:
+                self._silent.pop()  # the unposted are the newest silent ones
+            unposted.append(slot)
+        unposted.reverse()
+        self._sq.release(len(unposted))
+        self._silent_run = 0
+        self.unposted = unposted
 
     @cython.ccall
     def recv(self, slot: cython.int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from aiordma.channel.packets import NO_CREDIT, NO_ROOM, POSTED, Event, Packets
 from aiordma.channel.state import Arrival
 from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
-from aiordma.exceptions import ProtocolError, RdmaError
+from aiordma.exceptions import DeviceError, ProtocolError, RdmaError
 from aiordma.metrics import Stats
 from aiordma.verbs.memory import RemoteBuffer
 
@@ -37,20 +38,42 @@ class FakeLane:
         self.side: Side
         self.peer: FakeLane
         self.broken = False
+        self.staged: list[tuple[int, bytes]] | None = None
+        """Sends held for one chain, between hold() and flush()."""
+        self.chains: list[int] = []
+        """How many sends each flush() posted."""
+        self.refuse_after: int | None = None
+        """flush() refuses the sends after this many (an errno, as a provider might)."""
+        self.unposted: list[int] = []
 
     def send(self, slot: int, length: int) -> None:
         if self.broken:
             raise RdmaError("the fake queue pair is broken")
-        assert len(self.in_flight) < self.send_depth, "posted past the send queue's room"
+        assert self.send_room(), "posted past the send queue's room"
         size = self.side.size
-        self.in_flight.append((slot, bytes(self.side.send[slot * size : slot * size + length])))
+        packet = (slot, bytes(self.side.send[slot * size : slot * size + length]))
+        (self.in_flight if self.staged is None else self.staged).append(packet)
+
+    def hold(self) -> None:
+        assert self.staged is None, "hold() nested"
+        self.staged = []
+
+    def flush(self) -> int:
+        assert self.staged is not None, "flush() without hold()"
+        staged, self.staged = self.staged, None
+        posted = len(staged) if self.refuse_after is None else min(self.refuse_after, len(staged))
+        if staged:
+            self.chains.append(posted)
+        self.in_flight += staged[:posted]
+        self.unposted = [slot for slot, _ in staged[posted:]]
+        return errno.ENOMEM if self.unposted else 0
 
     def recv(self, slot: int) -> None:
         assert slot not in self.posted, f"receive slot {slot} posted twice"
         self.posted.append(slot)
 
     def send_room(self) -> bool:
-        return len(self.in_flight) < self.send_depth
+        return len(self.in_flight) + len(self.staged or ()) < self.send_depth
 
     def deliver(self) -> int:
         """Land every packet in flight at the peer, in order; how many went."""
@@ -216,9 +239,9 @@ def header_kind(packet: bytes) -> Kind:
 def _send_medium(side: Side, body: bytes) -> int:
     """What :func:`aiordma.channel.medium.send_medium` does while credit
     lasts: the MEDIUM packet, then PIECEs; returns how far it got."""
-    room = side.packets.eager_limit
-    assert side.packets.try_send(Kind.MEDIUM, 0, len(body), None, b"h", body[: room - 1]) == POSTED
-    return side.packets.send_pieces(memoryview(body), room - 1, len(body))
+    offset = side.packets.send_medium(b"h", memoryview(body), len(body))
+    assert offset >= side.packets.eager_limit - 1  # at least its first packet went
+    return offset
 
 
 def test_a_medium_message_larger_than_the_window_flows_piece_by_piece(
@@ -268,6 +291,89 @@ def test_a_cancelled_medium_receive_keeps_what_it_copied(loop: asyncio.AbstractE
     assert (head, resumed) == (b"h", filled)
     assert b.packets.take_pieces(arrival, again, resumed) == len(body)
     assert bytes(again) == body
+
+
+def test_a_medium_message_goes_as_one_chain_as_far_as_credit_lets_it(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Its first packet and the PIECEs that can go at once are posted as one
+    chain; what credit later lets go goes as another."""
+    a, b = _pair(loop, window=4, send_slots=8)
+    body = bytes(range(256)) * 8  # 9 packets
+    offset = a.packets.send_medium(b"h", memoryview(body), len(body))
+    assert a.lane.chains == [4]  # the MEDIUM and 3 PIECEs: the window's 4 credits
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None
+    target = memoryview(bytearray(len(body)))
+    _, filled = b.packets.begin_medium(arrival, target)
+    filled = b.packets.take_pieces(arrival, target, filled)
+    _flush(a, b)  # the credits back
+    offset = a.packets.send_pieces(memoryview(body), offset, len(body))
+    assert a.lane.chains == [4, 4]
+
+
+def test_a_medium_message_waits_when_its_first_packet_cannot_go(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    a, _ = _pair(loop, window=4, send_slots=8)
+    for n in range(4):  # spend the window
+        assert a.packets.send_eager(b"", b"x", 1), n
+    assert a.packets.send_medium(b"h", memoryview(b"m" * 600), 600) == 0
+    assert a.lane.staged is None  # the hold ended; nothing staged or posted
+    assert len(a.lane.in_flight) == 4
+
+
+def test_a_chain_the_provider_refuses_in_part_fails_the_channel(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The slots of what did not go are free again, the rest went, and the
+    channel fails with the provider's errno (the credits are spent)."""
+    a, _ = _pair(loop, window=8, send_slots=8)
+    a.lane.refuse_after = 2
+    free = len(a.packets.state.free_slots)
+    with pytest.raises(DeviceError) as caught:
+        a.packets.send_medium(b"h", memoryview(b"m" * 1200), 1200)  # 5 packets
+    assert caught.value.errno == errno.ENOMEM
+    assert [kind for kind, _ in a.events if kind == Event.FAILED] == [Event.FAILED]
+    assert len(a.lane.in_flight) == 2
+    # 5 slots taken, 3 given back: the 2 that went stay busy until their completions.
+    assert len(a.packets.state.free_slots) == free - 2
+
+
+def test_pieces_that_land_while_filling_are_copied_and_wake_the_task_once(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """While a receive fills a MEDIUM message, its pieces are copied as they
+    land (their buffers posted again at once) and its task is woken only
+    when the body is whole; a sender waiting for credits is woken as before."""
+    a, b = _pair(loop, window=4, send_slots=8)
+    body = bytes(range(256)) * 8
+    offset = a.packets.send_medium(b"h", memoryview(body), len(body))
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None
+    target = memoryview(bytearray(len(body)))
+    _, filled = b.packets.begin_medium(arrival, target)
+    filled = b.packets.take_pieces(arrival, target, filled)
+    b.packets.fill(arrival, target, filled)
+    receiving = b.packets.arrivals()
+    changed = b.packets.changed()
+    _flush(a, b)  # credits back to a
+    for _ in range(10):
+        offset = a.packets.send_pieces(memoryview(body), offset, len(body))
+        _flush(a, b)  # they land and are copied
+        if offset == len(body):
+            break
+        assert not receiving.done()  # not woken for a piece
+    assert changed.done()  # woken by the credits its copies gave back
+    assert receiving.done()  # whole
+    assert b.packets.filled() == len(body)
+    assert bytes(target) == body
+    b.packets.consumed()
+    _flush(a, b)
+    _settled(a)
+    _settled(b)
 
 
 def test_a_failed_side_keeps_what_arrived_whole(loop: asyncio.AbstractEventLoop) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -89,6 +91,80 @@ async def test_packets_go_from_send_slots_into_receive_slots(
     assert sender.sent == [0, 1, 2, 3]
     assert receiver.arrived[3] == (3, 1)
     assert receiver.failed == sender.failed == []
+
+
+@pytest.mark.asyncio
+async def test_held_sends_go_as_one_chain_at_flush(device: aiordma.Device) -> None:
+    options = aiordma.QueuePairOptions(send_depth=4, recv_depth=4)
+    a, b = await aiordma.connect_loopback_pair(device, options)
+    lane_a, sender, out, _ = _lane(device, a, sends=4, recvs=0)
+    lane_b, receiver, _, inbox = _lane(device, b, sends=1, recvs=4)
+    for slot in range(4):
+        lane_b.recv(slot)
+    assert lane_a.flush() == 0  # nothing held: nothing posted
+    lane_a.hold()
+    for slot in range(4):
+        out.view()[slot * SLOT : slot * SLOT + 5] = f"pkt-{slot}".encode()
+        lane_a.send(slot, 5 + slot)
+    assert not lane_a.send_room()  # staged sends hold their room in the send queue
+    assert lane_a.flush() == 0
+    await receiver.until(lambda: len(receiver.arrived) == 4, "four packets arrived")
+    assert receiver.arrived == [(0, 5), (1, 6), (2, 7), (3, 8)]
+    for slot in range(4):
+        assert bytes(inbox.view()[slot * SLOT : slot * SLOT + 5]) == f"pkt-{slot}".encode()
+    await sender.until(lambda: len(sender.sent) == 4, "all four reported sent")
+    assert sender.sent == [0, 1, 2, 3]
+    lane_b.recv(0)
+    lane_a.send(0, 1)  # not held any more: posted at once
+    await receiver.until(lambda: len(receiver.arrived) == 5, "a fifth, unheld")
+    assert receiver.failed == sender.failed == []
+    await _close(a, b)
+
+
+class _Refusing:
+    """A queue pair's driver whose chains the provider takes only the first
+    ``take`` requests of (ENOMEM for the rest)."""
+
+    def __init__(self, driver: Any, take: int) -> None:
+        self._driver = driver
+        self._take = take
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._driver, name)
+
+    def post_send_list(self, ids: list[int], flags: list[int], addrs: list[int],
+                       lengths: list[int], lkey: int) -> tuple[int, int]:  # fmt: skip
+        n = self._take
+        rc, posted = self._driver.post_send_list(ids[:n], flags[:n], addrs[:n], lengths[:n], lkey)
+        assert (rc, posted) == (0, n)
+        return errno.ENOMEM, n
+
+
+@pytest.mark.asyncio
+async def test_a_chain_refused_in_part_undoes_what_did_not_go(device: aiordma.Device) -> None:
+    """The slots after the refused request are named and not posted; what
+    went completes as usual, and the queue pair still closes promptly (no
+    completion is awaited for what never went)."""
+    a, b = await aiordma.connect_loopback_pair(device)
+    engine = a._engine
+    engine.driver = _Refusing(engine.driver, take=1)
+    lane_a, sender, _, _ = _lane(device, a, sends=4, recvs=0)
+    lane_b, receiver, _, _ = _lane(device, b, sends=1, recvs=4)
+    for slot in range(4):
+        lane_b.recv(slot)
+    lane_a.hold()
+    for slot in (2, 0, 3):
+        lane_a.send(slot, 1)
+    assert lane_a.flush() == errno.ENOMEM
+    assert lane_a.unposted == [0, 3]
+    assert lane_a.send_room()  # their room in the send queue is back
+    await receiver.until(lambda: len(receiver.arrived) == 1, "the one that went arrived")
+    for slot in (1, 0):  # the second is signalled (the run restarted): it settles all three
+        lane_a.send(slot, 1)
+    await sender.until(lambda: len(sender.sent) == 3, "what went reported sent")
+    assert sender.sent == [2, 1, 0]  # once each, in order
+    await asyncio.wait_for(_close(a, b), 10)
+    assert sender.failed == []
 
 
 @pytest.mark.asyncio

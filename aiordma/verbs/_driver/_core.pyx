@@ -591,6 +591,52 @@ cdef class QPDriver:
             wr.wr.rdma.rkey = rkey
         return ibv_post_send(self.qp, &wr, &bad)
 
+    def post_send_list(self, list ids, list flags, list addrs, list lengths, uint32_t lkey):
+        """Post sends (no immediate data) of one buffer each, all with ``lkey``,
+        as one linked list: one doorbell. Returns ``(errno, posted)``: 0 and
+        their number, or the provider's errno and how many were posted before
+        the one it refused."""
+        cdef Py_ssize_t count = len(ids)
+        cdef Py_ssize_t i
+        cdef ibv_send_wr stack_wrs[MAX_STACK_WRS]
+        cdef ibv_sge stack_sges[MAX_STACK_WRS]
+        cdef ibv_send_wr *wrs = stack_wrs
+        cdef ibv_sge *sges = stack_sges
+        cdef ibv_send_wr *bad = NULL
+        cdef int rc
+        self._check()
+        if count == 0:
+            return 0, 0
+        if len(flags) != count or len(addrs) != count or len(lengths) != count:
+            raise ValueError("a send list's columns differ in length")
+        if count > MAX_STACK_WRS:
+            wrs = <ibv_send_wr *>malloc(count * sizeof(ibv_send_wr))
+            sges = <ibv_sge *>malloc(count * sizeof(ibv_sge))
+            if wrs == NULL or sges == NULL:
+                free(wrs)
+                free(sges)
+                raise MemoryError()
+        try:
+            memset(wrs, 0, count * sizeof(ibv_send_wr))
+            for i in range(count):
+                sges[i].addr = addrs[i]
+                sges[i].length = lengths[i]
+                sges[i].lkey = lkey
+                wrs[i].wr_id = ids[i]
+                wrs[i].opcode = WR_SEND
+                wrs[i].send_flags = flags[i]
+                wrs[i].sg_list = &sges[i]
+                wrs[i].num_sge = 1
+                wrs[i].next = &wrs[i + 1] if i + 1 < count else NULL
+            rc = ibv_post_send(self.qp, wrs, &bad)
+            if rc == 0:
+                return 0, count
+            return rc, (bad - wrs) if bad != NULL else 0
+        finally:
+            if wrs != stack_wrs:
+                free(wrs)
+                free(sges)
+
     def post_table(self, uint64_t first_id, uint64_t ring, int opcode,
                    const unsigned long long[::1] table, Py_ssize_t start, Py_ssize_t count):
         """Post records ``start .. start + count`` of a one-sided table as one

@@ -101,6 +101,13 @@ class QPDriver(Protocol):
     ) -> int:
         """Post one request (not an atomic) with one buffer (``imm`` in host order)."""
 
+    def post_send_list(
+        self, ids: list[int], flags: list[int], addrs: list[int], lengths: list[int], lkey: int
+    ) -> tuple[int, int]:
+        """Post plain sends of one buffer each (all with ``lkey``) as one
+        linked list, one doorbell: ``(errno, posted)``, 0 and their number,
+        or the provider's errno and how many went before the one it refused."""
+
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
         """Post one receive into one buffer."""
 

@@ -292,6 +292,19 @@ class PureQPDriver:
             [(wr_id, opcode, flags, imm, (_Single(addr, length, lkey),), remote_addr, rkey, 0, 0)]
         )
 
+    def post_send_list(
+        self, ids: list[int], flags: list[int], addrs: list[int], lengths: list[int], lkey: int
+    ) -> tuple[int, int]:
+        if not (len(ids) == len(flags) == len(addrs) == len(lengths)):
+            raise ValueError("a send list's columns differ in length")
+        requests = [
+            (wr_id, _ibv.WR_SEND, flag, 0, (_Single(addr, length, lkey),), 0, 0, 0, 0)
+            for wr_id, flag, addr, length in zip(ids, flags, addrs, lengths, strict=True)
+        ]
+        rc = self.post_sends(requests) if requests else 0
+        # pyverbs does not say which request it refused: count none as posted.
+        return rc, 0 if rc else len(requests)
+
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
         qp = self._live()
         try:
