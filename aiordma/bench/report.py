@@ -19,7 +19,7 @@ def ratio(result: Result, reference: Result) -> str:
     """
     if result.latency is not None and reference.latency is not None:
         ours, theirs, form = result.latency.p50, reference.latency.p50, "{:.1f}x {}"
-    elif result.mode == "send_rate":
+    elif result.mode in ("send_rate", "msg_rate"):
         ours, theirs, form = result.ops_per_s, reference.ops_per_s, "{:.0%} of {}"
     else:
         ours, theirs, form = result.mb_per_s, reference.mb_per_s, "{:.0%} of {}"

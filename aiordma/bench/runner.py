@@ -290,11 +290,14 @@ async def _measure_rpc(
 async def _measure_messages(
     peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None
 ) -> Result:
-    """Messages through a channel: a ping-pong (``_lat``) or a stream with
-    ``plan.depth`` sends in flight, timed until the peer acknowledged the
-    last (``_bw``); ``msg_reg_*`` send from and receive into registered memory."""
+    """Messages through a channel: a ping-pong (``_lat``), a stream with
+    ``plan.depth`` sends in flight (``_bw``) or of ``send_messages`` calls of
+    ``plan.depth`` messages each (``msg_rate``), timed until the peer
+    acknowledged the last; ``msg_reg_*`` send from and receive into
+    registered memory."""
     registered = mode.startswith("msg_reg_")
     latency = mode.endswith("_lat")
+    batched = mode == "msg_rate"
     kind = (b"msgecho" if latency else b"msgsink") + (b"_reg" if registered else b"")
     channel = await aiordma.open_channel(
         peer.addr, peer.port, private_data=kind, max_message=max(size, DEFAULT_MAX_MESSAGE)
@@ -328,7 +331,13 @@ async def _measure_messages(
                 return asyncio.ensure_future(channel.send_message(outgoing))
 
             start = time.perf_counter()
-            if count is None:
+            if batched:  # --depth messages a call, one call at a time
+                done, total = 0, plan.iterations if count is None else count
+                while plan.more(done, start) if count is None else done < total:
+                    await channel.send_messages([outgoing] * plan.depth)
+                    done += plan.depth
+                    _report(report, done)
+            elif count is None:
                 done, _ = await _window(plan, post, report)
             else:
                 done, _ = await _window(dataclasses.replace(plan, warmup=count), post, None,

@@ -55,6 +55,7 @@ PATTERN = {
     "msg_lat": "ping",
     "msg_reg_lat": "ping",
     "msg_bw": "stream",
+    "msg_rate": "stream",
     "msg_reg_bw": "stream",
     "xfer_read": "source",
     "xfer_write": "stream",

@@ -37,6 +37,7 @@ cdef class Packets:
     cpdef int try_send(self, object kind, unsigned long long msg_id, unsigned long long length,
                        object remote, object head, object body) except? -1
     cpdef bint send_eager(self, object head, object body, Py_ssize_t size) except *
+    cpdef Py_ssize_t send_eagers(self, object bodies, object sizes, Py_ssize_t start, bint in_turn)
     cpdef Py_ssize_t send_medium(self, object head, object view, Py_ssize_t size)
     cpdef Py_ssize_t send_pieces(self, object view, Py_ssize_t offset, Py_ssize_t size)
     cdef Py_ssize_t _pieces(self, object view, Py_ssize_t offset, Py_ssize_t size) except? -1

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import enum
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from aiordma.channel.buffers import Body, Into, buffer_view
@@ -300,6 +300,33 @@ class Packets:
             return False
         self._stats.count("messages_sent", "bytes_sent", size)
         return True
+
+    @cython.ccall
+    def send_eagers(
+        self, bodies: Sequence[Body], sizes: Sequence[int], start: cython.Py_ssize_t,
+        in_turn: cython.bint,
+    ) -> cython.Py_ssize_t:  # fmt: skip
+        """Post the small messages ``bodies[start:]`` (``sizes`` bytes each,
+        each fitting one packet with no head) that the send queue, the send
+        slots and the credits let go now, as one chain; returns the index of
+        the first not sent. Sends nothing if others wait for the send turn,
+        unless the caller holds it (``in_turn``)."""
+        count: cython.Py_ssize_t = len(bodies)
+        i: cython.Py_ssize_t = start
+        size: cython.Py_ssize_t
+        if (self.senders and not in_turn) or self.failed or i >= count:
+            return i
+        self.lane.hold()  # type: ignore[union-attr]
+        try:
+            while i < count and not self.failed:
+                size = sizes[i]
+                if self.try_send(Kind.EAGER, 0, size, None, b"", bodies[i]) != _POSTED:
+                    break
+                self._stats.count("messages_sent", "bytes_sent", size)
+                i += 1
+        finally:
+            self._flush()
+        return i
 
     @cython.ccall
     def send_medium(self, head: Bytes, view: View, size: cython.Py_ssize_t) -> cython.Py_ssize_t:

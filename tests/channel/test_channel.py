@@ -87,6 +87,53 @@ async def test_mixed_sizes_arrive_in_order_both_ways(lab: Lab) -> None:
     assert replies == [m[::-1] for m in outgoing]
 
 
+@pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
+async def test_send_messages_delivers_a_batch_in_order_past_the_window(lab: Lab) -> None:
+    """Small ones in chains (more than the window: the rest waits for credit
+    in the send turn), medium and large ones between them, all in order, and
+    each counted once."""
+    sizes = [1, 64, 0, 8000] * 10 + [70_000] + [5] * 20 + [1 << 20] + [7] * 3
+    outgoing = [_payload(i, size) for i, size in enumerate(sizes)]
+    got: list[bytes] = []
+    done = asyncio.Event()
+
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        async for message in channel:
+            got.append(bytes(message))
+            if len(got) == len(outgoing):
+                done.set()
+
+    async with channel_to(lab, serve, window=8) as channel:
+        await asyncio.wait_for(channel.send_messages(iter(outgoing)), 60)
+        await asyncio.wait_for(done.wait(), 60)
+        assert channel.stats()["counters"]["messages_sent"] == len(outgoing)
+    assert got == outgoing
+
+
+@pytest.mark.asyncio
+async def test_send_messages_refuses_a_bad_batch_before_sending_any(lab: Lab) -> None:
+    got: list[bytes] = []
+    arrived = asyncio.Event()
+
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        async for message in channel:
+            got.append(bytes(message))
+            arrived.set()
+
+    async with channel_to(lab, serve, max_message=1 << 16) as channel:
+        with pytest.raises(MessageTooLargeError, match="70000 bytes"):
+            await channel.send_messages([b"a", b"b", bytes(70_000)])
+        with pytest.raises(TypeError):
+            await channel.send_messages([b"a", memoryview(bytes(8))[::2]])
+        await channel.send_messages([])
+        await channel.send_messages([b"only"])
+        await asyncio.wait_for(arrived.wait(), 30)
+    assert got == [b"only"]
+
+
 @pytest.fixture(scope="module")
 def checksum_server(lab: Lab) -> Iterator[int]:
     yield from start_peer_server(lab, "checksums")

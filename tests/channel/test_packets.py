@@ -313,6 +313,23 @@ def test_a_medium_message_goes_as_one_chain_as_far_as_credit_lets_it(
     assert a.lane.chains == [4, 4]
 
 
+def test_small_messages_go_as_one_chain_while_credit_lasts(loop: asyncio.AbstractEventLoop) -> None:
+    a, b = _pair(loop, window=4, send_slots=8)
+    bodies = [bytes([i]) * (i + 1) for i in range(6)]
+    sizes = [len(body) for body in bodies]
+    assert a.packets.send_eagers(bodies, sizes, 0, False) == 4  # the window's 4 credits
+    assert a.lane.chains == [4]
+    a.packets.turn(True, 1)  # another send waits for the turn: nothing jumps it...
+    assert a.packets.send_eagers(bodies, sizes, 4, False) == 4
+    _flush(a, b)
+    for i in range(4):
+        assert b.packets.take_eager(None) == bodies[i]
+    _flush(a, b)  # the credits back
+    assert a.packets.send_eagers(bodies, sizes, 4, True) == 6  # ...unless it holds the turn
+    assert a.lane.chains == [4, 2]
+    assert a.stats.counters["messages_sent"] == 6
+
+
 def test_a_medium_message_waits_when_its_first_packet_cannot_go(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
