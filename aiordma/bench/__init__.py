@@ -11,7 +11,8 @@ fetches results into registered memory with ``--depth`` calls in flight,
 payloads to a method that drops them. ``msg_lat`` is a ping-pong of
 messages through :class:`~aiordma.MessageChannel`, passing plain ``bytes``
 as users do; ``msg_bw`` streams them, ``--depth`` sends in flight, timed
-until the peer acknowledges the last; ``msg_reg_lat`` and ``msg_reg_bw``
+until the peer acknowledges the last; ``msg_rate`` streams small ones
+with ``send_messages``, ``--depth`` a call; ``msg_reg_lat`` and ``msg_reg_bw``
 do the same from and into registered memory. ``connect`` times rdma_cm connection
 set-up (``connect()`` until established). ``--compare tcp`` runs each
 pattern over asyncio TCP streams to the same address (see
