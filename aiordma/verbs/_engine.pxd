@@ -77,6 +77,7 @@ cdef class WorkEngine:
                             long long length, int flags, unsigned int imm,
                             unsigned long long raddr, unsigned int rkey, str kind)
     cpdef list quick_recvs(self, object locals_)
+    cpdef list quick_sends(self, object ops, object send_type)
     cpdef complete(self, _Work work, object wc)
     cdef _finish(self, unsigned long long wr_id, _Work work)
     cdef _settle_silent(self, long long seq)

@@ -452,6 +452,75 @@ class WorkEngine:
             self.stats.counters[counter] += 1
         return fut
 
+    @cython.ccall
+    def quick_sends(self, ops: Any, send_type: Any) -> list[asyncio.Future[WorkCompletion]] | None:
+        """Post ``ops`` (a list or tuple of ``send_type``, :class:`Send`) as
+        one chain and return their futures, when every one is plain: a
+        :class:`MemoryRegion` or a :class:`Segment` of one, open and
+        registered in this protection domain, ``imm`` None or 32 bits,
+        ``inline`` left to the queue pair (inline if it fits ``max_inline``);
+        the queue pair usable from here and send-queue room for all. Returns
+        None, having done nothing, otherwise: the caller takes the checked
+        path, which waits for room and raises what is wrong."""
+        if type(ops) is not list and type(ops) is not tuple:
+            return None
+        count: cython.Py_ssize_t = len(ops)
+        if count == 0 or count > self.sq.size or not self._usable_now():
+            return None
+        op: Any
+        for op in ops:
+            if type(op) is not send_type or op.inline is not None:
+                return None
+            imm = op.imm
+            if imm is not None and (type(imm) is not int or not 0 <= imm < 1 << 32):
+                return None
+            local = op.local
+            mr = local.mr if type(local) is Segment else local
+            if type(mr) is not MemoryRegion or mr._mr is None or mr._pd is not self._pd:
+                return None
+        if not self.sq.try_acquire(count):
+            return None
+        works: list[tuple[int, _Work]] = []
+        requests: list[tuple[Any, ...]] = []
+        futures: list[asyncio.Future[WorkCompletion]] = []
+        length: cython.longlong
+        flags: cython.int
+        for op in ops:
+            local = op.local
+            if type(local) is Segment:
+                mr = local.mr
+                length = local.length
+            else:
+                mr = local
+                length = mr.length
+            imm = op.imm
+            opcode: cython.int = _WR_SEND if imm is None else _WR_SEND_IMM
+            fut = self._loop.create_future()
+            silent: cython.bint = self._next_send(op.signaled)
+            work = _Work(self, fut, opcode, (mr,), length, False, -1, self._send_seq, silent)
+            wr_id = self._register(work)
+            flags = _INLINE if length <= self._max_inline else 0
+            if not silent:
+                flags |= _SIGNALED
+            works.append((wr_id, work))
+            requests.append((wr_id, opcode, flags, 0 if imm is None else imm, (local,), 0, 0, 0, 0))
+            futures.append(fut)
+        rc = self.driver.post_sends(requests)
+        if rc:
+            raise self._refused(works, self.sq, rc)
+        for wr_id, work in works:
+            for mr in work.mrs:
+                mr._inflight += 1  # open: checked above
+            self.works[wr_id] = work
+            if work.silent:
+                self._silent.append(work)
+        self.last_send = works[-1][1]
+        if metrics._on:
+            self.stats.counters["ops:batched"] += count
+        if self._kick is not None:
+            self._kick()
+        return futures
+
     @cython.cfunc
     def _post_quick(
         self, opcode: cython.int, mr: MemoryRegion, addr: cython.ulonglong,

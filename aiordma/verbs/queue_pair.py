@@ -459,6 +459,9 @@ class QueuePair(Closable):
         completions arrive. Waits for send-queue room when needed.
         """
         engine = self._engine
+        quick = engine.quick_sends(ops, Send)  # plain sends: checked and posted in one call
+        if quick is not None:
+            return quick
         engine.check_usable()
         built = [self._build(op) for op in ops]
         self._stats.add("ops:batched", len(built))

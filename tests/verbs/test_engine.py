@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 import aiordma
-from aiordma import Access, Opcode, QueuePair
+from aiordma import Access, Opcode, QueuePair, Send
 from aiordma.verbs._engine import ID_BLOCK
 
 Pair = tuple[QueuePair, QueuePair]
@@ -36,6 +36,39 @@ async def test_quick_and_checked_paths_resolve_alike_and_are_counted_alike(
     assert stats["latency"]["send"]["count"] == 3
     assert b.stats()["counters"]["ops:recv"] == 3
     assert out.inflight == inbox.inflight == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("recording")
+async def test_a_list_of_plain_sends_resolves_as_the_checked_path_does(
+    device: aiordma.Device, pair: Pair
+) -> None:
+    """Plain sends in one call (unsignalled ones settled by the signalled
+    last, immediate data carried); anything not plain in the list sends the
+    whole list the checked way, which works the same."""
+    a, b = pair
+    inbox = device.alloc(64 * 8)
+    out = device.register(bytearray(b"y" * 64))
+    slots = [inbox[i * 64 : (i + 1) * 64] for i in range(8)]
+    quick = [Send(out[:8], signaled=False), Send(out, imm=7), Send(out[:1])]
+    checked = [Send(out[:8], signaled=False), Send(out, imm=7), Send([out[:1]])]  # a list: checked
+    for batch in (quick, checked):
+        arrivals = await b.post_recv_batch(slots[:3])
+        sent = await asyncio.wait_for(asyncio.gather(*await a.post_batch(batch)), 10)
+        assert [wc.opcode for wc in sent] == [Opcode.SEND] * 3
+        got = await asyncio.wait_for(asyncio.gather(*arrivals), 10)
+        assert [(wc.byte_len, wc.imm_data) for wc in got] == [(8, None), (64, 7), (1, None)]
+        assert len({wc.wr_id for wc in sent}) == 3
+    assert a.stats()["counters"]["ops:batched"] == 6
+    assert out.inflight == inbox.inflight == 0
+    closed = device.alloc(8)
+    closed.close()
+    with pytest.raises(aiordma.ResourceClosedError):
+        await a.post_batch([Send(out), Send(closed)])  # the checked path names it
+    with pytest.raises(ValueError, match="32 bits"):
+        await a.post_batch([Send(out, imm=1 << 32)])
+    assert a.pending == 0
+    assert out.inflight == 0
 
 
 @pytest.mark.asyncio
