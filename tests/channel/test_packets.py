@@ -293,6 +293,19 @@ def test_a_cancelled_medium_receive_keeps_what_it_copied(loop: asyncio.AbstractE
     assert bytes(again) == body
 
 
+def _medium_begun(a: Side, b: Side, body: bytes) -> tuple[int, Arrival, memoryview, int]:
+    """``a`` sends ``body`` as a MEDIUM message as far as credit lets it, and
+    ``b`` takes what landed: how far ``a`` sent, the arrival, ``b``'s target
+    and how far it is filled."""
+    offset = a.packets.send_medium(b"h", memoryview(body), len(body))
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None
+    target = memoryview(bytearray(len(body)))
+    _, filled = b.packets.begin_medium(arrival, target)
+    return offset, arrival, target, b.packets.take_pieces(arrival, target, filled)
+
+
 def test_a_medium_message_goes_as_one_chain_as_far_as_credit_lets_it(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
@@ -300,14 +313,8 @@ def test_a_medium_message_goes_as_one_chain_as_far_as_credit_lets_it(
     chain; what credit later lets go goes as another."""
     a, b = _pair(loop, window=4, send_slots=8)
     body = bytes(range(256)) * 8  # 9 packets
-    offset = a.packets.send_medium(b"h", memoryview(body), len(body))
+    offset, *_ = _medium_begun(a, b, body)
     assert a.lane.chains == [4]  # the MEDIUM and 3 PIECEs: the window's 4 credits
-    _flush(a, b)
-    arrival = b.packets.first()
-    assert arrival is not None
-    target = memoryview(bytearray(len(body)))
-    _, filled = b.packets.begin_medium(arrival, target)
-    filled = b.packets.take_pieces(arrival, target, filled)
     _flush(a, b)  # the credits back
     offset = a.packets.send_pieces(memoryview(body), offset, len(body))
     assert a.lane.chains == [4, 4]
@@ -366,13 +373,7 @@ def test_pieces_that_land_while_filling_are_copied_and_wake_the_task_once(
     when the body is whole; a sender waiting for credits is woken as before."""
     a, b = _pair(loop, window=4, send_slots=8)
     body = bytes(range(256)) * 8
-    offset = a.packets.send_medium(b"h", memoryview(body), len(body))
-    _flush(a, b)
-    arrival = b.packets.first()
-    assert arrival is not None
-    target = memoryview(bytearray(len(body)))
-    _, filled = b.packets.begin_medium(arrival, target)
-    filled = b.packets.take_pieces(arrival, target, filled)
+    offset, arrival, target, filled = _medium_begun(a, b, body)
     b.packets.fill(arrival, target, filled)
     receiving = b.packets.arrivals()
     changed = b.packets.changed()

@@ -492,6 +492,18 @@ cdef inline void _one_recv(ibv_recv_wr *wr, ibv_sge *sge, uint64_t wr_id, uint64
     wr.num_sge = 1
 
 
+cdef int _heap_chain(Py_ssize_t count, ibv_send_wr **wrs, ibv_sge **sges) except -1:
+    """Point ``wrs`` and ``sges`` at heap arrays of ``count`` entries (a chain
+    longer than the stack's); the caller frees both."""
+    wrs[0] = <ibv_send_wr *>malloc(count * sizeof(ibv_send_wr))
+    sges[0] = <ibv_sge *>malloc(count * sizeof(ibv_sge))
+    if wrs[0] == NULL or sges[0] == NULL:
+        free(wrs[0])
+        free(sges[0])
+        raise MemoryError()
+    return 0
+
+
 cdef class QPDriver:
     """Posts work requests on one pyverbs QP from plain integers (its owner
     calls :meth:`detach` before destroying the QP)."""
@@ -610,12 +622,7 @@ cdef class QPDriver:
         if len(flags) != count or len(addrs) != count or len(lengths) != count:
             raise ValueError("a send list's columns differ in length")
         if count > MAX_STACK_WRS:
-            wrs = <ibv_send_wr *>malloc(count * sizeof(ibv_send_wr))
-            sges = <ibv_sge *>malloc(count * sizeof(ibv_sge))
-            if wrs == NULL or sges == NULL:
-                free(wrs)
-                free(sges)
-                raise MemoryError()
+            _heap_chain(count, &wrs, &sges)
         try:
             memset(wrs, 0, count * sizeof(ibv_send_wr))
             for i in range(count):
@@ -659,12 +666,7 @@ cdef class QPDriver:
         if start < 0 or (start + count) * TABLE_WORDS > table.shape[0] or ring == 0:
             raise ValueError("records outside the table")
         if count > MAX_STACK_WRS:
-            wrs = <ibv_send_wr *>malloc(count * sizeof(ibv_send_wr))
-            sges = <ibv_sge *>malloc(count * sizeof(ibv_sge))
-            if wrs == NULL or sges == NULL:
-                free(wrs)
-                free(sges)
-                raise MemoryError()
+            _heap_chain(count, &wrs, &sges)
         try:
             memset(wrs, 0, count * sizeof(ibv_send_wr))
             for i in range(count):
