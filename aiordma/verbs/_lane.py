@@ -212,10 +212,10 @@ class PacketLane:
                                          self._staged_lengths, self._send_lkey)  # fmt: skip
         if rc:
             self._unstage(posted)
-        self._staged_ids = []
-        self._staged_flags = []
-        self._staged_addrs = []
-        self._staged_lengths = []
+        ids.clear()  # the lists are reused: the driver is done with them
+        self._staged_flags.clear()
+        self._staged_addrs.clear()
+        self._staged_lengths.clear()
         if posted and self._kick is not None:
             self._kick()
         return rc
