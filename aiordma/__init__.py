@@ -16,11 +16,13 @@ from aiordma.channel.open import (
     prepare_channel,
     start_channel_server,
 )
+from aiordma.channel.options import ChannelOptions
 from aiordma.channel.pool import SharedReceiveQueue
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connect import connect
 from aiordma.cm.connection import Connection
-from aiordma.cm.server import ConnectionRequest, RejectConnection, Server, start_server
+from aiordma.cm.options import ConnectionRequest, ConnectOptions, ServeOptions
+from aiordma.cm.server import RejectConnection, Server, start_server
 from aiordma.exceptions import (
     AuthenticationError,
     BufferTooSmallError,
@@ -63,8 +65,10 @@ __all__ = [
     "Access",
     "AuthenticationError",
     "BufferTooSmallError",
+    "ChannelOptions",
     "CompletionError",
     "CompletionQueue",
+    "ConnectOptions",
     "Connection",
     "ConnectionLostError",
     "ConnectionRejectedError",
@@ -99,6 +103,7 @@ __all__ = [
     "ResourceClosedError",
     "Segment",
     "Send",
+    "ServeOptions",
     "Server",
     "SharedReceiveQueue",
     "TransferError",

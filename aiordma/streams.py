@@ -21,10 +21,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiordma.channel import MessageChannel, Server, open_channel, start_channel_server
+from aiordma.channel import (
+    ConnectOptions,
+    MessageChannel,
+    OpenTuningKeywords,
+    Prepare,
+    ServeOptions,
+    Server,
+    ServeTuningKeywords,
+    open_channel_with,
+    serve_channels_with,
+    split_keywords,
+)
 from aiordma.exceptions import RdmaError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
 
@@ -236,36 +250,39 @@ def _streams(
 
 
 async def open_connection(
-    host: str, port: int, *, limit: int = DEFAULT_LIMIT, **kwargs: Any
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host: str, port: int, *, limit: int = DEFAULT_LIMIT, prepare: Prepare | None = None,
+    **keywords: Unpack[OpenTuningKeywords],
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:  # fmt: skip
     """Connect and return ``(reader, writer)``, like :func:`asyncio.open_connection`.
 
-    The peer must serve streams (:func:`start_stream_server`). ``kwargs``
-    go to :func:`aiordma.open_channel` (``timeout``, ``options``, channel
-    options). ``writer.close()`` sends what is buffered and closes the
-    connection; ``writer.get_extra_info("peername")`` is the peer's address.
+    The peer must serve streams (:func:`start_stream_server`). ``keywords``
+    are :func:`aiordma.connect`'s settings (:class:`~aiordma.ConnectOptions`:
+    ``timeout``, ``auth``, ``options``...) and channel options
+    (:class:`~aiordma.ChannelOptions`), as for :func:`aiordma.open_channel`.
+    ``writer.close()`` sends what is buffered and closes the connection;
+    ``writer.get_extra_info("peername")`` is the peer's address.
     """
     if limit <= 0:
         raise ValueError("limit must be positive")
-    channel = await open_channel(host, port, protocol=PROTOCOL, **kwargs)
+    settings, options = split_keywords(ConnectOptions, keywords, protocol=PROTOCOL)
+    channel = await open_channel_with(host, port, settings, options, prepare)
     reader, writer, _ = _streams(channel, limit)
     return reader, writer
 
 
 async def start_stream_server(
-    client_connected_cb: ClientConnected,
-    host: str | None = None,
-    port: int = 0,
-    *,
-    limit: int = DEFAULT_LIMIT,
-    **kwargs: Any,
-) -> Server:
+    client_connected_cb: ClientConnected, host: str | None = None, port: int = 0, *,
+    limit: int = DEFAULT_LIMIT, prepare: Prepare | None = None,
+    **keywords: Unpack[ServeTuningKeywords],
+) -> Server:  # fmt: skip
     """Serve streams, like :func:`asyncio.start_server`.
 
     ``client_connected_cb(reader, writer)`` runs for each client (it may be
     a coroutine function). As with asyncio, the connection stays open until
     the writer is closed (or the peer goes), even after the callback
-    returns. ``kwargs`` go to :func:`aiordma.start_channel_server`.
+    returns. ``keywords`` are :func:`aiordma.start_server`'s settings
+    (:class:`~aiordma.ServeOptions`) and channel options, as for
+    :func:`aiordma.start_channel_server`.
     """
     if limit <= 0:
         raise ValueError("limit must be positive")
@@ -281,4 +298,5 @@ async def start_stream_server(
             transport.abort()
         await transport.closed
 
-    return await start_channel_server(handle, host, port, protocol=PROTOCOL, **kwargs)
+    settings, options = split_keywords(ServeOptions, keywords, protocol=PROTOCOL)
+    return await serve_channels_with(handle, host, port, settings, options, prepare)

@@ -12,20 +12,47 @@ layers take from here rather than from ``cm`` or ``verbs`` (an import
 contract in ``pyproject.toml`` holds them to it).
 """
 
+from aiordma.channel.buffers import (
+    GIVE_BACK_AFTER,
+    Body,
+    Into,
+    body_length,
+    buffer_length,
+    buffer_view,
+    check_into,
+    give_back_memory,
+)
+from aiordma.channel.bulk import BulkDone, RunningBulk, post_block, start_bulk
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import (
     OpenKeywords,
+    OpenTuningKeywords,
+    ServeChannelKeywords,
+    ServeTuningKeywords,
     channel_factory,
     channel_of,
+    factory_with,
     open_channel,
+    open_channel_with,
     prepare_channel,
+    serve_channels_with,
+    split_keywords,
     start_channel_server,
 )
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE, ChannelKeywords, ChannelOptions
 from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.sizing import read_piece_for
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connection import Connection, Prepare
-from aiordma.cm.server import Accept, ConnectionRequest, RejectConnection, Server
+from aiordma.cm.options import (
+    Accept,
+    ConnectionRequest,
+    ConnectKeywords,
+    ConnectOptions,
+    ServeKeywords,
+    ServeOptions,
+)
+from aiordma.cm.server import RejectConnection, Server
 from aiordma.verbs.device import Device
 from aiordma.verbs.discovery import find_roce_endpoint
 from aiordma.verbs.memory import Access, MemoryRegion, Segment
@@ -33,27 +60,51 @@ from aiordma.verbs.queue_pair import QueuePairOptions
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE",
+    "GIVE_BACK_AFTER",
     "Accept",
     "Access",
+    "Body",
+    "BulkDone",
     "ChannelKeywords",
     "ChannelOptions",
+    "ConnectKeywords",
+    "ConnectOptions",
     "Connection",
     "ConnectionRequest",
     "Device",
+    "Into",
     "MemoryRegion",
     "MessageChannel",
     "OpenKeywords",
+    "OpenTuningKeywords",
     "Prepare",
     "PresharedKey",
     "QueuePairOptions",
     "RejectConnection",
+    "RunningBulk",
     "Segment",
+    "ServeChannelKeywords",
+    "ServeKeywords",
+    "ServeOptions",
+    "ServeTuningKeywords",
     "Server",
     "SharedReceiveQueue",
+    "body_length",
+    "buffer_length",
+    "buffer_view",
     "channel_factory",
     "channel_of",
+    "check_into",
+    "factory_with",
     "find_roce_endpoint",
+    "give_back_memory",
     "open_channel",
+    "open_channel_with",
+    "post_block",
     "prepare_channel",
+    "read_piece_for",
+    "serve_channels_with",
+    "split_keywords",
+    "start_bulk",
     "start_channel_server",
 ]

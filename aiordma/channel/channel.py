@@ -38,8 +38,9 @@ from aiordma.channel.options import ChannelKeywords, ChannelOptions
 from aiordma.channel.packets import Event
 from aiordma.channel.receiver import Chooser, Receiver
 from aiordma.channel.registrations import RegistrationCache
-from aiordma.channel.rendezvous import Exposure, Exposures, read_piece_for
+from aiordma.channel.rendezvous import Exposure, Exposures
 from aiordma.channel.sender import Sender
+from aiordma.channel.sizing import read_piece_for
 from aiordma.channel.slots import open_slots
 from aiordma.channel.wire import Hello, Kind
 from aiordma.cm.connection import Connection
@@ -53,6 +54,7 @@ from aiordma.exceptions import (
 )
 from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats
+from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access
 
 if TYPE_CHECKING:
@@ -171,6 +173,23 @@ class MessageChannel(Closable):
         if not isinstance(self.link, Connection):
             raise TypeError(f"this channel runs on {self.link!r}, not on a Connection")
         return self.link
+
+    @property
+    def device(self) -> Device:
+        """The device the channel's queue pair is on (to register memory
+        that the channel or one-sided work will use)."""
+        return self.link.device
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the channel runs on (every call is made from it)."""
+        return self._loop
+
+    @property
+    def loopback(self) -> bool:
+        """Whether the peer is on the same device (no wire between: reads and
+        bulk work are sized larger, see ``aiordma.channel.sizing``)."""
+        return self.link.loopback
 
     @property
     def eager_limit(self) -> int:

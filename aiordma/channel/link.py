@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiordma.metrics import Stats
+from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access, MemoryRegion
 from aiordma.verbs.queue_pair import QueuePair
 
@@ -13,7 +14,7 @@ from aiordma.verbs.queue_pair import QueuePair
 class Link(Protocol):
     """What a :class:`~aiordma.MessageChannel` needs from the connection it runs on.
 
-    A connected queue pair, memory registration on its device (released
+    A connected queue pair on a device, memory registration there (released
     with the link), closing, when both peers can send (``on_established``:
     the channel's HELLO waits for it) and where its metrics count
     (``add_stats``), and whether the peer is on the same device
@@ -22,6 +23,9 @@ class Link(Protocol):
 
     @property
     def qp(self) -> QueuePair: ...
+
+    @property
+    def device(self) -> Device: ...
 
     @property
     def loopback(self) -> bool: ...

@@ -1,9 +1,15 @@
 """Connections that come with a message channel: the ``prepare`` hook that
-makes one, :func:`open_channel` (the client) and :func:`start_channel_server`.
+makes one, :func:`~aiordma.open_channel` (the client) and :func:`~aiordma.start_channel_server`.
 
 The hook sets the channel up before the peer can send (its receives are
 posted when it returns), on both sides; ``open_channel`` then waits for the
 server's HELLO, so a connection it returns is one the server holds too.
+
+Settings travel as two values made once at the public edge: the
+connection's (:class:`~aiordma.ConnectOptions` or
+:class:`~aiordma.ServeOptions`) and the channel's
+(:class:`~aiordma.ChannelOptions`). The ``*_with`` functions take them
+made; the layers above (RPC, streams, Dask, transfer agents) call those.
 """
 
 from __future__ import annotations
@@ -17,25 +23,42 @@ from aiordma.channel.channel import MessageChannel
 from aiordma.channel.link import Link
 from aiordma.channel.options import ChannelKeywords, ChannelOptions, TuningKeywords
 from aiordma.channel.pool import SharedReceiveQueue
-from aiordma.cm.auth import PresharedKey
-from aiordma.cm.connect import connect as connect_rdma
+from aiordma.cm.connect import connect_with
 from aiordma.cm.connection import Connection, Prepare
-from aiordma.cm.server import DEFAULT_HANDSHAKE_TIMEOUT, Accept, Server
-from aiordma.cm.server import start_server as start_rdma_server
+from aiordma.cm.options import (
+    ConnectKeywords,
+    ConnectOptions,
+    EndpointOptions,
+    ServeKeywords,
+    ServeOptions,
+)
+from aiordma.cm.server import Server, serve_with
 from aiordma.exceptions import ConnectionLostError
 from aiordma.lifecycle import is_async_callable
-from aiordma.verbs.device import Device
 from aiordma.verbs.queue_pair import QueuePairOptions
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-class OpenKeywords(TuningKeywords, total=False):
-    """What the layers above forward to :func:`~aiordma.open_channel` besides its
-    channel options (for typing ``**``)."""
+class OpenKeywords(ConnectKeywords, ChannelKeywords, total=False):
+    """:func:`~aiordma.open_channel`'s keywords: the connection's settings and the
+    channel's options (for typing ``**``)."""
 
-    shared_receive: SharedReceiveQueue | None
+
+class ServeChannelKeywords(ServeKeywords, ChannelKeywords, total=False):
+    """:func:`~aiordma.start_channel_server`'s keywords: the server's settings and the
+    channel's options."""
+
+
+class OpenTuningKeywords(ConnectKeywords, TuningKeywords, total=False):
+    """What a layer that sets the channel's protocol itself (RPC, streams)
+    lets its callers pass when connecting."""
+
+
+class ServeTuningKeywords(ServeKeywords, TuningKeywords, total=False):
+    """What a layer that sets the channel's protocol itself lets its callers
+    pass when serving."""
 
 
 async def prepare_channel(conn: Link) -> MessageChannel:
@@ -53,17 +76,24 @@ async def prepare_channel(conn: Link) -> MessageChannel:
 def channel_factory(
     then: Prepare | None = None, /, **options: Unpack[ChannelKeywords]
 ) -> Callable[[Connection], Awaitable[MessageChannel]]:
-    """The ``prepare`` hook that gives each connection a :class:`MessageChannel`
+    """A ``prepare`` hook giving each connection a :class:`MessageChannel`
     with ``options`` (its keyword arguments) in ``conn.prepared``, then runs
-    ``then`` if given (which sees the channel there; its result is discarded).
+    ``then(conn)`` if given (its result is discarded).
 
     The options are checked now, once, not per connection (those that
     depend on the queue pair's sizes only when a connection has one).
     """
-    ChannelOptions.of(options).layout(None, None, None)
+    return factory_with(ChannelOptions.of(options), then)
+
+
+def factory_with(
+    options: ChannelOptions, then: Prepare | None = None
+) -> Callable[[Connection], Awaitable[MessageChannel]]:
+    """:func:`~aiordma.channel_factory` with the options made already (checked here)."""
+    options.layout(None, None, None)
 
     async def prepare(conn: Connection) -> MessageChannel:
-        channel = MessageChannel(conn, **options)
+        channel = MessageChannel(conn, options)
         await channel._start()
         if then is not None:
             conn.prepared = channel
@@ -75,48 +105,51 @@ def channel_factory(
     return prepare
 
 
-def check_options(
-    options: Mapping[str, Any],
-    qp_options: QueuePairOptions | None = None,
-    shared: SharedReceiveQueue | None = None,
-) -> None:
-    """Refuse bad channel options before anything connects (TypeError or
-    ValueError naming the option), checking the sizes against ``qp_options``
-    (the defaults if None) and ``shared`` when given."""
-    qp_options = qp_options or QueuePairOptions()
+def check_options(options: ChannelOptions, settings: EndpointOptions) -> None:
+    """Refuse channel options that cannot work with the connection's settings
+    before anything connects (TypeError or ValueError naming the option):
+    the sizes against the queue pair's (the defaults if none) and the
+    shared receive queue's."""
+    qp_options = settings.options or QueuePairOptions()
+    shared = settings.shared_receive
     if shared is not None and not isinstance(shared, SharedReceiveQueue):
         raise TypeError(f"shared_receive must be an aiordma.SharedReceiveQueue, not {shared!r}")
-    ChannelOptions.of(options).layout(
+    options.layout(
         qp_options.recv_depth,
         qp_options.send_depth,
         None if shared is None else shared.buffer_size,
     )
 
 
+def split_keywords(
+    kind: type[ConnectOptions] | type[ServeOptions], keywords: Mapping[str, Any],
+    **fixed: Any,
+) -> tuple[Any, ChannelOptions]:  # fmt: skip
+    """A public function's keywords as the connection's settings (a ``kind``)
+    and the channel's options, with ``fixed`` options (a layer's protocol)
+    over them; each checked."""
+    settings, rest = kind.take(keywords)
+    options = ChannelOptions.of({**rest, **fixed})
+    check_options(options, settings)
+    return settings, options
+
+
 async def open_channel(
-    host: str,
-    port: int,
-    *,
-    private_data: bytes = b"",
-    timeout: float | None = 10.0,  # noqa: ASYNC109  (as aiordma.connect)
-    device: Device | None = None,
-    options: QueuePairOptions | None = None,
-    prepare: Prepare | None = None,
-    auth: PresharedKey | bytes | None = None,
-    shared_receive: SharedReceiveQueue | None = None,
-    **channel_options: Unpack[ChannelKeywords],
+    host: str, port: int, *, prepare: Prepare | None = None, **keywords: Unpack[OpenKeywords]
 ) -> MessageChannel:
     """Connect and return the connection's :class:`MessageChannel`, like
     :func:`asyncio.open_connection` returns a stream.
 
-    The peer must serve channels too (:func:`start_channel_server`, or
-    ``prepare=prepare_channel``). ``channel_options`` are
-    :class:`MessageChannel`'s keyword arguments; the connection is
-    ``channel.conn``, and closing the channel closes it. ``prepare``, if
-    given, runs after the channel is set up (its result is discarded).
-    ``auth`` authenticates both peers, as for :func:`aiordma.connect`.
-    With ``shared_receive`` the channel draws its receive buffers from that
-    :class:`~aiordma.SharedReceiveQueue` (for clients of many servers).
+    ``keywords`` are :func:`aiordma.connect`'s settings
+    (:class:`~aiordma.ConnectOptions`: ``auth``, ``timeout``, ``device``...)
+    and :class:`MessageChannel`'s options (:class:`~aiordma.ChannelOptions`),
+    checked before anything connects. The peer must serve channels too
+    (:func:`~aiordma.start_channel_server`, or ``prepare=prepare_channel``). The
+    connection is ``channel.conn``, and closing the channel closes it.
+    ``prepare``, if given, runs after the channel is set up (its result is
+    discarded). With ``shared_receive`` the channel draws its receive
+    buffers from that :class:`~aiordma.SharedReceiveQueue` (for clients of
+    many servers).
 
     It returns once the server's channel has said HELLO, so the server
     holds the connection too: a server that dropped it during set-up (its
@@ -125,21 +158,20 @@ async def open_channel(
     :class:`ProtocolMismatchError`, and no HELLO within ``timeout``
     ``TimeoutError``; the connection is closed in each case.
     """
-    check_options(channel_options, options, shared_receive)
+    settings, options = split_keywords(ConnectOptions, keywords)
+    return await open_channel_with(host, port, settings, options, prepare)
+
+
+async def open_channel_with(
+    host: str, port: int, settings: ConnectOptions, options: ChannelOptions,
+    prepare: Prepare | None = None,
+) -> MessageChannel:  # fmt: skip
+    """:func:`~aiordma.open_channel` with its settings and options made already."""
+    timeout = settings.timeout
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
-    conn = await connect_rdma(
-        host,
-        port,
-        private_data=private_data,
-        timeout=timeout,
-        device=device,
-        options=options,
-        prepare=channel_factory(prepare, **channel_options),
-        auth=auth,
-        shared_receive=shared_receive,
-    )
-    channel: MessageChannel = conn.prepared
+    conn = await connect_with(host, port, settings, factory_with(options, prepare))
+    channel = channel_of(conn)
     try:
         async with asyncio.timeout_at(deadline):
             await channel._peer_limit()
@@ -164,23 +196,16 @@ async def open_channel(
 
 async def start_channel_server(
     client_connected_cb: Callable[[MessageChannel], Awaitable[object] | None],
-    host: str | None = None,
-    port: int = 0,
-    *,
-    accept: Accept | None = None,
-    backlog: int = 128,
-    device: Device | None = None,
-    options: QueuePairOptions | None = None,
-    prepare: Prepare | None = None,
-    auth: PresharedKey | bytes | None = None,
-    shared_receive: SharedReceiveQueue | None = None,
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    **channel_options: Unpack[ChannelKeywords],
-) -> Server:
+    host: str | None = None, port: int = 0, *, prepare: Prepare | None = None,
+    **keywords: Unpack[ServeChannelKeywords],
+) -> Server:  # fmt: skip
     """Like :func:`aiordma.start_server`, handing each client's
     :class:`MessageChannel` to ``client_connected_cb``.
 
-    ``channel_options`` are :class:`MessageChannel`'s keyword arguments.
+    ``keywords`` are :func:`aiordma.start_server`'s settings
+    (:class:`~aiordma.ServeOptions`: ``accept``, ``auth``,
+    ``handshake_timeout``...) and :class:`MessageChannel`'s options
+    (:class:`~aiordma.ChannelOptions`), checked before anything listens.
     ``prepare``, if given, runs after the channel is set up (its result is
     discarded; ``conn.prepared`` stays the channel). ``auth`` serves only
     clients holding the same key, as for :func:`aiordma.start_server`.
@@ -188,37 +213,37 @@ async def start_channel_server(
     With ``shared_receive`` (a :class:`~aiordma.SharedReceiveQueue`) every
     client's channel draws its receive buffers from that one pool instead
     of posting its own: memory grows with the traffic, not with the number
-    of clients (see the flow-control guide). ``handshake_timeout`` is
-    :func:`aiordma.start_server`'s.
+    of clients (see the flow-control guide).
 
     ``client_connected_cb`` must be an async function (the channel is
     closed when it returns): anything else raises ``TypeError`` here.
     """
+    _check_handler(client_connected_cb)
+    settings, options = split_keywords(ServeOptions, keywords)
+    return await serve_channels_with(client_connected_cb, host, port, settings, options, prepare)
+
+
+async def serve_channels_with(
+    client_connected_cb: Callable[[MessageChannel], Awaitable[object] | None],
+    host: str | None, port: int, settings: ServeOptions, options: ChannelOptions,
+    prepare: Prepare | None = None,
+) -> Server:  # fmt: skip
+    """:func:`~aiordma.start_channel_server` with its settings and options made already."""
+    _check_handler(client_connected_cb)
+
+    def handle(conn: Connection) -> Awaitable[object] | None:
+        return client_connected_cb(channel_of(conn))
+
+    return await serve_with(handle, host, port, settings, factory_with(options, prepare))
+
+
+def _check_handler(client_connected_cb: object) -> None:
     if not is_async_callable(client_connected_cb):
         raise TypeError(
             "client_connected_cb must be an async function taking the channel "
             f"(async def handler(channel): ...), not {client_connected_cb!r}: the "
             "channel is closed when it returns"
         )
-    check_options(channel_options, options, shared_receive)
-    prepare_both = channel_factory(prepare, **channel_options)
-
-    def handle(conn: Connection) -> Awaitable[object] | None:
-        return client_connected_cb(conn.prepared)
-
-    return await start_rdma_server(
-        handle,
-        host,
-        port,
-        accept=accept,
-        backlog=backlog,
-        device=device,
-        options=options,
-        prepare=prepare_both,
-        auth=auth,
-        shared_receive=shared_receive,
-        handshake_timeout=handshake_timeout,
-    )
 
 
 def channel_of(link: MessageChannel | Connection) -> MessageChannel:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, TypedDict
 
 from aiordma.channel.credits import CONTROL_BASE
 from aiordma.channel.registrations import DEFAULT_CAPACITY
-from aiordma.channel.rendezvous import MIN_READ_PIECE
+from aiordma.channel.sizing import MIN_READ_PIECE
 from aiordma.channel.wire import MIN_BUFFER, Hello
 
 DEFAULT_WINDOW = 32

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from aiordma.channel import sizing
 from aiordma.channel.buffers import Body, Into, buffer_view
 from aiordma.channel.ledger import Ledger
 from aiordma.channel.link import Link
@@ -42,30 +43,6 @@ from aiordma.verbs.queue_pair import Read
 from aiordma.verbs.window import MemoryWindow
 
 log = logging.getLogger(__name__)
-
-READ_PIECE = 64 << 10
-"""Large messages from a peer across a wire are read in pieces of this size
-by default (see ``READS_IN_FLIGHT``): the size that read fastest across the
-two-host lab's lossy link."""
-LOCAL_READ_PIECE = 1 << 20
-"""Large messages from a peer on the same device (no wire between: nothing
-to overrun, nothing lost) are read in pieces of this size by default: four
-times fewer reads, completions and wake-ups per megabyte than
-:data:`READ_PIECE` pieces (``docs/decisions/0010-wake-up-path.md``)."""
-MIN_READ_PIECE = 4096
-READS_IN_FLIGHT = 4
-"""Pieces of one large message being read at once: 1 MiB in flight paces
-the sender's adapter to what the receiver takes in."""
-
-
-def read_piece_for(chosen: int | None, loopback: bool) -> int:
-    """The read piece in force: ``chosen`` if the channel's options set one,
-    else by the path (:data:`LOCAL_READ_PIECE` on a ``loopback`` link, else
-    :data:`READ_PIECE`)."""
-    if chosen is not None:
-        return chosen
-    return LOCAL_READ_PIECE if loopback else READ_PIECE
-
 
 STAGED_READ_LIMIT = 256 << 10
 """Large messages up to this size, bound for memory the channel did not
@@ -371,7 +348,7 @@ class Reader:
         link: Link,
         idle: Callable[[], None],
         cache: RegistrationCache,
-        piece: int = READ_PIECE,
+        piece: int = sizing.READ_PIECE,
     ) -> None:
         self._link = link
         self._cache = cache
@@ -440,7 +417,8 @@ class Reader:
 
     async def _read_pieces(self, local: Segment, remote: RemoteBuffer) -> None:
         """RDMA-read ``remote`` into ``local`` in pieces of :attr:`piece`
-        (:data:`READ_PIECE` by default), at most :data:`READS_IN_FLIGHT` at once.
+        (sized by the path, :mod:`~aiordma.channel.sizing`), at most
+        :data:`~aiordma.channel.sizing.READS_IN_FLIGHT` at once.
 
         One read of many megabytes makes the peer's adapter send every
         response packet at once, with nothing to pace it: across a real link
@@ -466,9 +444,10 @@ class Reader:
                 read.add_done_callback(self._landed)
             return reads
 
-        pending = collections.deque(await post(0, READS_IN_FLIGHT))
+        in_flight = sizing.READS_IN_FLIGHT
+        pending = collections.deque(await post(0, in_flight))
         try:
-            for index in range(READS_IN_FLIGHT, len(starts)):
+            for index in range(in_flight, len(starts)):
                 await pending.popleft()
                 pending.extend(await post(index, index + 1))
             while pending:

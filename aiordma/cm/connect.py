@@ -16,8 +16,6 @@ from aiordma.cm._handshake import (
     abandon_setup,
     check_host,
     check_port,
-    check_private_data,
-    check_shared_receive,
     conn_params,
     create_qp_for,
     expect,
@@ -31,18 +29,16 @@ from aiordma.cm._handshake import (
 from aiordma.cm._rdmacm import Event, EventType
 from aiordma.cm.auth import (
     MESSAGE_BUFFER,
-    REQUEST_SIZE,
     VERDICT,
     Binding,
     ClientHandshake,
-    PresharedKey,
     Refusal,
     Refused,
-    as_key,
     failure,
     refusal,
 )
 from aiordma.cm.connection import Connection, Prepare
+from aiordma.cm.options import ConnectKeywords, ConnectOptions
 from aiordma.exceptions import (
     AuthenticationError,
     ConnectionLostError,
@@ -50,36 +46,27 @@ from aiordma.exceptions import (
     RdmaError,
 )
 from aiordma.verbs.device import Device
-from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
+from aiordma.verbs.queue_pair import QueuePair
 
 if TYPE_CHECKING:
-    from aiordma.verbs.srq import SharedReceiveRing
+    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONNECT_TIMEOUT: Final = 10.0
-
 
 async def connect(
-    host: str,
-    port: int,
-    *,
-    private_data: bytes = b"",
-    timeout: float | None = DEFAULT_CONNECT_TIMEOUT,  # noqa: ASYNC109  (issue #4's API)
-    device: Device | None = None,
-    options: QueuePairOptions | None = None,
-    prepare: Prepare | None = None,
-    auth: PresharedKey | bytes | None = None,
-    shared_receive: SharedReceiveRing | None = None,
-) -> Connection:
+    host: str, port: int, *, prepare: Prepare | None = None,
+    **settings: Unpack[ConnectKeywords],
+) -> Connection:  # fmt: skip
     """Connect to an aiordma (or any rdma_cm) server, like :func:`asyncio.open_connection`.
 
-    ``private_data`` (at most 56 bytes, 35 with ``auth``) reaches the server's
-    accept decision.
+    ``settings`` are :class:`~aiordma.ConnectOptions`' fields (``device``,
+    ``options``, ``auth``, ``shared_receive``, ``private_data``,
+    ``timeout``), checked before anything connects.
     ``prepare(conn)`` runs once the queue pair is ready but before the server
     can send, which is the moment to post receives; its result is kept as
-    ``conn.prepared``. The connection uses ``device`` if given (it must be the
-    one the route goes through), else :meth:`Device.shared`.
+    ``conn.prepared``. ``private_data`` (at most 56 bytes, 35 with ``auth``)
+    reaches the server's accept decision.
 
     With ``auth`` (a :class:`~aiordma.PresharedKey`, or its bytes), the
     server must prove it holds the same key before anything is sent to it,
@@ -96,23 +83,26 @@ async def connect(
     ``ConnectionRefusedError``), ``TimeoutError`` when no answer comes within
     ``timeout`` seconds, ``OSError`` when the address or route cannot be
     resolved, and ``ValueError``/``TypeError`` for a port outside 1-65535 or
-    private data that is not bytes. Nothing is left behind on failure.
+    a bad setting. Nothing is left behind on failure.
     """
+    return await connect_with(host, port, ConnectOptions(**settings), prepare)
+
+
+async def connect_with(
+    host: str, port: int, settings: ConnectOptions, prepare: Prepare | None = None
+) -> Connection:
+    """:func:`connect` with its settings made already (what the layers above
+    call, passing the value they built once)."""
     check_host(host)
     check_port(port, listening=False)
-    key = as_key(auth)
-    check_shared_receive(shared_receive, device)
-    limit = _rdmacm.MAX_CONNECT_DATA - (REQUEST_SIZE if key is not None else 0)
-    data = check_private_data(private_data, limit, "connect")
-    handshake = ClientHandshake(key, data) if key is not None else None
+    key = settings.key
+    handshake = ClientHandshake(key, settings.private_data) if key is not None else None
     where = f"{host}:{port}"
+    timeout = settings.timeout
     try:
         async with asyncio.timeout(timeout):
             deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-            return await _connect(
-                host, port, data, handshake, device, options, prepare, where, deadline,
-                shared_receive,
-            )  # fmt: skip
+            return await _connect(host, port, settings, handshake, prepare, where, deadline)
     except TimeoutError as exc:
         if exc.args:
             raise
@@ -133,17 +123,9 @@ def _ms_left(deadline: float | None) -> int:
 
 
 async def _connect(
-    host: str,
-    port: int,
-    data: bytes,
-    handshake: ClientHandshake | None,
-    device: Device | None,
-    options: QueuePairOptions | None,
-    prepare: Prepare | None,
-    where: str,
-    deadline: float | None,
-    shared_receive: SharedReceiveRing | None,
-) -> Connection:
+    host: str, port: int, settings: ConnectOptions, handshake: ClientHandshake | None,
+    prepare: Prepare | None, where: str, deadline: float | None,
+) -> Connection:  # fmt: skip
     dst = await resolve_address(host, port)
     cm_id = CMEventChannel.for_running_loop().create_id()
     qp: QueuePair | None = None
@@ -161,9 +143,10 @@ async def _connect(
         name = cm_id.device_name
         if name is None:
             raise DeviceError(errno.ENODEV, f"no RDMA device routes to {where}")
-        dev = device or (shared_receive.device if shared_receive else Device.shared(name))
-        qp = create_qp_for(cm_id, dev, options, shared_receive)
-        request = handshake.request() if handshake is not None else data
+        shared_receive = settings.shared_receive
+        dev = settings.device or (shared_receive.device if shared_receive else Device.shared(name))
+        qp = create_qp_for(cm_id, dev, settings.options, shared_receive)
+        request = handshake.request() if handshake is not None else settings.private_data
         _rdmacm.connect(cm_id.id, private_data=request, **conn_params(qp))
         reply = await expect(cm_id, EventType.CONNECT_RESPONSE, where)
         peer_data = reply.private_data
@@ -256,4 +239,4 @@ async def _prove(
     scratch.close()
 
 
-__all__ = ["Connection", "connect"]
+__all__ = ["Connection", "connect", "connect_with"]

@@ -17,7 +17,6 @@ import errno
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiordma import metrics
@@ -27,7 +26,6 @@ from aiordma.cm._handshake import (
     abandon_setup,
     check_port,
     check_private_data,
-    check_shared_receive,
     conn_params,
     create_qp_for,
     expect,
@@ -45,15 +43,18 @@ from aiordma.cm.auth import (
     MESSAGE_BUFFER,
     VERDICT,
     Binding,
-    PresharedKey,
     Refused,
     ServerHandshake,
-    as_key,
     explain,
     failure,
     refusal,
 )
 from aiordma.cm.connection import Connection, Prepare
+from aiordma.cm.options import (
+    ConnectionRequest,
+    ServeKeywords,
+    ServeOptions,
+)
 from aiordma.exceptions import (
     AuthenticationError,
     ConnectionLostError,
@@ -67,10 +68,10 @@ from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats, merged
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import MemoryRegion
-from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
+from aiordma.verbs.queue_pair import QueuePair
 
 if TYPE_CHECKING:
-    from aiordma.verbs.srq import SharedReceiveRing
+    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +79,9 @@ ClientConnected = Callable[[Connection], Awaitable[object] | None]
 """The per-connection callback of :func:`start_server`: a coroutine function
 (run as a task; the connection closes when it returns) or a plain function."""
 
-DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 _DEADLINE_CHECK = 0.5
 """Seconds before the set-up deadline at which the kernel's queued events are
 read; the deadline then moves to this long after, for their delivery."""
-"""Seconds an accepted request may take to become established."""
-
-DEFAULT_SHUTDOWN_GRACE = 5.0
-"""Seconds a connection handler may keep running after ``close_clients()``
-closed its connection, before it is cancelled."""
 
 
 class RejectConnection(RdmaError):
@@ -101,20 +96,6 @@ class RejectConnection(RdmaError):
         self.private_data = check_private_data(private_data, _rdmacm.MAX_REJECT_DATA, "reject")
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionRequest:
-    """What a server's ``accept`` callback decides on."""
-
-    peer_address: tuple[str, int]
-    local_address: tuple[str, int]
-    private_data: bytes
-    """The client's private data, zero-padded by rdma_cm to 56 bytes."""
-
-
-Accept = Callable[[ConnectionRequest], "bytes | Awaitable[bytes | None] | None"]
-"""Returns the private data to accept with (``None``: none) or raises :class:`RejectConnection`."""
-
-
 class Server(Closable):
     """A listening rdma_cm endpoint; made by :func:`start_server`.
 
@@ -125,32 +106,23 @@ class Server(Closable):
     """
 
     def __init__(
-        self,
-        client_connected_cb: ClientConnected,
-        *,
-        accept: Accept | None,
-        device: Device | None,
-        options: QueuePairOptions | None,
-        prepare: Prepare | None,
-        handshake_timeout: float | None,
-        shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
-        auth: PresharedKey | None = None,
-        shared_receive: SharedReceiveRing | None = None,
+        self, client_connected_cb: ClientConnected, settings: ServeOptions, prepare: Prepare | None
     ) -> None:
         self._callback = client_connected_cb
-        self._shared_receive = shared_receive
-        self._key = auth
-        self._accept = accept
-        self._device = device
-        self._options = options
+        self._settings = settings
+        self._shared_receive = settings.shared_receive
+        self._key = settings.key
+        self._accept = settings.accept
+        self._device = settings.device
+        self._options = settings.options
         self._prepare = prepare
-        self._handshake_timeout = handshake_timeout
+        self._handshake_timeout = settings.handshake_timeout
         self._listeners: list[CMId] = []
         self._addresses: list[tuple[str, int]] = []
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[None]] = set()
-        self._shutdown_grace = shutdown_grace
+        self._shutdown_grace = settings.shutdown_grace
         self._reaper: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
         self._stopped: asyncio.Future[None] = self._loop.create_future()
@@ -541,21 +513,15 @@ class Server(Closable):
 
 
 async def start_server(
-    client_connected_cb: ClientConnected,
-    host: str | None = None,
-    port: int = 0,
-    *,
-    accept: Accept | None = None,
-    backlog: int = 128,
-    device: Device | None = None,
-    options: QueuePairOptions | None = None,
-    prepare: Prepare | None = None,
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
-    auth: PresharedKey | bytes | None = None,
-    shared_receive: SharedReceiveRing | None = None,
-) -> Server:
+    client_connected_cb: ClientConnected, host: str | None = None, port: int = 0, *,
+    prepare: Prepare | None = None, **settings: Unpack[ServeKeywords],
+) -> Server:  # fmt: skip
     """Listen for rdma_cm connections, like :func:`asyncio.start_server`.
+
+    ``settings`` are :class:`~aiordma.ServeOptions`' fields (``accept``,
+    ``backlog``, ``handshake_timeout``, ``shutdown_grace``, and ``device``,
+    ``options``, ``auth``, ``shared_receive`` for every connection),
+    checked before anything listens.
 
     ``client_connected_cb(conn)`` runs as its own task for each established
     :class:`Connection` (it may be a coroutine function); the connection is
@@ -585,39 +551,32 @@ async def start_server(
     :func:`aiordma.start_channel_server`). A client arriving when the pool
     has no room for another channel is refused.
 
-    Raises ``ValueError``/``TypeError`` for a port outside 0-65535, and
-    ``OSError`` (``EADDRNOTAVAIL``) when ``host`` is an address of no RDMA
-    device (such as ``127.0.0.1``), naming the addresses that are.
+    Raises ``ValueError``/``TypeError`` for a port outside 0-65535 or a bad
+    setting, and ``OSError`` (``EADDRNOTAVAIL``) when ``host`` is an address
+    of no RDMA device (such as ``127.0.0.1``), naming the addresses that are.
     """
     if not callable(client_connected_cb):
         raise TypeError(
             f"client_connected_cb must be callable (a coroutine function taking the "
             f"connection), not {client_connected_cb!r}"
         )
+    return await serve_with(client_connected_cb, host, port, ServeOptions(**settings), prepare)
+
+
+async def serve_with(
+    client_connected_cb: ClientConnected, host: str | None, port: int, settings: ServeOptions,
+    prepare: Prepare | None = None,
+) -> Server:  # fmt: skip
+    """:func:`start_server` with its settings made already (what the layers
+    above call, passing the value they built once)."""
     if host is not None and not isinstance(host, str):
         raise TypeError(f"host must be a str or None (every address), not {type(host).__name__}")
     check_port(port, listening=True)
-    if backlog <= 0:
-        raise ValueError("backlog must be positive")
-    if shutdown_grace < 0:
-        raise ValueError("shutdown_grace must not be negative")
-    key = as_key(auth)
-    check_shared_receive(shared_receive, device)
-    server = Server(
-        client_connected_cb,
-        accept=accept,
-        device=device,
-        options=options,
-        prepare=prepare,
-        handshake_timeout=handshake_timeout,
-        shutdown_grace=shutdown_grace,
-        auth=key,
-        shared_receive=shared_receive,
-    )
+    server = Server(client_connected_cb, settings, prepare)
     addr = "::" if host is None else (await resolve_address(host, port))[0]
-    server._listen(addr, port, backlog)
-    if device is not None:
-        device._watch(server)
+    server._listen(addr, port, settings.backlog)
+    if settings.device is not None:
+        settings.device._watch(server)
     metrics.watch(server)
     return server
 
@@ -626,4 +585,4 @@ def _is_wildcard(host: str) -> bool:
     return host.split("%")[0] in ("0.0.0.0", "::")
 
 
-__all__ = ["ConnectionRequest", "RejectConnection", "Server", "start_server"]
+__all__ = ["ConnectionRequest", "RejectConnection", "Server", "serve_with", "start_server"]

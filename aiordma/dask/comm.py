@@ -31,8 +31,8 @@ from aiordma.channel import (
     MessageChannel,
     RejectConnection,
     Server,
-    open_channel,
-    start_channel_server,
+    open_channel_with,
+    serve_channels_with,
 )
 from aiordma.dask import wire
 from aiordma.dask.addresses import rdma_host
@@ -147,7 +147,7 @@ class RdmaComm(Comm):
         layout = wire.unpack_header(lead)
         inline = dict(wire.inline_frames(memoryview(lead), layout))
         frames: list[Any] = []
-        device = channel.conn.device
+        device = channel.device
         try:
             for index, size in enumerate(layout.sizes):
                 frame = inline.get(index)
@@ -298,10 +298,9 @@ class RdmaConnector(Connector):
         host, port = parse_host_port(address)
         config = settings()
         try:
-            channel = await open_channel(
-                host, port, private_data=HELLO, timeout=None, auth=config.auth,
-                **config.channel_options(),
-            )  # fmt: skip
+            channel = await open_channel_with(
+                host, port, config.connect_options(HELLO), config.channel_options()
+            )
         except AuthenticationError as exc:
             # Not retryable: distributed retries an OSError until its
             # connect timeout, and would report only that it timed out.
@@ -372,9 +371,9 @@ class RdmaListener(BaseListener):
         """
         host = self.ip or None
         config = self._config = settings()
-        self._server = await start_channel_server(
-            self._on_channel, host, self.port, accept=self._accept, auth=config.auth,
-            **config.channel_options(),
+        self._server = await serve_channels_with(
+            self._on_channel, host, self.port, config.serve_options(self._accept),
+            config.channel_options(),
         )  # fmt: skip
         bound_host, bound_port = self._server.addresses[0]
         self._bound = ("0.0.0.0" if host is None else bound_host, bound_port)

@@ -31,7 +31,7 @@ from typing import Any
 import dask.config
 from dask.utils import parse_bytes, parse_timedelta
 
-from aiordma.channel import PresharedKey
+from aiordma.channel import Accept, ChannelOptions, ConnectOptions, PresharedKey, ServeOptions
 
 PREFIX = "distributed.comm.rdma"
 
@@ -58,17 +58,26 @@ class Settings:
     landing_pool: int
     auth: PresharedKey | None
 
-    def channel_options(self) -> dict[str, Any]:
+    def channel_options(self) -> ChannelOptions:
         """The message channel's options for a Dask comm."""
-        return {
-            "max_message": self.piece_size,
-            "max_exposed": max(self.max_exposed, self.piece_size),
-            "exposure_timeout": self.exposure_timeout,
-            "read_piece": self.read_piece,
+        return ChannelOptions(
+            max_message=self.piece_size,
+            max_exposed=max(self.max_exposed, self.piece_size),
+            exposure_timeout=self.exposure_timeout,
+            read_piece=self.read_piece,
             # Nothing is kept registered for the frames (they are distributed's;
             # large ones land in the landing pool's blocks).
-            "registration_cache": 0,
-        }
+            registration_cache=0,
+        )
+
+    def connect_options(self, hello: bytes) -> ConnectOptions:
+        """How a Dask comm connects: saying ``hello``, with no timeout of its
+        own (distributed retries until its connect timeout)."""
+        return ConnectOptions(private_data=hello, timeout=None, auth=self.auth)
+
+    def serve_options(self, accept: Accept) -> ServeOptions:
+        """How a Dask comm listener serves: ``accept`` checks each hello."""
+        return ServeOptions(accept=accept, auth=self.auth)
 
 
 def _get(name: str) -> Any:

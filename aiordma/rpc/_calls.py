@@ -22,8 +22,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from aiordma import metrics
-from aiordma.channel import MessageChannel
-from aiordma.channel.buffers import GIVE_BACK_AFTER
+from aiordma.channel import GIVE_BACK_AFTER, MessageChannel
 from aiordma.exceptions import ProtocolError
 from aiordma.metrics import Stats, record
 from aiordma.rpc._eager import start_eagerly

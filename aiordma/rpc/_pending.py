@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from aiordma import metrics
-from aiordma.channel.buffers import Into
+from aiordma.channel import Into
 from aiordma.exceptions import ProtocolError
 from aiordma.metrics import Stats, record
 from aiordma.rpc.frames import Frame, FrameKind

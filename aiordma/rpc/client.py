@@ -10,16 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 from aiordma.channel import (
     Connection,
-    Device,
+    ConnectOptions,
+    Into,
     MessageChannel,
-    OpenKeywords,
+    OpenTuningKeywords,
     Prepare,
-    PresharedKey,
-    QueuePairOptions,
+    buffer_length,
+    buffer_view,
     channel_of,
-    open_channel,
+    check_into,
+    open_channel_with,
+    split_keywords,
 )
-from aiordma.channel.buffers import Into, buffer_length, buffer_view, check_into
 from aiordma.exceptions import (
     BufferTooSmallError,
     MessageRevokedError,
@@ -283,37 +285,20 @@ class Client(Closable):
 
 
 async def connect(
-    host: str,
-    port: int,
-    *,
-    codec: Codec | None = None,
-    private_data: bytes = b"",
-    timeout: float | None = 10.0,  # noqa: ASYNC109  (as aiordma.connect)
-    device: Device | None = None,
-    options: QueuePairOptions | None = None,
-    prepare: Prepare | None = None,
-    auth: PresharedKey | bytes | None = None,
-    **channel_options: Unpack[OpenKeywords],
-) -> Client:
+    host: str, port: int, *, codec: Codec | None = None, prepare: Prepare | None = None,
+    **keywords: Unpack[OpenTuningKeywords],
+) -> Client:  # fmt: skip
     """Connect to an RPC server (see :func:`aiordma.rpc.start_server`).
 
-    ``private_data`` (at most 56 bytes, 35 with ``auth``) reaches the server's ``accept``
-    callback; ``prepare`` runs on the connection after its message channel
-    is set up (its result is discarded). ``auth`` authenticates both peers
-    with a pre-shared key (see :func:`aiordma.connect`). ``channel_options`` are further
-    :class:`~aiordma.MessageChannel` options (``max_exposed``,
-    ``exposure_timeout``...) or ``shared_receive`` (see :func:`aiordma.open_channel`).
+    ``keywords`` are :func:`aiordma.connect`'s settings
+    (:class:`~aiordma.ConnectOptions`: ``auth`` authenticates both peers
+    with a pre-shared key, ``private_data`` reaches the server's ``accept``,
+    ``timeout``, ``device``...) and further :class:`~aiordma.MessageChannel`
+    options (``max_exposed``, ``exposure_timeout``...; see
+    :func:`aiordma.open_channel`), checked before anything connects.
+    ``prepare`` runs on the connection after its message channel is set up
+    (its result is discarded).
     """
-    channel = await open_channel(
-        host,
-        port,
-        private_data=private_data,
-        timeout=timeout,
-        device=device,
-        options=options,
-        prepare=prepare,
-        auth=auth,
-        protocol=PROTOCOL,
-        **channel_options,
-    )
+    settings, options = split_keywords(ConnectOptions, keywords, protocol=PROTOCOL)
+    channel = await open_channel_with(host, port, settings, options, prepare)
     return Client(channel, codec=codec)

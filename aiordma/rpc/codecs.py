@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol, cast
 
-from aiordma.channel import MemoryRegion, Segment
-from aiordma.channel.buffers import Body, body_length
+from aiordma.channel import Body, MemoryRegion, Segment, body_length
 
 
 class Codec(Protocol):

@@ -12,19 +12,17 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from aiordma.channel import (
-    Accept,
     Connection,
-    Device,
     MessageChannel,
-    OpenKeywords,
     Prepare,
-    PresharedKey,
-    QueuePairOptions,
+    ServeOptions,
     Server,
+    ServeTuningKeywords,
     channel_of,
-    start_channel_server,
+    give_back_memory,
+    serve_channels_with,
+    split_keywords,
 )
-from aiordma.channel.buffers import give_back_memory
 from aiordma.exceptions import (
     CompletionError,
     MessageRevokedError,
@@ -249,43 +247,24 @@ def _size(result: object) -> int:
 
 
 async def start_server(
-    service: Service,
-    host: str | None = None,
-    port: int = 0,
-    *,
-    accept: Accept | None = None,
-    backlog: int = 128,
-    device: Device | None = None,
-    options: QueuePairOptions | None = None,
-    prepare: Prepare | None = None,
-    auth: PresharedKey | bytes | None = None,
-    **channel_options: Unpack[OpenKeywords],
-) -> Server:
+    service: Service, host: str | None = None, port: int = 0, *,
+    prepare: Prepare | None = None, **keywords: Unpack[ServeTuningKeywords],
+) -> Server:  # fmt: skip
     """Serve ``service`` on ``host``/``port``, like :func:`aiordma.start_server`.
 
-    ``prepare`` runs on each connection after its message channel is set up
-    (its result is discarded); ``auth`` serves only clients that prove they
-    hold the same pre-shared key, so unauthenticated peers never reach a
-    method (see :func:`aiordma.start_server`); ``channel_options`` are further
-    :class:`~aiordma.MessageChannel` options (``max_exposed``,
-    ``exposure_timeout``...) or ``shared_receive``, a
-    :class:`~aiordma.SharedReceiveQueue` all clients' channels draw on.
-    Close the returned :class:`~aiordma.Server` and its clients
-    (``close()``, ``close_clients()``) to stop: calls in flight are
-    cancelled and their callers fail at once.
+    ``keywords`` are :func:`aiordma.start_server`'s settings
+    (:class:`~aiordma.ServeOptions`: ``auth`` serves only clients that prove
+    they hold the same pre-shared key, so unauthenticated peers never reach
+    a method; ``accept``, ``handshake_timeout``, ``shared_receive`` (a
+    :class:`~aiordma.SharedReceiveQueue` all clients' channels draw on)...)
+    and further :class:`~aiordma.MessageChannel` options (``max_exposed``,
+    ``exposure_timeout``...), checked before anything listens. ``prepare``
+    runs on each connection after its message channel is set up (its
+    result is discarded). Close the returned :class:`~aiordma.Server` and
+    its clients (``close()``, ``close_clients()``) to stop: calls in flight
+    are cancelled and their callers fail at once.
     """
     if not isinstance(service, Service):
         raise TypeError(f"service must be an rpc.Service, not {type(service).__name__}")
-    return await start_channel_server(
-        service.serve,
-        host,
-        port,
-        accept=accept,
-        backlog=backlog,
-        device=device,
-        options=options,
-        prepare=prepare,
-        auth=auth,
-        protocol=PROTOCOL,
-        **channel_options,
-    )
+    settings, options = split_keywords(ServeOptions, keywords, protocol=PROTOCOL)
+    return await serve_channels_with(service.serve, host, port, settings, options, prepare)

@@ -12,11 +12,19 @@ polling, no Python per block.
 from __future__ import annotations
 
 from aiordma.exceptions import TransferError
-from aiordma.transfer.agent import Agent, Notification, Peer, Registration, start_agent
+from aiordma.transfer.agent import (
+    Agent,
+    AgentKeywords,
+    Notification,
+    Peer,
+    Registration,
+    start_agent,
+)
 from aiordma.transfer.descriptors import Descriptor, DescriptorList, RegionInfo
 
 __all__ = [
     "Agent",
+    "AgentKeywords",
     "Descriptor",
     "DescriptorList",
     "Notification",

@@ -17,7 +17,7 @@ cpdef Py_ssize_t mismatch(const unsigned long long[::1] llens,
                ra=u64, lkey=u64, rkey=u64,
                end_l=u64, end_r=u64,
                last_lkey=u64, last_rkey=u64,
-               prev=u64, take=u64)
+               prev=u64, take=u64, last=Py_ssize_t, base=Py_ssize_t)
 cpdef Py_ssize_t fill(const unsigned long long[::1] laddrs, const unsigned long long[::1] llens,
                       const unsigned int[::1] lregion, const unsigned int[::1] lkeys,
                       const unsigned long long[::1] raddrs, const unsigned int[::1] rregion,

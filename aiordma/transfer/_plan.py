@@ -3,18 +3,31 @@
 :func:`fill` pairs the ``i``-th local descriptor with the ``i``-th remote
 one (their lengths must be equal), joins neighbours that continue each other
 on both sides (same keys, adjacent addresses) up to ``piece`` bytes, and
-splits longer ones into ``piece``-sized records, in the table format the
-verbs layer posts from (:meth:`aiordma.QueuePair.start_bulk`: local
-address, remote address, ``length | lkey << 32``, ``rkey | tag << 32``;
-the tag is the index of the record's first descriptor, so a failure names
+splits longer ones into ``piece``-sized records of :mod:`aiordma.bulk_table`
+(the tag is the index of the record's first descriptor, so a failure names
 it). Compiled (types in ``_plan.pxd``), the loops run in C: no Python per
 descriptor.
 """
 
 from __future__ import annotations
 
-from array import array
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from aiordma import bulk_table
+
+if TYPE_CHECKING:
+    from aiordma import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # no Cython: the declarations below mean nothing
+        from aiordma import _cython_shim as cython
+
+WORDS = cython.declare(cython.Py_ssize_t, bulk_table.RECORD_WORDS)
+LOCAL_ADDR = cython.declare(cython.Py_ssize_t, bulk_table.LOCAL_ADDR)
+REMOTE_ADDR = cython.declare(cython.Py_ssize_t, bulk_table.REMOTE_ADDR)
+LENGTH_LKEY = cython.declare(cython.Py_ssize_t, bulk_table.LENGTH_LKEY)
+RKEY_TAG = cython.declare(cython.Py_ssize_t, bulk_table.RKEY_TAG)
 
 
 def records_needed(lengths: Any, count: int, piece: int) -> int:
@@ -59,19 +72,21 @@ def fill(
         lkey = lkeys[lregion[i]]
         rkey = rkeys[rregion[i]]
         if n > 0 and la == end_l and ra == end_r and lkey == last_lkey and rkey == last_rkey:
-            prev = out[4 * n - 2] & 0xFFFFFFFF  # join the previous record as far as a piece goes
+            last = WORDS * (n - 1) + LENGTH_LKEY  # join the previous record as far as a piece goes
+            prev = out[last] & 0xFFFFFFFF
             take = min(length, piece - prev)
             if take > 0:
-                out[4 * n - 2] = (prev + take) | (lkey << 32)
+                out[last] = (prev + take) | (lkey << 32)
                 la += take
                 ra += take
                 length -= take
         while length > 0:
             take = min(length, piece)
-            out[4 * n] = la
-            out[4 * n + 1] = ra
-            out[4 * n + 2] = take | (lkey << 32)
-            out[4 * n + 3] = rkey | (i << 32)
+            base = WORDS * n  # the words in bulk_table's order
+            out[base + LOCAL_ADDR] = la
+            out[base + REMOTE_ADDR] = ra
+            out[base + LENGTH_LKEY] = take | (lkey << 32)
+            out[base + RKEY_TAG] = rkey | (i << 32)
             n += 1
             la += take
             ra += take
@@ -81,8 +96,3 @@ def fill(
         last_lkey = lkey
         last_rkey = rkey
     return n
-
-
-def table(words: int) -> array[int]:
-    """A zeroed table of ``words`` 64-bit words."""
-    return array("Q", bytes(8 * words))

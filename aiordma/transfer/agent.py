@@ -28,20 +28,25 @@ import secrets
 from array import array
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from aiordma import metrics
+from aiordma import bulk_table, metrics
 from aiordma.channel import (
     Access,
+    ChannelOptions,
+    ConnectOptions,
     Device,
     MemoryRegion,
     MessageChannel,
     PresharedKey,
+    ServeOptions,
     Server,
-    open_channel,
-    start_channel_server,
+    open_channel_with,
+    post_block,
+    read_piece_for,
+    serve_channels_with,
+    start_bulk,
 )
-from aiordma.channel.rendezvous import read_piece_for
 from aiordma.exceptions import (
     ConnectionLostError,
     MemoryLimitError,
@@ -56,11 +61,9 @@ from aiordma.transfer import _plan, wire
 from aiordma.transfer.descriptors import DescriptorList, RegionInfo
 from aiordma.transfer.wire import Identity
 
-WIRE_WINDOW = 16
-"""Records in flight at once to a peer across a wire (pieces of ``READ_PIECE``:
-1 MiB in flight, which a lossy link carries; see the channel's reads)."""
-LOCAL_WINDOW = 64
-"""Records in flight at once to a peer on the same device (no wire to overrun)."""
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 HELLO_TIMEOUT = 10.0
 """Seconds a new connection's peer has to say who it is."""
 
@@ -199,6 +202,26 @@ class Peer:
             channel.close()
 
 
+class TransferKeywords(TypedDict, total=False):
+    """:meth:`~aiordma.transfer.Agent.read`'s and
+    :meth:`~aiordma.transfer.Agent.write`'s keyword arguments (for typing ``**``)."""
+
+    notify: bytes | None
+    timeout: float | None
+    deadline: float | None
+
+
+class AgentKeywords(TypedDict, total=False):
+    """:class:`Agent`'s keyword arguments (for typing ``**``; a host test holds
+    the two equal)."""
+
+    device: Device | None
+    auth: PresharedKey | bytes | None
+    max_exposed: int | None
+    piece: int | None
+    window: int | None
+
+
 class Agent:
     """Registered memory, peers, and transfers between them (see the module's docstring).
 
@@ -223,7 +246,9 @@ class Agent:
         self.device = device or Device.shared()
         self.id = secrets.randbits(63) | 1
         """This agent's id (random, never 0)."""
-        self._auth = auth
+        self._connect = ConnectOptions(device=self.device, auth=auth)
+        """How this agent's connections are made: its device, its key (checked now)."""
+        self._serving = ServeOptions(device=self.device, auth=auth)
         self.max_exposed = max_exposed
         if (piece is not None and piece < 4096) or (window is not None and window < 1):
             raise ValueError(f"piece ({piece}) must be at least 4096 bytes, window ({window}) 1 "
@@ -331,14 +356,14 @@ class Agent:
             return None
         return self._identity.host, self._identity.port
 
-    async def listen(self, host: str, port: int = 0, **channel_options: Any) -> None:
+    async def listen(self, host: str, port: int = 0) -> None:
         """Accept other agents' connections at ``host:port`` (0: any free port)."""
         self._on_loop()
         self._check_open()
         if self._server is not None:
             raise RuntimeError("this agent listens already")
-        self._server = await start_channel_server(
-            self._accepted, host, port, device=self.device, auth=self._auth, **channel_options
+        self._server = await serve_channels_with(
+            self._accepted, host, port, self._serving, ChannelOptions()
         )
         bound_port = self._server.addresses[0][1]
         self._identity = Identity(self.id, host, bound_port)
@@ -378,7 +403,7 @@ class Agent:
     async def _dial(self, peer: Peer) -> MessageChannel:
         assert peer.address is not None
         host, port = peer.address
-        channel = await open_channel(host, port, device=self.device, auth=self._auth)
+        channel = await open_channel_with(host, port, self._connect, ChannelOptions())
         try:
             await channel.send_message(wire.hello(self._identity))
             async with asyncio.timeout(HELLO_TIMEOUT):
@@ -499,16 +524,16 @@ class Agent:
         await self._transfer(True, peer, local, remote, notify, timeout, deadline)
 
     def start_read(self, peer: Peer, local: DescriptorList, remote: DescriptorList,
-                   **kwargs: Any) -> asyncio.Task[None]:  # fmt: skip
+                   **keywords: Unpack[TransferKeywords]) -> asyncio.Task[None]:  # fmt: skip
         """:meth:`read` as a task (an awaitable handle), to overlap many transfers."""
         self._on_loop()
-        return asyncio.ensure_future(self.read(peer, local, remote, **kwargs))
+        return asyncio.ensure_future(self.read(peer, local, remote, **keywords))
 
     def start_write(self, peer: Peer, local: DescriptorList, remote: DescriptorList,
-                    **kwargs: Any) -> asyncio.Task[None]:  # fmt: skip
+                    **keywords: Unpack[TransferKeywords]) -> asyncio.Task[None]:  # fmt: skip
         """:meth:`write` as a task (an awaitable handle), to overlap many transfers."""
         self._on_loop()
-        return asyncio.ensure_future(self.write(peer, local, remote, **kwargs))
+        return asyncio.ensure_future(self.write(peer, local, remote, **keywords))
 
     def _check_local(self, local: DescriptorList, write: bool) -> tuple[MemoryRegion, ...]:
         if not isinstance(local, DescriptorList):
@@ -560,7 +585,7 @@ class Agent:
     @staticmethod
     def _plan(local: DescriptorList, remote: DescriptorList, piece: int) -> tuple[array[int], int]:
         count = len(local)
-        table = _plan.table(4 * _plan.records_needed(local.lengths, count, piece))
+        table = bulk_table.new_table(_plan.records_needed(local.lengths, count, piece))
         lkeys = array("I", [r.lkey for r in local.regions])
         rkeys = array("I", [r.rkey for r in remote.regions])
         n = _plan.fill(local.addrs, local.lengths, local.region_of, lkeys,
@@ -597,17 +622,15 @@ class Agent:
                 async with asyncio.timeout_at(deadline):
                     channel = await peer.channel()
             self._check_remote(peer, remote, write)  # the peer's id is known now
-            loopback = channel.conn.loopback
-            piece = read_piece_for(self._piece, loopback)
+            piece = read_piece_for(self._piece, channel.loopback)
             block = None
             if deadline is None and len(local) == 1 and local.lengths[0] <= piece:
                 block = self._post_block(channel, write, local, remote, mrs)
             if block is not None:
                 await self._block_done(channel, write, block)
             else:
-                window = self._window or (LOCAL_WINDOW if loopback else WIRE_WINDOW)
                 table, count = self._plan(local, remote, piece)
-                await self._run(channel, write, table, count, mrs, window, deadline)
+                await self._run(channel, write, table, count, mrs, deadline)
         except TimeoutError as exc:
             if exc.args:  # not the deadline's own
                 raise
@@ -633,8 +656,8 @@ class Agent:
         read with no table and no bulk run; None (nothing posted) when the
         queue pair cannot take it now (the bulk run then waits, or says why)."""
         rkey = remote.regions[remote.region_of[0]].rkey
-        return channel.conn.qp.post_block(write, mrs[local.region_of[0]], local.addrs[0],
-                                          local.lengths[0], remote.addrs[0], rkey)  # fmt: skip
+        return post_block(channel, write, mrs[local.region_of[0]], local.addrs[0],
+                          local.lengths[0], remote.addrs[0], rkey)  # fmt: skip
 
     async def _block_done(
         self, channel: MessageChannel, write: bool, block: asyncio.Future[Any]
@@ -654,7 +677,7 @@ class Agent:
 
     async def _run(
         self, channel: MessageChannel, write: bool, table: array[int], count: int,
-        mrs: tuple[MemoryRegion, ...], window: int, deadline: float | None,
+        mrs: tuple[MemoryRegion, ...], deadline: float | None,
     ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
@@ -673,8 +696,7 @@ class Agent:
             done.set_exception(exc)
 
         try:
-            run = channel.conn.qp.start_bulk(write, table, count, mrs, finished,
-                                             window=window)  # fmt: skip
+            run = start_bulk(channel, write, table, count, mrs, finished, window=self._window)
         except (ResourceClosedError, ConnectionError) as exc:
             raise TransferError(f"{what} failed before its first block: {exc}") from exc
         try:
@@ -845,13 +867,11 @@ async def _settled(done: asyncio.Future[Any]) -> None:
 
 
 async def start_agent(
-    host: str | None = None, port: int = 0, *, device: Device | None = None,
-    auth: PresharedKey | bytes | None = None, max_exposed: int | None = None,
-    piece: int | None = None, window: int | None = None,
-) -> Agent:  # fmt: skip
-    """An :class:`Agent` (the keywords are its own), listening at ``host:port``
-    if ``host`` is given."""
-    agent = Agent(device=device, auth=auth, max_exposed=max_exposed, piece=piece, window=window)
+    host: str | None = None, port: int = 0, **keywords: Unpack[AgentKeywords]
+) -> Agent:
+    """An :class:`Agent` (``keywords`` are its own), listening at
+    ``host:port`` if ``host`` is given."""
+    agent = Agent(**keywords)
     if host is not None:
         try:
             await agent.listen(host, port)

@@ -1,9 +1,8 @@
 # cython: annotation_typing=True
 """A table of one-sided reads or writes on one queue pair, with no Python per request.
 
-A :class:`BulkRun` moves a table of RDMA READs or WRITEs (four words a
-record, see :meth:`~aiordma.verbs._driver.base.QPDriver.post_table`)
-through one queue pair. It keeps at most ``window`` records posted, in
+A :class:`BulkRun` moves a table of RDMA READs or WRITEs (records of
+:mod:`aiordma.bulk_table`) through one queue pair. It keeps at most ``window`` records posted, in
 chunks of at most ``chunk`` whose last is signalled; the send queue
 completes in order, so a signalled completion settles every record of its
 chunk. Each settled chunk gives its send-queue slots back and the run
@@ -29,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aiordma import bulk_table
 from aiordma.exceptions import DeviceError
 from aiordma.verbs.memory import MemoryRegion
 
@@ -55,8 +55,8 @@ Done = Callable[[BaseException | None, int], None]
 Starved = Callable[[int], None]
 """``starved(n)``: wait for ``n`` send-queue slots, then :meth:`BulkRun.resume`."""
 
-WORDS = cython.declare(cython.Py_ssize_t, 4)
-"""Words (64-bit) per record of a table."""
+WORDS = cython.declare(cython.Py_ssize_t, bulk_table.RECORD_WORDS)
+RKEY_TAG = cython.declare(cython.Py_ssize_t, bulk_table.RKEY_TAG)
 
 
 @cython.cclass
@@ -206,7 +206,7 @@ class BulkRun:
             error = self._engine.bulk_error(wc, self._opcode)
             if self._error is None:
                 self._error = error
-                self._tag = self._table[r * WORDS + 3] >> 32
+                self._tag = self._table[r * WORDS + RKEY_TAG] >> 32
         else:
             self._pump()
         self._maybe_finish()

@@ -581,9 +581,8 @@ class QueuePair(Closable):
         ``aiordma/verbs/_bulk.py``): what transfer agents move descriptor
         lists with.
 
-        ``table`` is an ``array('Q')`` of four words a record: local
-        address, remote address, ``length | lkey << 32``, ``rkey | tag << 32``
-        (the caller checked every address against its region). At most
+        ``table`` holds :mod:`aiordma.bulk_table` records (the caller
+        checked every address against its region). At most
         ``window`` records are posted at once (bounded by the send queue), in
         chunks of ``chunk`` (a quarter of the window by default) whose last is
         signalled. ``done(error, tag)`` is called once from the completion

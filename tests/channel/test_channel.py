@@ -1067,6 +1067,12 @@ class _PairLink:
         return self._qp
 
     @property
+    def device(self) -> aiordma.Device:
+        device = self._qp.device
+        assert isinstance(device, aiordma.Device)
+        return device
+
+    @property
     def loopback(self) -> bool:
         return True  # both queue pairs are on one device
 

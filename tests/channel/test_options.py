@@ -27,7 +27,7 @@ from aiordma.channel.options import (
     ChannelOptions,
     TuningKeywords,
 )
-from aiordma.channel.rendezvous import LOCAL_READ_PIECE, READ_PIECE, read_piece_for
+from aiordma.channel.sizing import LOCAL_READ_PIECE, READ_PIECE, read_piece_for
 from aiordma.channel.wire import MIN_BUFFER
 
 NOWHERE = ("192.0.2.99", 9)

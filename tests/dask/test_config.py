@@ -28,12 +28,12 @@ def test_the_defaults() -> None:
     assert found.exposure_timeout == 60.0
     assert found.max_exposed == 256 << 20
     assert found.piece_size == 64 << 20
-    assert found.read_piece is None  # by the path (aiordma.channel.rendezvous.read_piece_for)
+    assert found.read_piece is None  # by the path (aiordma.channel.sizing.read_piece_for)
     assert found.landing_pool == 256 << 20
     assert found.auth is None
     options = found.channel_options()
-    assert options["max_message"] == 64 << 20
-    assert options["registration_cache"] == 0
+    assert options.max_message == 64 << 20
+    assert options.registration_cache == 0
 
 
 def test_keys_are_read_from_dask_config_and_the_environment_spelling() -> None:

@@ -69,7 +69,7 @@ async def read_in_pieces(
     """RDMA-read ``remote`` into ``local`` 1 MiB at a time, four in flight.
 
     One 64 MiB read makes rxe's responder send all 65,536 packets at once,
-    which the link drops (see ``aiordma.channel.rendezvous.READ_PIECE``); pieces are
+    which the link drops (see ``aiordma.channel.sizing.READ_PIECE``); pieces are
     what a user moving that much should post.
     """
     pending: collections.deque[asyncio.Future[aiordma.WorkCompletion]] = collections.deque()

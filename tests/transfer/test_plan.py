@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from array import array
 
+from aiordma import bulk_table
 from aiordma.transfer import _plan
 
 PIECE = 1 << 20
 
 
-Row = tuple[int, int, int, int, int, int]
+Row = tuple[int, ...]  # bulk_table.Record: addresses, length, keys, tag
 
 
 def plan(local: list[tuple[int, int]], remote: list[int], *, piece: int = PIECE,
@@ -17,14 +18,12 @@ def plan(local: list[tuple[int, int]], remote: list[int], *, piece: int = PIECE,
          lregion: list[int] | None = None) -> list[Row]:  # fmt: skip
     count = len(local)
     lengths = array("Q", [n for _, n in local])
-    table = _plan.table(4 * _plan.records_needed(lengths, count, piece))
+    table = bulk_table.new_table(_plan.records_needed(lengths, count, piece))
     n = _plan.fill(array("Q", [a for a, _ in local]), lengths,
                    array("I", lregion or [0] * count), array("I", lkeys),
                    array("Q", remote), array("I", [0] * count), array("I", rkeys),
                    count, piece, table)  # fmt: skip
-    return [(table[4 * r], table[4 * r + 1], table[4 * r + 2] & 0xFFFFFFFF,
-             table[4 * r + 2] >> 32, table[4 * r + 3] & 0xFFFFFFFF, table[4 * r + 3] >> 32)
-            for r in range(n)]  # fmt: skip
+    return [tuple(bulk_table.record(table, r)) for r in range(n)]
 
 
 def test_scattered_pairs_are_one_record_each_tagged_with_their_index() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 import aiordma
 from aiordma import Access, QueuePair, RemoteAccessError
+from aiordma.bulk_table import RECORD_WORDS, RKEY_TAG, Record
 
 Pair = tuple[QueuePair, QueuePair]
 BLOCK = 4096
@@ -20,8 +21,8 @@ def table(local: aiordma.MemoryRegion, remote: aiordma.MemoryRegion, pairs: list
     """Records moving ``length`` bytes from local block ``i`` to remote block ``j``."""
     words = array("Q")
     for tag, (i, j) in enumerate(pairs):
-        words.extend([local.addr + i * length, remote.addr + j * length,
-                      length | local.lkey << 32, remote.rkey | tag << 32])  # fmt: skip
+        words.extend(Record(local.addr + i * length, remote.addr + j * length, length,
+                            local.lkey, remote.rkey, tag).words())  # fmt: skip
     return words
 
 
@@ -82,7 +83,7 @@ async def test_a_failed_record_names_itself_and_the_rest_is_settled(
     src = device.alloc(BLOCK * 100)
     dst = device.alloc(BLOCK * 100, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
     words = table(src, dst, [(i, i) for i in range(100)])
-    words[37 * 4 + 3] = (dst.rkey ^ 0xFF) | 37 << 32  # a key the peer never gave
+    words[37 * RECORD_WORDS + RKEY_TAG] = (dst.rkey ^ 0xFF) | 37 << 32  # a key the peer never gave
     outcome = Outcome()
     a.start_bulk(True, words, 100, (src,), outcome.done, window=16, chunk=4)
     error, tag = await outcome.result()

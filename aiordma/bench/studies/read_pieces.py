@@ -21,7 +21,7 @@ import time
 import aiordma
 from aiordma import rpc
 from aiordma.bench.studies import lab_address
-from aiordma.channel import rendezvous
+from aiordma.channel import sizing
 
 
 async def rpc_rate(host: str, piece: int, seconds: float, size: int = 4 << 20) -> float:
@@ -90,10 +90,10 @@ async def run(pieces: list[int], in_flight: list[int], seconds: float) -> None:
     host = lab_address()
     for piece in pieces:
         for reads in in_flight:
-            rendezvous.READS_IN_FLIGHT = reads
+            sizing.READS_IN_FLIGHT = reads
             rate = await rpc_rate(host, piece, seconds)
             print(f"rpc 4 MiB read_piece {piece >> 10} KiB x{reads}: {rate:.1f} MB/s", flush=True)
-    rendezvous.READS_IN_FLIGHT = 4
+    sizing.READS_IN_FLIGHT = 4
     for size, depth in ((1 << 20, 8), (64 << 20, 1)):
         for piece in pieces:
             rate = await message_rate(host, piece, size, depth, seconds)

@@ -123,9 +123,17 @@ cdef enum:
     WR_ATOMIC_CMP_AND_SWP = 5
     WR_ATOMIC_FETCH_AND_ADD = 6
     SEND_SIGNALED = 2
-    TABLE_WORDS = 4
 
 ABI = 6
+
+from aiordma import bulk_table as _bulk_table
+
+# A bulk table's layout (aiordma/bulk_table.py), as C values.
+cdef Py_ssize_t TABLE_WORDS = _bulk_table.RECORD_WORDS
+cdef Py_ssize_t LOCAL_ADDR = _bulk_table.LOCAL_ADDR
+cdef Py_ssize_t REMOTE_ADDR = _bulk_table.REMOTE_ADDR
+cdef Py_ssize_t LENGTH_LKEY = _bulk_table.LENGTH_LKEY
+cdef Py_ssize_t RKEY_TAG = _bulk_table.RKEY_TAG
 """Bumped whenever the Python side's expectations of this module change."""
 
 
@@ -648,9 +656,7 @@ cdef class QPDriver:
                    const unsigned long long[::1] table, Py_ssize_t start, Py_ssize_t count):
         """Post records ``start .. start + count`` of a one-sided table as one
         linked list, only the last signalled; 0 or the provider's errno.
-
-        A record is four words: local address, remote address, ``length |
-        lkey << 32``, ``rkey | tag << 32``; record ``r`` gets ``wr_id``
+        Records are :mod:`aiordma.bulk_table`'s; record ``r`` gets ``wr_id``
         ``first_id + r % ring``.
         """
         cdef ibv_send_wr stack_wrs[MAX_STACK_WRS]
@@ -671,16 +677,16 @@ cdef class QPDriver:
             memset(wrs, 0, count * sizeof(ibv_send_wr))
             for i in range(count):
                 r = (start + i) * TABLE_WORDS
-                word = table[r + 2]
-                sges[i].addr = table[r]
+                word = table[r + LENGTH_LKEY]
+                sges[i].addr = table[r + LOCAL_ADDR]
                 sges[i].length = <uint32_t>(word & 0xffffffffu)
                 sges[i].lkey = <uint32_t>(word >> 32)
                 wrs[i].wr_id = first_id + <uint64_t>(start + i) % ring
                 wrs[i].opcode = opcode
                 wrs[i].sg_list = &sges[i]
                 wrs[i].num_sge = 1
-                wrs[i].wr.rdma.remote_addr = table[r + 1]
-                wrs[i].wr.rdma.rkey = <uint32_t>(table[r + 3] & 0xffffffffu)
+                wrs[i].wr.rdma.remote_addr = table[r + REMOTE_ADDR]
+                wrs[i].wr.rdma.rkey = <uint32_t>(table[r + RKEY_TAG] & 0xffffffffu)
                 wrs[i].next = &wrs[i + 1] if i + 1 < count else NULL
             wrs[count - 1].send_flags = SEND_SIGNALED
             return ibv_post_send(self.qp, wrs, &bad)

@@ -82,10 +82,9 @@ class QPDriver(Protocol):
     def post_table(
         self, first_id: int, ring: int, opcode: int, table: Any, start: int, count: int
     ) -> int:
-        """Post records ``start .. start + count`` of a one-sided table (an
-        ``array('Q')``, four words a record: local address, remote address,
-        ``length | lkey << 32``, ``rkey | tag << 32``) as one linked list,
-        only the last signalled; record ``r`` gets ``wr_id`` ``first_id + r % ring``."""
+        """Post records ``start .. start + count`` of a one-sided table
+        (:mod:`aiordma.bulk_table`) as one linked list, only the last
+        signalled; record ``r`` gets ``wr_id`` ``first_id + r % ring``."""
 
     def post_send(
         self,

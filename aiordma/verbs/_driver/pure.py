@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-from aiordma import _ibv
+from aiordma import _ibv, bulk_table
 from aiordma.verbs._driver.base import ACK_BATCH, POLL_BATCH, Report
 
 if TYPE_CHECKING:
@@ -258,15 +258,15 @@ class PureQPDriver:
         qp = self._live()
         if count <= 0:
             return 0
-        if start < 0 or (start + count) * 4 > len(table) or ring == 0:
+        if start < 0 or (start + count) * bulk_table.RECORD_WORDS > len(table) or ring == 0:
             raise ValueError("records outside the table")
         wrs: list[SendWR] = []
         for r in range(start, start + count):
-            laddr, raddr, word, key = table[4 * r : 4 * r + 4]
-            sge = SGE(laddr, word & 0xFFFFFFFF, word >> 32)
+            rec = bulk_table.record(table, r)
+            sge = SGE(rec.local_addr, rec.length, rec.lkey)
             wr = SendWR(wr_id=first_id + r % ring, opcode=opcode, num_sge=1, sg=[sge],
                         send_flags=_ibv.SEND_SIGNALED if r == start + count - 1 else 0)  # fmt: skip
-            wr.set_wr_rdma(key & 0xFFFFFFFF, raddr)
+            wr.set_wr_rdma(rec.rkey, rec.remote_addr)
             if wrs:
                 wrs[-1].next_wr = wr
             wrs.append(wr)

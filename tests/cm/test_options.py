@@ -1,0 +1,108 @@
+"""Connection settings as one value: checked when made, split from keywords (no device)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import pytest
+
+import aiordma
+from aiordma.cm.options import (
+    ConnectKeywords,
+    ConnectOptions,
+    EndpointKeywords,
+    EndpointOptions,
+    ServeKeywords,
+    ServeOptions,
+)
+from aiordma.transfer import Agent, AgentKeywords
+
+KEY = bytes(range(16))
+
+
+def spelt(annotations: dict[str, Any]) -> dict[str, str]:
+    """Annotations as written (a TypedDict keeps them as forward references)."""
+    return {name: getattr(a, "__forward_arg__", a) for name, a in annotations.items()}
+
+
+@pytest.mark.parametrize(
+    ("options", "keywords"),
+    [
+        (EndpointOptions, EndpointKeywords),
+        (ConnectOptions, ConnectKeywords),
+        (ServeOptions, ServeKeywords),
+    ],
+)
+def test_the_keywords_are_the_values_fields(options: type[Any], keywords: type[Any]) -> None:
+    fields = {field.name: field.type for field in dataclasses.fields(options)}
+    assert spelt(keywords.__annotations__) == fields  # the same names, spelt with the same types
+
+
+def test_the_agents_keywords_are_its_own() -> None:
+    params = inspect.signature(Agent.__init__).parameters
+    own = {name: p.annotation for name, p in params.items() if p.kind is p.KEYWORD_ONLY}
+    assert spelt(AgentKeywords.__annotations__) == own
+
+
+def test_auth_bytes_become_a_key_and_its_room_comes_off_the_private_data() -> None:
+    settings = ConnectOptions(auth=KEY, private_data=bytearray(35))  # type: ignore[arg-type]
+    assert settings.key == aiordma.PresharedKey(KEY) == settings.auth
+    assert settings.private_data == bytes(35)
+    assert type(settings.private_data) is bytes
+    with pytest.raises(ValueError, match="36 bytes; rdma_cm carries at most 35"):
+        ConnectOptions(auth=KEY, private_data=bytes(36))
+    assert ConnectOptions(private_data=bytes(56)).key is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "keywords", "error", "says"),
+    [
+        (ConnectOptions, {"auth": "key"}, TypeError, "auth must be a PresharedKey or bytes"),
+        (ConnectOptions, {"device": "mlx5_0"}, TypeError, "device must be an aiordma.Device"),
+        (ConnectOptions, {"options": {}}, TypeError, "options must be aiordma.QueuePairOptions"),
+        (ConnectOptions, {"private_data": "hi"}, TypeError, "private data must be bytes"),
+        (ConnectOptions, {"timeout": "5"}, TypeError, "timeout must be a number of seconds"),
+        (ConnectOptions, {"timeout": -1}, ValueError, "timeout must not be negative"),
+        (ConnectOptions, {"timeout": float("nan")}, ValueError, "timeout must not be negative"),
+        (ServeOptions, {"backlog": 0}, ValueError, "backlog must be positive"),
+        (ServeOptions, {"backlog": 2.5}, TypeError, "backlog must be an int"),
+        (ServeOptions, {"accept": 3}, TypeError, "accept must be callable"),
+        (ServeOptions, {"handshake_timeout": 0}, ValueError, "handshake_timeout must be pos"),
+        (ServeOptions, {"shutdown_grace": -1}, ValueError, "shutdown_grace must not be neg"),
+        (ServeOptions, {"shutdown_grace": None}, TypeError, "shutdown_grace must be a number"),
+        (ConnectOptions, {"backlog": 3}, TypeError, "backlog"),  # a server's, not a client's
+    ],
+)
+def test_a_bad_setting_is_refused_when_the_value_is_made(
+    kind: type[Any], keywords: dict[str, Any], error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error, match=says):
+        kind(**keywords)
+
+
+def test_the_values_are_frozen() -> None:
+    settings = ServeOptions()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.backlog = 3  # type: ignore[misc]
+
+
+def test_take_splits_a_functions_keywords_and_checks_its_share() -> None:
+    settings, rest = ConnectOptions.take({"auth": KEY, "timeout": 2.0, "window": 8})
+    assert (settings.key, settings.timeout, rest) == (aiordma.PresharedKey(KEY), 2.0, {"window": 8})
+    served, rest = ServeOptions.take({"backlog": 4, "accept": None, "buffer_size": 4096})
+    assert (served.backlog, rest) == (4, {"buffer_size": 4096})
+    with pytest.raises(ValueError, match="backlog must be positive"):
+        ServeOptions.take({"backlog": -1})
+
+
+def test_the_channel_layer_checks_both_values_before_connecting() -> None:
+    from aiordma.channel import split_keywords
+
+    settings, options = split_keywords(ConnectOptions, {"timeout": 1.0, "window": 8}, protocol="p")
+    assert (settings.timeout, options.window, options.protocol) == (1.0, 8, "p")
+    with pytest.raises(TypeError, match="unknown MessageChannel option"):
+        split_keywords(ConnectOptions, {"windw": 8})
+    with pytest.raises(ValueError, match="exceeds the queue pair's receive depth"):
+        split_keywords(ConnectOptions, {"window": 200})
