@@ -292,10 +292,11 @@ async def connect(
 
     ``keywords`` are :func:`aiordma.connect`'s settings
     (:class:`~aiordma.ConnectOptions`: ``auth`` authenticates both peers
-    with a pre-shared key, ``private_data`` reaches the server's ``accept``,
-    ``timeout``, ``device``...) and further :class:`~aiordma.MessageChannel`
-    options (``max_exposed``, ``exposure_timeout``...; see
-    :func:`aiordma.open_channel`), checked before anything connects.
+    with a pre-shared key, ``private_data`` (at most 56 bytes, 35 with
+    ``auth``) reaches the server's ``accept``, ``timeout``, ``device``...)
+    and further :class:`~aiordma.MessageChannel` options (``max_exposed``,
+    ``exposure_timeout``...; see :func:`aiordma.open_channel`), checked
+    before anything connects.
     ``prepare`` runs on the connection after its message channel is set up
     (its result is discarded).
     """

@@ -17,7 +17,12 @@ import pytest
 
 import aiordma
 from aiordma import rpc, streams
-from aiordma.channel.open import OpenKeywords
+from aiordma.channel.open import (
+    OpenKeywords,
+    OpenTuningKeywords,
+    ServeChannelKeywords,
+    ServeTuningKeywords,
+)
 from aiordma.channel.options import (
     DEFAULT_BUFFER,
     DEFAULT_CONTROL_WINDOW,
@@ -153,11 +158,18 @@ async def test_a_channel_handler_that_is_not_async_is_refused_at_start() -> None
 
 def test_the_keyword_types_name_every_option_once() -> None:
     """``**`` is typed by TypedDicts that must list ChannelOptions' fields:
-    all of them for a channel, all but ``protocol`` for the layers above."""
+    all of them for a channel, all but ``protocol`` for the layers above,
+    with the connection's or the server's settings beside them."""
     fields = {field.name for field in dataclasses.fields(ChannelOptions)}
+    connect = {field.name for field in dataclasses.fields(aiordma.ConnectOptions)}
+    serve = {field.name for field in dataclasses.fields(aiordma.ServeOptions)}
+    assert not fields & (connect | serve)  # one name, one meaning
     assert ChannelKeywords.__optional_keys__ == fields
     assert TuningKeywords.__optional_keys__ == fields - {"protocol"}
-    assert OpenKeywords.__optional_keys__ == fields - {"protocol"} | {"shared_receive"}
+    assert OpenKeywords.__optional_keys__ == fields | connect
+    assert ServeChannelKeywords.__optional_keys__ == fields | serve
+    assert OpenTuningKeywords.__optional_keys__ == fields - {"protocol"} | connect
+    assert ServeTuningKeywords.__optional_keys__ == fields - {"protocol"} | serve
 
 
 def test_the_read_piece_follows_the_path_unless_set() -> None:
