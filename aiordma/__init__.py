@@ -17,7 +17,7 @@ from aiordma.channel.open import (
     start_channel_server,
 )
 from aiordma.channel.options import ChannelOptions
-from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.shared_receive import SharedReceiveQueue
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connect import connect
 from aiordma.cm.connection import Connection

@@ -44,7 +44,7 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.credits",
     "aiordma.channel.state",
     "aiordma.channel.packets",
-    "aiordma.verbs._slots",
+    "aiordma.verbs._room",
     "aiordma.verbs._completed",
     "aiordma.verbs._engine",
     "aiordma.verbs._lane",

@@ -40,7 +40,7 @@ from aiordma.channel.open import (
     start_channel_server,
 )
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE, ChannelKeywords, ChannelOptions
-from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.shared_receive import SharedReceiveQueue
 from aiordma.channel.sizing import read_piece_for
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connection import Connection, Prepare

@@ -35,13 +35,13 @@ from aiordma.channel.buffers import Body, Into, body_length, check_into, give_ba
 from aiordma.channel.link import Link
 from aiordma.channel.medium import send_medium
 from aiordma.channel.options import ChannelKeywords, ChannelOptions
+from aiordma.channel.packet_path import open_packet_path
 from aiordma.channel.packets import Event
 from aiordma.channel.receiver import Chooser, Receiver
 from aiordma.channel.registrations import RegistrationCache
 from aiordma.channel.rendezvous import Exposure, Exposures
 from aiordma.channel.sender import Sender
 from aiordma.channel.sizing import read_piece_for
-from aiordma.channel.slots import open_slots
 from aiordma.channel.wire import Hello, Kind
 from aiordma.cm.connection import Connection
 from aiordma.exceptions import (
@@ -125,7 +125,7 @@ class MessageChannel(Closable):
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
         self._stats = Stats("channel", self._gauges)
-        slots = open_slots(conn, options, self._stats, self._on_event, self._fail)
+        slots = open_packet_path(conn, options, self._stats, self._on_event, self._fail)
         self._packets, self._shared, self._hello = slots.packets, slots.shared, slots.layout.hello
         self._regions = slots.regions  # the link deregisters them while they live
         # Kept registrations of the application's buffers: local only for

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.link import Link
 from aiordma.channel.options import ChannelKeywords, ChannelOptions, TuningKeywords
-from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.shared_receive import SharedReceiveQueue
 from aiordma.cm.connect import connect_with
 from aiordma.cm.connection import Connection, Prepare
 from aiordma.cm.options import (

@@ -130,6 +130,16 @@ class Packets:
     channel's life (the receive one until :meth:`fail`): slot ``i`` is bytes
     ``[i * size, (i + 1) * size)``. ``stats`` counts messages and bytes;
     ``report`` is told what the shell must do.
+
+    Its parts, in this order below: set-up, what the shell reads, the send
+    and receive turns, sending (eager, medium chains, pieces), receiving
+    (arrivals, taking, copying pieces from the drain, reposting), credits
+    and wake-ups, failing. It holds the waiting tasks' futures itself, not
+    the shell: the completion drain calls :meth:`arrived` in C, and waking
+    the one future that waits from there, in the same call, is what made a
+    message's wake-up cheap (decision records 0006 and 0010: a round trip
+    wakes each side once). The parts stay in one class for that reason;
+    each is a section of it.
     """
 
     def __init__(

@@ -1,13 +1,13 @@
 # C-level declarations of aiordma/verbs/_bulk.py (compiled in Cython's pure
 # Python mode).
 
-from aiordma.verbs._slots cimport SlotPool
+from aiordma.verbs._room cimport QueueRoom
 
 cdef class BulkRun:
     cdef object _engine
     cdef object _post
     cdef dict _handlers
-    cdef SlotPool _sq
+    cdef QueueRoom _sq
     cdef object _kick
     cdef int _opcode
     cdef object _table

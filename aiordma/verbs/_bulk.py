@@ -36,14 +36,14 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     from aiordma import _cython_shim as cython
-    from aiordma.verbs import _host
+    from aiordma.verbs import _engine_view
 
-    class Host(_host.Host, Protocol):
+    class EngineView(_engine_view.EngineView, Protocol):
         """What a run needs of the work engine that made it."""
 
         def bulk_error(self, wc: Any, opcode: int) -> BaseException: ...
 
-        def lane_finished(self, lane: Any) -> None: ...
+        def poster_finished(self, lane: Any) -> None: ...
 else:
     try:
         import cython
@@ -65,7 +65,7 @@ class BulkRun:
     docstring). Made by :meth:`WorkEngine.start_bulk`."""
 
     def __init__(
-        self, engine: Host, opcode: cython.int, table: Any, count: cython.Py_ssize_t,
+        self, engine: EngineView, opcode: cython.int, table: Any, count: cython.Py_ssize_t,
         window: cython.int, chunk: cython.int, mrs: tuple[MemoryRegion, ...],
         done: Done, starved: Starved,
     ) -> None:  # fmt: skip
@@ -227,7 +227,7 @@ class BulkRun:
         mrs, self._mrs = self._mrs, ()
         for mr in mrs:
             mr._release()
-        self._engine.lane_finished(self)
+        self._engine.poster_finished(self)
         if self._stopped and self._error is None and self._posted < self._count:
             self._error = self._engine.close_error()
         self._done(self._error, self._tag)

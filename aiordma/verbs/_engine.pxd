@@ -1,7 +1,7 @@
 # C-level declarations of aiordma/verbs/_engine.py (compiled in Cython's pure
 # Python mode).
 
-from aiordma.verbs._slots cimport SlotPool
+from aiordma.verbs._room cimport QueueRoom
 
 cdef _let_go(object mr)
 
@@ -37,15 +37,15 @@ cdef class WorkEngine:
     cdef public object qp
     cdef public object qp_num
     cdef public object cq
-    cdef public SlotPool sq
-    cdef public SlotPool rq
+    cdef public QueueRoom sq
+    cdef public QueueRoom rq
     cdef public dict works
     cdef public object failure
     cdef public bint closing
     cdef public object close_error
     cdef public object drained
     cdef public object last_send
-    cdef public list lanes
+    cdef public list posters
     cdef readonly object _loop
     cdef object _alloc
     cdef object _pd

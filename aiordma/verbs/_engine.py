@@ -52,7 +52,7 @@ from aiordma.verbs._bulk import Done as BulkDone
 from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
 from aiordma.verbs._driver.pure import RECV_WR_CACHE
 from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
-from aiordma.verbs._slots import SlotPool
+from aiordma.verbs._room import QueueRoom
 from aiordma.verbs.completion import completion_error
 from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
 
@@ -260,8 +260,8 @@ class WorkEngine:
         """The pyverbs handle (None once destroyed)."""
         self.qp_num = qp.qp_num
         self.cq = cq
-        self.sq = SlotPool(send_depth)
-        self.rq = SlotPool(recv_depth)
+        self.sq = QueueRoom(send_depth)
+        self.rq = QueueRoom(recv_depth)
         self.works: dict[int, _Work] = {}
         """Posted work whose completion has not arrived, by ``wr_id``."""
         self.failure: BaseException | None = None
@@ -271,8 +271,9 @@ class WorkEngine:
         self.drained: asyncio.Future[None] | None = None
         """Set by a closer waiting for :attr:`works` to empty; resolved when it does."""
         self.last_send: _Work | None = None
-        self.lanes: list[PacketLane | BulkRun] = []
-        """Packet lanes (:meth:`open_lane`) and running bulk runs (:meth:`start_bulk`)."""
+        self.posters: list[PacketLane | BulkRun] = []
+        """The compiled posters it made and that still run: packet lanes
+        (:meth:`open_lane`) and bulk runs (:meth:`start_bulk`)."""
         self._loop = cq.loop
         self._alloc = alloc
         self._pd = pd
@@ -340,8 +341,8 @@ class WorkEngine:
             err.__cause__ = exc
             self.sq.fail(err)
             self.rq.fail(err)
-            for lane in self.lanes:
-                lane.stop()
+            for poster in self.posters:
+                poster.stop()
 
     # -- records -------------------------------------------------------------
 
@@ -596,7 +597,7 @@ class WorkEngine:
         flags = b.flags if silent else _ibv.SEND_SIGNALED | b.flags
         return self._register(work), work, flags
 
-    def _refused(self, works: Sequence[tuple[int, _Work]], pool: SlotPool, rc: int) -> DeviceError:
+    def _refused(self, works: Sequence[tuple[int, _Work]], pool: QueueRoom, rc: int) -> DeviceError:
         """Undo work whose post the provider refused; the error to raise."""
         self._unpost(works, pool)
         if pool is self.sq:
@@ -809,7 +810,7 @@ class WorkEngine:
             futures.append(work.future)
         return futures
 
-    def _unpost(self, works: Sequence[tuple[int, _Work]], pool: SlotPool) -> None:
+    def _unpost(self, works: Sequence[tuple[int, _Work]], pool: QueueRoom) -> None:
         """Undo the bookkeeping of a chain the provider refused.
 
         Everything is validated before posting, so what remains to fail is the
@@ -854,7 +855,7 @@ class WorkEngine:
         if work.scratch >= 0:
             self._scratch_free.append(work.scratch)
         if self.drained is not None and not self.works:
-            self.lane_idle()
+            self.poster_idle()
 
     def _failed_completion(self, wc: WC, opname: str) -> tuple[BaseException, bool]:
         """The error a failed completion reports, and whether it was a flush
@@ -879,7 +880,7 @@ class WorkEngine:
         flushed and detached with this queue pair."""
         self.check_usable()
         lane = PacketLane(self, send_mr, sends, recv_mr, recvs, slot_size, sent, arrived, failed)
-        self.lanes.append(lane)
+        self.posters.append(lane)
         return lane
 
     def start_bulk(
@@ -890,7 +891,7 @@ class WorkEngine:
         started, stopped and detached with this queue pair."""
         self.check_usable()
         run = BulkRun(self, opcode, table, count, window, chunk, mrs, done, starved)
-        self.lanes.append(run)
+        self.posters.append(run)
         run.start()
         return run
 
@@ -898,21 +899,21 @@ class WorkEngine:
         """What a bulk run's failed completion tells its owner."""
         return self._failed_completion(wc, _ibv.WR_NAMES.get(opcode, str(opcode)))[0]
 
-    def lane_finished(self, lane: Any) -> None:
+    def poster_finished(self, poster: Any) -> None:
         """A bulk run ended: forget it (the engine may have already)."""
         with contextlib.suppress(ValueError):
-            self.lanes.remove(lane)
-        self.lane_idle()
+            self.posters.remove(poster)
+        self.poster_idle()
 
     def packet_error(self, wc: WC, recv: bool) -> BaseException:
         """What a packet lane's failed completion tells its owner."""
         return self._failed_completion(wc, "recv" if recv else "send")[0]
 
     def pending(self) -> int:
-        """Posted work whose completion is still due (lanes' included)."""
-        return len(self.works) + sum(lane.outstanding for lane in self.lanes)
+        """Posted work whose completion is still due (the posters' included)."""
+        return len(self.works) + sum(poster.outstanding for poster in self.posters)
 
-    def lane_idle(self) -> None:
+    def poster_idle(self) -> None:
         """Something completed: a closer waiting for the flush may go on."""
         if self.drained is not None and not self.drained.done() and not self.pending():
             self.drained.set_result(None)
@@ -959,8 +960,8 @@ class WorkEngine:
         self.rq.fail(err)
         for work in list(self.works.values()):
             work.fail(err, later=True, quiet=True)
-        for lane in self.lanes:
-            lane.stop()
+        for poster in self.posters:
+            poster.stop()
         if not self.pending() or self.qp is None:
             return True
         try:
@@ -992,9 +993,9 @@ class WorkEngine:
             work.fail(err, later=True, quiet=True)
         self._silent.clear()
         self.last_send = None
-        lanes, self.lanes = self.lanes, []
-        for lane in lanes:
-            lane.detach(err)
+        posters, self.posters = self.posters, []
+        for poster in posters:
+            poster.detach(err)
         self.driver.detach()
         try:
             qp.close()

@@ -1,7 +1,7 @@
 # C-level declarations of aiordma/verbs/_lane.py (compiled in Cython's pure
 # Python mode).
 
-from aiordma.verbs._slots cimport SlotPool
+from aiordma.verbs._room cimport QueueRoom
 
 cdef class PacketLane:
     cdef object _engine
@@ -9,7 +9,7 @@ cdef class PacketLane:
     cdef object _post_list
     cdef object _post_recv
     cdef object _kick
-    cdef SlotPool _sq
+    cdef QueueRoom _sq
     cdef dict _handlers
     cdef Py_ssize_t _size
     cdef int _sends

@@ -40,14 +40,14 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     from aiordma import _cython_shim as cython
-    from aiordma.verbs import _host
-    from aiordma.verbs._slots import SlotPool
+    from aiordma.verbs import _engine_view
+    from aiordma.verbs._room import QueueRoom
 
-    class Host(_host.Host, Protocol):
+    class EngineView(_engine_view.EngineView, Protocol):
         """What a lane needs of the work engine that made it."""
 
         @property
-        def rq(self) -> SlotPool: ...
+        def rq(self) -> QueueRoom: ...
 
         def check_usable(self) -> None: ...
 
@@ -82,7 +82,7 @@ class PacketLane:
     """
 
     def __init__(
-        self, engine: Host, send_mr: MemoryRegion, sends: cython.int,
+        self, engine: EngineView, send_mr: MemoryRegion, sends: cython.int,
         recv_mr: MemoryRegion | None, recvs: cython.int, slot_size: cython.Py_ssize_t,
         sent: Sent, arrived: Arrived, failed: Failed,
     ) -> None:  # fmt: skip
@@ -284,7 +284,7 @@ class PacketLane:
         else:
             self._send_completed(index - self._recvs, status, wc)
         if self._stopped and self.outstanding == 0:
-            self._engine.lane_idle()
+            self._engine.poster_idle()
 
     @cython.cfunc
     def _send_completed(self, slot: cython.int, status: cython.int, wc: Any) -> None:

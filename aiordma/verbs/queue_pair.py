@@ -16,7 +16,7 @@ import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
 
 from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
     from aiordma.verbs._driver.base import QPDriver
     from aiordma.verbs._lifecycle import Owner
+    from aiordma.verbs._room import QueueRoom
     from aiordma.verbs.completion import CompletionQueue
 
 
@@ -238,6 +239,25 @@ def _operand(value: int, name: str) -> int:
     return value & ((1 << 64) - 1)
 
 
+_T = TypeVar("_T")
+
+
+async def _post_in_chunks(
+    room: QueueRoom, items: list[_T],
+    post: Callable[[list[_T]], list[asyncio.Future[WorkCompletion]]],
+) -> list[asyncio.Future[WorkCompletion]]:  # fmt: skip
+    """Post ``items`` in chunks the queue can hold, each once ``room`` has
+    room for it (no wait when it has); one future per item, in order."""
+    futures: list[asyncio.Future[WorkCompletion]] = []
+    size = room.size
+    for start in range(0, len(items), size):
+        chunk = items[start : start + size]
+        if not room.try_acquire(len(chunk)):  # no coroutine when there is room
+            await room.acquire(len(chunk))
+        futures += post(chunk)
+    return futures
+
+
 def _check_imm(imm: int | None) -> None:
     if imm is not None and not 0 <= imm < 1 << 32:
         raise ValueError("immediate data must fit in 32 bits (0 <= imm < 2**32)")
@@ -251,6 +271,19 @@ class QueuePair(Closable):
     send or receive queue is full, posting waits for room. A failed work
     request raises :class:`CompletionError`; once the queue pair has failed,
     every pending and later operation raises too.
+
+    Which way to post, by who posts:
+
+    * applications: the awaited verbs (:meth:`post_send`, :meth:`rdma_write`,
+      :meth:`rdma_read`, the atomics, :meth:`post_recv`), or lists of them
+      (:meth:`post_batch`, :meth:`post_recv_batch`, and their ``_nowait``
+      forms that refuse rather than wait);
+    * a message channel: :meth:`open_lane`, fixed slots posted from the
+      completion drain, no future per packet;
+    * transfer agents (through ``aiordma.channel.start_bulk``): a table of
+      one-sided requests, :meth:`start_bulk`, or one block, :meth:`post_block`;
+    * a connection's keepalive: :meth:`post_probe`; receives handed to a
+      callback: :meth:`post_recv_callback`.
     """
 
     kind: ClassVar[str] = "queue pair"
@@ -465,14 +498,7 @@ class QueuePair(Closable):
         engine.check_usable()
         built = [self._build(op) for op in ops]
         self._stats.add("ops:batched", len(built))
-        futures: list[asyncio.Future[WorkCompletion]] = []
-        size = engine.sq.size
-        for start in range(0, len(built), size):
-            chunk = built[start : start + size]
-            if not engine.sq.try_acquire(len(chunk)):  # no coroutine when there is room
-                await engine.sq.acquire(len(chunk))
-            futures += engine.post_sends(chunk)
-        return futures
+        return await _post_in_chunks(engine.sq, built, engine.post_sends)
 
     def post_batch_nowait(self, ops: Sequence[SendOp]) -> list[asyncio.Future[WorkCompletion]]:
         """:meth:`post_batch` without waiting: raises :class:`ResourceBusyError`
@@ -484,28 +510,6 @@ class QueuePair(Closable):
             raise ResourceBusyError(f"send queue has no room for {len(built)} work requests")
         self._stats.add("ops:batched", len(built))
         return engine.post_sends(built)
-
-    def post_send_callback(self, local: Segment, done: Done, *, signaled: bool = True) -> None:
-        """Send one registered segment; ``done(error, byte_len)`` is called
-        from the completion drain instead of resolving a future.
-
-        The cheapest way to send one segment: no future, no task, no
-        request object (a message channel's packets go through a lane of
-        fixed slots instead, :meth:`open_lane`). ``done`` gets
-        ``(None, length)`` on success and ``(error, 0)`` on failure (on the
-        loop's next turn if the queue pair is closing); it must not raise.
-        With ``signaled=False`` the send may complete silently and ``done``
-        is called once a later send-queue completion settles it (see
-        :meth:`flush_sends`). Raises :class:`ResourceBusyError` when the
-        send queue is full.
-        """
-        engine = self._engine
-        if local.mr.closed:
-            raise ResourceClosedError("cannot send from a closed memory region")
-        if not engine.sq.try_acquire(1):
-            engine.check_usable()
-            raise ResourceBusyError("send queue is full")
-        engine.post_packet(local, signaled, done)
 
     def post_probe(self, done: Done) -> None:
         """Ask the peer's adapter for an acknowledgement: a signalled
@@ -531,8 +535,9 @@ class QueuePair(Closable):
     def post_recv_callback(self, local: Segment, done: Done) -> None:
         """Post one receive into a registered segment; ``done(error,
         byte_len)`` is called from the completion drain when a message lands
-        (see :meth:`post_send_callback`). Raises :class:`ResourceBusyError`
-        when the receive queue is full."""
+        (``(None, byte_len)`` on success, ``(error, 0)`` on failure; it
+        must not raise). Raises :class:`ResourceBusyError` when the receive
+        queue is full."""
         engine = self._engine
         self._check_own_receives()
         if local.mr.closed:
@@ -878,14 +883,7 @@ class QueuePair(Closable):
         seglists = self._recv_lists(locals_)
         engine = self._engine
         self._stats.add("ops:recv", len(seglists))
-        futures: list[asyncio.Future[WorkCompletion]] = []
-        size = engine.rq.size
-        for start in range(0, len(seglists), size):
-            chunk = seglists[start : start + size]
-            if not engine.rq.try_acquire(len(chunk)):  # no coroutine when there is room
-                await engine.rq.acquire(len(chunk))
-            futures += engine.post_recvs(chunk)
-        return futures
+        return await _post_in_chunks(engine.rq, seglists, engine.post_recvs)
 
     def post_recv_nowait(self, locals_: Sequence[Local]) -> list[asyncio.Future[WorkCompletion]]:
         """:meth:`post_recv_batch` without waiting: raises :class:`ResourceBusyError`

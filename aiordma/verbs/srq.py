@@ -9,7 +9,7 @@ in a :class:`ReceivePool`: a receiver reserves buffers when it attaches and
 gives them back when its queue pair is gone.
 
 The message channels' credit lending on top of it is
-:class:`aiordma.SharedReceiveQueue` (``aiordma.channel.pool``).
+:class:`aiordma.SharedReceiveQueue` (``aiordma.channel.shared_receive``).
 """
 
 from __future__ import annotations

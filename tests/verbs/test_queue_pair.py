@@ -378,39 +378,34 @@ def _recorder() -> tuple[list[tuple[BaseException | None, int]], asyncio.Event, 
 
 @pytest.mark.asyncio
 @pytest.mark.both_loops("completion fd")
-async def test_callback_send_and_recv_report_from_the_drain(
+async def test_a_callback_receive_reports_from_the_drain(
     device: aiordma.Device, pair: Pair
 ) -> None:
     a, b = pair
     inbox = device.alloc(64)
     outbox = device.register(bytearray(b"callback!"))
     received, got, on_recv = _recorder()
-    sent, went, on_send = _recorder()
     b.post_recv_callback(inbox[:], on_recv)
     assert inbox.inflight == 1
-    a.post_send_callback(outbox[:], on_send)
-    await asyncio.wait_for(asyncio.gather(got.wait(), went.wait()), 10)
+    sent = await asyncio.wait_for(a.post_send(outbox[:]), 10)
+    await asyncio.wait_for(got.wait(), 10)
     assert received == [(None, 9)]
-    assert sent == [(None, 9)]
+    assert sent.byte_len == 9
     assert bytes(inbox.view()[:9]) == b"callback!"
     assert inbox.inflight == outbox.inflight == 0
     assert a.pending == b.pending == 0
 
 
 @pytest.mark.asyncio
-async def test_unsignalled_callback_sends_are_settled_by_flush(
-    device: aiordma.Device, pair: Pair
-) -> None:
+async def test_unsignalled_sends_are_settled_by_flush(device: aiordma.Device, pair: Pair) -> None:
     a, b = pair
     inbox = device.alloc(64)
     outbox = device.alloc(64)
-    outcomes, _, done = _recorder()
     for _ in range(3):
         b.post_recv_callback(inbox[:], lambda error, length: None)
-    for _ in range(3):
-        a.post_send_callback(outbox[:8], done, signaled=False)
+    sends = await a.post_batch([aiordma.Send(outbox[:8], signaled=False) for _ in range(3)])
     await asyncio.wait_for(a.flush_sends(), 10)
-    assert outcomes == [(None, 8)] * 3
+    assert [send.done() and send.exception() is None for send in sends] == [True] * 3
     assert a.sends_in_flight == 0
 
 
@@ -432,7 +427,9 @@ async def test_closing_fails_pending_callback_work_once(device: aiordma.Device, 
 
 
 @pytest.mark.asyncio
-async def test_callback_posts_refuse_bad_memory_and_full_queues(device: aiordma.Device) -> None:
+async def test_callback_receives_refuse_bad_memory_and_a_full_queue(
+    device: aiordma.Device,
+) -> None:
     options = aiordma.QueuePairOptions(send_depth=1, recv_depth=1)
     a, b = await aiordma.connect_loopback_pair(device, options)
     readonly = device.register(b"read only")
@@ -442,14 +439,11 @@ async def test_callback_posts_refuse_bad_memory_and_full_queues(device: aiordma.
     segment = closed[:]
     closed.close()
     with pytest.raises(aiordma.ResourceClosedError):
-        a.post_send_callback(segment, lambda error, length: None)
+        b.post_recv_callback(segment, lambda error, length: None)
     inbox = device.alloc(64)
     b.post_recv_callback(inbox[:], lambda error, length: None)
     with pytest.raises(aiordma.ResourceBusyError, match="receive queue"):
         b.post_recv_callback(inbox[:], lambda error, length: None)
-    a.post_send_callback(readonly[:], lambda error, length: None)
-    with pytest.raises(aiordma.ResourceBusyError, match="send queue"):
-        a.post_send_callback(readonly[:], lambda error, length: None)
     for qp in (a, b):
         qp.close()
         await asyncio.wait_for(qp.wait_closed(), 10)

@@ -1,4 +1,4 @@
-"""What the work engine offers the compiled posting paths it makes (type checking only).
+"""What the work engine offers the compiled posters it makes (type checking only).
 
 A packet lane (``_lane.py``) and a bulk run (``_bulk.py``) each hold the
 work engine that made them through these Protocols, so neither imports
@@ -11,11 +11,11 @@ import asyncio
 from typing import Any, Protocol
 
 from aiordma.verbs._driver.base import QPDriver
-from aiordma.verbs._slots import SlotPool
+from aiordma.verbs._room import QueueRoom
 
 
 class Completions(Protocol):
-    """The completion queue, as a posting path sees it."""
+    """The completion queue, as a poster sees it."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -31,8 +31,8 @@ class Completions(Protocol):
     def claim_ids(self, count: int) -> int: ...
 
 
-class Host(Protocol):
-    """What every posting path needs of the work engine that made it."""
+class EngineView(Protocol):
+    """What every poster needs of the work engine that made it."""
 
     @property
     def driver(self) -> QPDriver: ...
@@ -41,8 +41,8 @@ class Host(Protocol):
     def cq(self) -> Completions: ...
 
     @property
-    def sq(self) -> SlotPool: ...
+    def sq(self) -> QueueRoom: ...
 
     def close_error(self) -> BaseException: ...
 
-    def lane_idle(self) -> None: ...
+    def poster_idle(self) -> None: ...

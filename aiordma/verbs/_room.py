@@ -1,13 +1,15 @@
 # cython: annotation_typing=True
-"""FIFO accounting of queue slots (send queue, receive queue, credits).
+"""Room in a work queue, counted first come first served (send queue, receive queue).
 
 Posting more work requests than a queue holds fails with ENOMEM; instead
-posters wait here, first come first served, until completions give slots
-back. Cancelling a waiter never loses or leaks a slot.
+callers wait here, in order, until completions give entries back.
+Cancelling a waiter never loses or leaks an entry. ("Slots" elsewhere are
+the fixed buffers a channel's packets go through; this module counts only
+the queues' room.)
 
 Every packet a message channel sends takes and gives back a send-queue
-slot, so the pool is an extension type when compiled (``_slots.pxd``; see
-:mod:`aiordma._compiled`).
+entry, so the count is an extension type when compiled (``_room.pxd``;
+see :mod:`aiordma._compiled`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ else:
 
 
 @cython.cclass
-class SlotPool:
+class QueueRoom:
     """``size`` slots; :meth:`acquire` waits (FIFO) until enough are free."""
 
     def __init__(self, size: int) -> None:

@@ -2,7 +2,7 @@
 
 A channel's packets go out of fixed send slots of one registered region and
 land in fixed receive slots of another (or of a shared receive queue's
-pool); :func:`open_slots` sizes both from the channel's options and the
+pool); :func:`open_packet_path` sizes both from the channel's options and the
 queue pair (checking them), registers them, and joins a
 :class:`~aiordma.channel.packets.Packets` core to the queue pair's packet
 lane. The channel is what remains: the async shell over it.
@@ -17,13 +17,13 @@ from aiordma.channel.credits import DataCredits
 from aiordma.channel.link import Lane, Link
 from aiordma.channel.options import ChannelOptions, Layout
 from aiordma.channel.packets import Packets, Report
-from aiordma.channel.pool import SharedReceiveQueue
+from aiordma.channel.shared_receive import SharedReceiveQueue
 from aiordma.metrics import Stats
 from aiordma.verbs.memory import MemoryRegion
 
 
-class Slots(NamedTuple):
-    """What :func:`open_slots` set up."""
+class PacketPath(NamedTuple):
+    """What :func:`open_packet_path` set up."""
 
     packets: Packets
     lane: Lane
@@ -34,10 +34,10 @@ class Slots(NamedTuple):
     so they are deregistered with the link, releasing the views of them."""
 
 
-def open_slots(
+def open_packet_path(
     conn: Link, options: ChannelOptions, stats: Stats, report: Report,
     failed: Callable[[BaseException], None],
-) -> Slots:  # fmt: skip
+) -> PacketPath:  # fmt: skip
     """Register ``conn``'s slots for ``options`` and join their packet core
     (telling ``report`` what the shell must do) to a lane of its queue
     pair; ``failed`` is told when the lane or the shared receive queue
@@ -80,6 +80,6 @@ def open_slots(
         size, packets.sent, packets.arrived, failed,
     )  # fmt: skip
     packets.attach(lane)
-    return Slots(
+    return PacketPath(
         packets, lane, layout, shared, (send_mr,) if recv_mr is None else (send_mr, recv_mr)
     )

@@ -7,12 +7,12 @@ import traceback
 
 import pytest
 
-from aiordma.verbs._slots import SlotPool
+from aiordma.verbs._room import QueueRoom
 
 
 @pytest.mark.asyncio
 async def test_acquire_waits_fifo_and_release_wakes_in_order() -> None:
-    pool = SlotPool(2)
+    pool = QueueRoom(2)
     await pool.acquire(2)
     order: list[str] = []
 
@@ -38,7 +38,7 @@ async def test_acquire_waits_fifo_and_release_wakes_in_order() -> None:
 @pytest.mark.asyncio
 @pytest.mark.both_loops("cancellation")
 async def test_cancelled_waiter_gives_way_and_leaks_nothing() -> None:
-    pool = SlotPool(2)
+    pool = QueueRoom(2)
     await pool.acquire(1)
     blocked = asyncio.create_task(pool.acquire(2))
     behind = asyncio.create_task(pool.acquire(1))
@@ -54,7 +54,7 @@ async def test_cancelled_waiter_gives_way_and_leaks_nothing() -> None:
 @pytest.mark.asyncio
 @pytest.mark.both_loops("cancellation")
 async def test_cancellation_after_grant_returns_the_slots() -> None:
-    pool = SlotPool(1)
+    pool = QueueRoom(1)
     await pool.acquire(1)
     waiter = asyncio.create_task(pool.acquire(1))
     await asyncio.sleep(0)
@@ -67,7 +67,7 @@ async def test_cancellation_after_grant_returns_the_slots() -> None:
 
 @pytest.mark.asyncio
 async def test_fail_wakes_waiters_and_refuses_later_acquires() -> None:
-    pool = SlotPool(1)
+    pool = QueueRoom(1)
     await pool.acquire(1)
     waiter = asyncio.create_task(pool.acquire(1))
     await asyncio.sleep(0)
@@ -80,17 +80,17 @@ async def test_fail_wakes_waiters_and_refuses_later_acquires() -> None:
 
 @pytest.mark.asyncio
 async def test_impossible_requests_are_rejected() -> None:
-    pool = SlotPool(4)
+    pool = QueueRoom(4)
     with pytest.raises(ValueError, match="cannot take 5 of 4"):
         await pool.acquire(5)
     with pytest.raises(ValueError, match="at least one slot"):
-        SlotPool(0)
+        QueueRoom(0)
 
 
 def test_a_failure_raised_again_and_again_keeps_its_own_traceback() -> None:
     """One exception object raised at every later acquire: its traceback is
     the one it failed with, not one that grows by a frame per raise."""
-    pool = SlotPool(1)
+    pool = QueueRoom(1)
     try:
         raise ConnectionResetError("gone")
     except ConnectionResetError as exc:

@@ -1,7 +1,7 @@
-# C-level declarations of aiordma/verbs/_slots.py (compiled in Cython's pure
+# C-level declarations of aiordma/verbs/_room.py (compiled in Cython's pure
 # Python mode): what the packet lane calls without Python in between.
 
-cdef class SlotPool:
+cdef class QueueRoom:
     cdef readonly int size
     cdef public int free
     cdef object _waiters
