@@ -6,10 +6,15 @@ A :class:`~aiordma.channel.channel.MessageChannel` runs on any
 ``state`` and ``ledger`` are pure protocol logic with host tests.
 
 This package is the channel layer's public face for the layers above it
-(``aiordma.rpc``, ``aiordma.dask``, ``aiordma.streams``): its own names,
-and those of the connections and memory a channel runs on, which those
-layers take from here rather than from ``cm`` or ``verbs`` (an import
-contract in ``pyproject.toml`` holds them to it).
+(``aiordma.rpc``, ``aiordma.dask``, ``aiordma.streams``,
+``aiordma.transfer``): its own names, the settings values and the
+connections and memory a channel runs on, which those layers take from
+here rather than from ``cm`` or ``verbs`` (an import contract in
+``pyproject.toml`` holds them to it), and the doors they need below a
+channel: its device, loop and path (``MessageChannel.device``, ``loop``,
+``loopback``) and one-sided bulk work (``start_bulk``, ``post_block``).
+``tests/test_doors.py`` refuses any other way down, such as
+``channel.conn.qp``.
 """
 
 from aiordma.channel.buffers import (

@@ -116,7 +116,7 @@ class ConnectOptions(EndpointOptions):
         limit = _rdmacm.MAX_CONNECT_DATA - (REQUEST_SIZE if self.auth is not None else 0)
         data = check_private_data(self.private_data, limit, "connect")
         object.__setattr__(self, "private_data", data)
-        _check_seconds("timeout", self.timeout, zero=True)
+        _check_seconds("timeout", self.timeout, zero=True, expired=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,14 +151,19 @@ class ServeOptions(EndpointOptions):
         _check_seconds("shutdown_grace", self.shutdown_grace, zero=True)
 
 
-def _check_seconds(name: str, value: object, *, zero: bool) -> None:
+def _check_seconds(name: str, value: object, *, zero: bool, expired: bool = False) -> None:
     """TypeError unless ``value`` is None or a real number; ValueError if
-    negative (or zero, unless ``zero``), or not finite."""
+    NaN, or negative (or zero, unless ``zero``) unless ``expired`` (a
+    timeout of 0 or less has expired already, as for ``asyncio.timeout``)."""
     if value is None:
         return
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number of seconds or None, not {type(value).__name__}")
-    if math.isnan(value) or value < 0 or (value == 0 and not zero):
+    if math.isnan(value):
+        raise ValueError(f"{name} must be a number of seconds, not NaN")
+    if expired:
+        return
+    if value < 0 or (value == 0 and not zero):
         rule = "must not be negative" if zero else "must be positive"
         raise ValueError(f"{name} {rule}, not {value}")
 
