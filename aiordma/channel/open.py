@@ -125,13 +125,12 @@ def split_keywords(
     kind: type[ConnectOptions] | type[ServeOptions], keywords: Mapping[str, Any],
     **fixed: Any,
 ) -> tuple[Any, ChannelOptions]:  # fmt: skip
-    """A public function's keywords as the connection's settings (a ``kind``)
-    and the channel's options, with ``fixed`` options (a layer's protocol)
-    over them; each checked."""
+    """A public function's keywords as the connection's settings (a ``kind``,
+    checked) and the channel's options, with ``fixed`` options (a layer's
+    protocol) over them (unknown names refused; their sizes are checked
+    against the settings by the ``*_with`` function they go to)."""
     settings, rest = kind.take(keywords)
-    options = ChannelOptions.of({**rest, **fixed})
-    check_options(options, settings)
-    return settings, options
+    return settings, ChannelOptions.of({**rest, **fixed})
 
 
 async def open_channel(
@@ -166,7 +165,9 @@ async def open_channel_with(
     host: str, port: int, settings: ConnectOptions, options: ChannelOptions,
     prepare: Prepare | None = None,
 ) -> MessageChannel:  # fmt: skip
-    """:func:`~aiordma.open_channel` with its settings and options made already."""
+    """:func:`~aiordma.open_channel` with its settings and options made
+    already; the options' sizes are checked against the settings first."""
+    check_options(options, settings)
     timeout = settings.timeout
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
@@ -228,8 +229,10 @@ async def serve_channels_with(
     host: str | None, port: int, settings: ServeOptions, options: ChannelOptions,
     prepare: Prepare | None = None,
 ) -> Server:  # fmt: skip
-    """:func:`~aiordma.start_channel_server` with its settings and options made already."""
+    """:func:`~aiordma.start_channel_server` with its settings and options
+    made already; the options' sizes are checked against the settings first."""
     _check_handler(client_connected_cb)
+    check_options(options, settings)
 
     def handle(conn: Connection) -> Awaitable[object] | None:
         return client_connected_cb(channel_of(conn))

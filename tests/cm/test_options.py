@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 from typing import Any
@@ -98,11 +99,18 @@ def test_take_splits_a_functions_keywords_and_checks_its_share() -> None:
 
 
 def test_the_channel_layer_checks_both_values_before_connecting() -> None:
-    from aiordma.channel import split_keywords
+    from aiordma.channel import open_channel_with, serve_channels_with, split_keywords
 
     settings, options = split_keywords(ConnectOptions, {"timeout": 1.0, "window": 8}, protocol="p")
     assert (settings.timeout, options.window, options.protocol) == (1.0, 8, "p")
     with pytest.raises(TypeError, match="unknown MessageChannel option"):
         split_keywords(ConnectOptions, {"windw": 8})
+    too_wide = aiordma.ChannelOptions(window=200)
     with pytest.raises(ValueError, match="exceeds the queue pair's receive depth"):
-        split_keywords(ConnectOptions, {"window": 200})
+        asyncio.run(open_channel_with("192.0.2.1", 9, ConnectOptions(), too_wide))
+
+    async def handler(channel: aiordma.MessageChannel) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="exceeds the queue pair's receive depth"):
+        asyncio.run(serve_channels_with(handler, None, 0, ServeOptions(), too_wide))
