@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.link import Link
@@ -121,16 +121,30 @@ def check_options(options: ChannelOptions, settings: EndpointOptions) -> None:
     )
 
 
+@overload
 def split_keywords(
-    kind: type[ConnectOptions] | type[ServeOptions], keywords: Mapping[str, Any],
-    **fixed: Any,
-) -> tuple[Any, ChannelOptions]:  # fmt: skip
+    kind: type[ConnectOptions], keywords: Mapping[str, Any], *, protocol: str | None = None
+) -> tuple[ConnectOptions, ChannelOptions]: ...
+
+
+@overload
+def split_keywords(
+    kind: type[ServeOptions], keywords: Mapping[str, Any], *, protocol: str | None = None
+) -> tuple[ServeOptions, ChannelOptions]: ...
+
+
+def split_keywords(
+    kind: type[ConnectOptions] | type[ServeOptions], keywords: Mapping[str, Any], *,
+    protocol: str | None = None,
+) -> tuple[ConnectOptions | ServeOptions, ChannelOptions]:  # fmt: skip
     """A public function's keywords as the connection's settings (a ``kind``,
-    checked) and the channel's options, with ``fixed`` options (a layer's
-    protocol) over them (unknown names refused; their sizes are checked
-    against the settings by the ``*_with`` function they go to)."""
+    checked) and the channel's options, with ``protocol`` set by the layer
+    that calls (unknown names refused; the sizes are checked against the
+    settings by the ``*_with`` function they go to)."""
     settings, rest = kind.take(keywords)
-    return settings, ChannelOptions.of({**rest, **fixed})
+    if protocol is not None:
+        rest["protocol"] = protocol
+    return settings, ChannelOptions.of(rest)
 
 
 async def open_channel(
