@@ -109,7 +109,6 @@ class Server(Closable):
         self, client_connected_cb: ClientConnected, settings: ServeOptions, prepare: Prepare | None
     ) -> None:
         self._callback = client_connected_cb
-        self._settings = settings
         self._shared_receive = settings.shared_receive
         self._key = settings.key
         self._accept = settings.accept
