@@ -233,7 +233,6 @@ async def start_channel_server(
     ``client_connected_cb`` must be an async function (the channel is
     closed when it returns): anything else raises ``TypeError`` here.
     """
-    _check_handler(client_connected_cb)
     settings, options = split_keywords(ServeOptions, keywords)
     return await serve_channels_with(client_connected_cb, host, port, settings, options, prepare)
 

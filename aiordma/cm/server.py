@@ -109,19 +109,14 @@ class Server(Closable):
         self, client_connected_cb: ClientConnected, settings: ServeOptions, prepare: Prepare | None
     ) -> None:
         self._callback = client_connected_cb
-        self._shared_receive = settings.shared_receive
+        self._settings = settings
         self._key = settings.key
-        self._accept = settings.accept
-        self._device = settings.device
-        self._options = settings.options
         self._prepare = prepare
-        self._handshake_timeout = settings.handshake_timeout
         self._listeners: list[CMId] = []
         self._addresses: list[tuple[str, int]] = []
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[None]] = set()
-        self._shutdown_grace = settings.shutdown_grace
         self._reaper: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
         self._stopped: asyncio.Future[None] = self._loop.create_future()
@@ -185,7 +180,7 @@ class Server(Closable):
         elif event.type == EventType.DEVICE_REMOVAL:
             listener = next((cm for cm in self._listeners if cm.ptr == event.id), None)
             name = listener.device_name if listener is not None else None
-            device = self._device or (Device.shared_if_open(name) if name else None)
+            device = self._settings.device or (Device.shared_if_open(name) if name else None)
             self._device_removed(device)
             if device is not None:
                 device._removed()
@@ -201,12 +196,12 @@ class Server(Closable):
 
     async def _decide(self, child: CMId, private_data: bytes) -> bytes | None:
         """Private data to accept with, or None when the request was rejected."""
-        if self._accept is None:
+        if self._settings.accept is None:
             return b""
         request = ConnectionRequest(child.peer_address, child.local_address, private_data)
         limit = _rdmacm.MAX_ACCEPT_DATA - (ACCEPT_SIZE if self._key is not None else 0)
         try:
-            reply = self._accept(request)
+            reply = self._settings.accept(request)
             if inspect.isawaitable(reply):
                 reply = await reply
             return check_private_data(reply or b"", limit, "accept")
@@ -236,9 +231,11 @@ class Server(Closable):
                 child.destroy()
                 return
             name = child.device_name
-            shared = self._shared_receive
-            device = self._device or (shared.device if shared else Device.shared(name or ""))
-            qp = create_qp_for(child, device, self._options, shared)
+            shared = self._settings.shared_receive
+            device = self._settings.device or (
+                shared.device if shared else Device.shared(name or "")
+            )
+            qp = create_qp_for(child, device, self._settings.options, shared)
             move_to_rts(qp, child)
             conn = Connection(child, qp, data)
             if handshake is None:
@@ -252,14 +249,14 @@ class Server(Closable):
             _rdmacm.accept(child.id, private_data=reply, **conn_params(qp))
             accepted = True
             try:
-                async with asyncio.timeout(self._handshake_timeout) as deadline:
+                async with asyncio.timeout(self._settings.handshake_timeout) as deadline:
                     await self._established(child, conn, where, deadline)
                     if handshake is not None:
                         await self._verify(handshake, conn, child, scratch, arrival, where)
             except TimeoutError as exc:
                 step = "prove the key" if handshake is not None else "confirm the connection"
                 raise TimeoutError(
-                    f"{where} did not {step} within {self._handshake_timeout} s"
+                    f"{where} did not {step} within {self._settings.handshake_timeout} s"
                 ) from exc
             conn._activate()
         except BaseException as exc:
@@ -426,8 +423,8 @@ class Server(Closable):
         listeners, self._listeners = self._listeners, []
         for cm_id in listeners:
             cm_id.destroy()
-        if self._device is not None:
-            self._device._unwatch(self)
+        if self._settings.device is not None:
+            self._settings.device._unwatch(self)
         if not self._stopped.done():
             self._stopped.set_result(None)
 
@@ -458,10 +455,10 @@ class Server(Closable):
             handlers = list(self._handlers)
             if not handlers:
                 continue
-            _, late = await asyncio.wait(handlers, timeout=self._shutdown_grace)
+            _, late = await asyncio.wait(handlers, timeout=self._settings.shutdown_grace)
             for task in late:
                 log.info("cancelling a connection handler still running %.1f s after "
-                         "close_clients()", self._shutdown_grace)  # fmt: skip
+                         "close_clients()", self._settings.shutdown_grace)  # fmt: skip
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
 

@@ -249,6 +249,8 @@ class Agent:
         self._connect = ConnectOptions(device=self.device, auth=auth)
         """How this agent's connections are made: its device, its key (checked now)."""
         self._serving = ServeOptions(device=self.device, auth=auth)
+        self._channel_options = ChannelOptions()
+        """Its channels' options: the defaults (made once)."""
         self.max_exposed = max_exposed
         if (piece is not None and piece < 4096) or (window is not None and window < 1):
             raise ValueError(f"piece ({piece}) must be at least 4096 bytes, window ({window}) 1 "
@@ -363,7 +365,7 @@ class Agent:
         if self._server is not None:
             raise RuntimeError("this agent listens already")
         self._server = await serve_channels_with(
-            self._accepted, host, port, self._serving, ChannelOptions()
+            self._accepted, host, port, self._serving, self._channel_options
         )
         bound_port = self._server.addresses[0][1]
         self._identity = Identity(self.id, host, bound_port)
@@ -403,7 +405,7 @@ class Agent:
     async def _dial(self, peer: Peer) -> MessageChannel:
         assert peer.address is not None
         host, port = peer.address
-        channel = await open_channel_with(host, port, self._connect, ChannelOptions())
+        channel = await open_channel_with(host, port, self._connect, self._channel_options)
         try:
             await channel.send_message(wire.hello(self._identity))
             async with asyncio.timeout(HELLO_TIMEOUT):
