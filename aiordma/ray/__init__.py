@@ -1,0 +1,58 @@
+"""aiordma as a Ray Direct Transport: actors hand numpy arrays to each other by RDMA READ.
+
+Call :func:`register` in the driver before making the actors, and give the
+methods whose returned arrays should move this way
+``@ray.method(tensor_transport="AIORDMA")``; the actors that receive them
+need ``enable_tensor_transport=True``. A producer's arrays are registered
+for remote reads where they are (no copy), a consumer reads all arrays of an
+object in one descriptor-list READ, and the registration ends when Ray frees
+the object. Each process runs one transfer agent on a loop thread of its
+own; it uses no CPU while idle. See the Ray guide (``docs/guides/ray.md``).
+"""
+
+from __future__ import annotations
+
+from aiordma.channel import PresharedKey
+from aiordma.ray.engine import ArrayEngine, Export
+from aiordma.ray.manager import (
+    NAME,
+    AiordmaFetch,
+    AiordmaMetadata,
+    AiordmaTransport,
+    transport_available,
+    transport_class,
+)
+from aiordma.ray.specs import ArraySpec
+
+__all__ = [
+    "NAME",
+    "AiordmaFetch",
+    "AiordmaMetadata",
+    "AiordmaTransport",
+    "ArrayEngine",
+    "ArraySpec",
+    "Export",
+    "register",
+    "transport_available",
+    "transport_class",
+]
+
+
+def register(name: str = NAME, *, auth: PresharedKey | bytes | None = None) -> str:
+    """Register the transport with Ray under ``name`` (upper-cased, as Ray
+    does); returns that name. ``auth``: a key every connection between the
+    actors' agents proves (it travels to the actors with the registration,
+    inside the cluster). Call it in the driver, before making the actors."""
+    import numpy
+    from ray.experimental import register_tensor_transport
+
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"the transport's name must be a non-empty str, not {name!r}")
+    if auth is not None and not isinstance(auth, PresharedKey | bytes):
+        raise TypeError(f"auth must be a PresharedKey or bytes, not {type(auth).__name__}")
+    key = bytes.fromhex(auth.hex()) if isinstance(auth, PresharedKey) else auth
+    if key is not None:
+        PresharedKey(key)  # its checks (at least 16 bytes) here, not in the actors
+    name = name.upper()
+    register_tensor_transport(name, ["cpu"], transport_class(name, key), numpy.ndarray)
+    return name

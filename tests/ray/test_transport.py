@@ -1,0 +1,301 @@
+"""The Ray transport on the lab device, driven as Ray drives it, without Ray's scheduler.
+
+A producer process (``tests.ray.producer``) extracts and frees objects; this
+process receives them through the manager's methods, from threads other
+than the engine's, as Ray's ``_ray_system`` thread and ``ray.get`` do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy
+import pytest
+from ray.experimental.rdt.tensor_transport_manager import CommunicatorMetadata
+
+from aiordma import RemoteAccessError, TransferError
+from aiordma.ray import AiordmaFetch, AiordmaMetadata, AiordmaTransport, ArrayEngine, Export
+from aiordma.ray.loop_thread import default_loop_factory
+from tests.conftest import PEER_TIMEOUT, ROOT, Lab
+from tests.ray.producer import arrays, digests
+
+KIB, MIB = 1 << 10, 1 << 20
+COMM = CommunicatorMetadata()
+"""What Ray passes a one-sided transport: nothing."""
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": default_loop_factory,
+}
+
+
+class Producer:
+    """A producer process and its command lines (see ``tests/ray/producer.py``)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.ray.producer", *args],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.answer() == "ready"
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.strip())
+        self._lines.put("")  # it exited
+
+    def answer(self) -> str:
+        try:
+            line = self._lines.get(timeout=PEER_TIMEOUT)
+        except queue.Empty:
+            pytest.fail("the producer did not answer in time", pytrace=False)
+        if not line:
+            assert self.proc.stderr is not None
+            pytest.fail(f"the producer exited: {self.proc.stderr.read()}", pytrace=False)
+        return line
+
+    def ask(self, line: str) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.answer()
+
+    def export(self, obj_id: str, seed: int, sizes: list[int]) -> Any:
+        word, data = self.ask(f"export {obj_id} {seed} {' '.join(map(str, sizes))}").split()
+        assert word == "meta"
+        return pickle.loads(bytes.fromhex(data))
+
+    def free(self, obj_id: str) -> None:
+        assert self.ask(f"free {obj_id}") == "freed"
+
+    def exported(self) -> int:
+        _, count = self.ask("exported").split()
+        return int(count)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("exit\n")
+            self.proc.stdin.flush()
+        rc = self.proc.wait(timeout=PEER_TIMEOUT)
+        assert rc in (0, -signal.SIGKILL), f"the producer exited with {rc}"
+
+
+@pytest.fixture(scope="module")
+def producer(lab: Lab) -> Iterator[Producer]:
+    """A producer process using the Ray manager, for the module."""
+    proc = Producer()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+@pytest.fixture
+def consumer(lab: Lab) -> Iterator[AiordmaTransport]:
+    """This process's manager, as Ray makes it (closed after the test)."""
+    manager = AiordmaTransport()
+    try:
+        yield manager
+    finally:
+        manager.engine.close()
+
+
+def in_thread(call: Callable[[], Any]) -> Any:
+    """``call()`` on a thread of its own (as Ray's ``_ray_system`` thread), its result here."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result(timeout=PEER_TIMEOUT)
+
+
+def recv(manager: AiordmaTransport, obj_id: str, meta: Any, targets: Any = None) -> Any:
+    return in_thread(lambda: manager.recv_multiple_tensors(obj_id, meta, COMM, targets))
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [[KIB], [MIB, 3, 0, 5 * KIB + 1], [16 * MIB], [64 * MIB]],
+    ids=["1KiB", "mixed", "16MiB", "64MiB"],
+)
+def test_an_object_arrives_byte_for_byte(
+    producer: Producer, consumer: AiordmaTransport, sizes: list[int]
+) -> None:
+    obj_id = f"round-{len(sizes)}-{sizes[0]}"
+    meta = producer.export(obj_id, 7, sizes)
+    assert isinstance(meta, AiordmaMetadata)
+    expected = arrays(7, sizes)
+    assert [tuple(s) for s, _ in meta.tensor_meta] == [a.shape for a in expected]
+    got = recv(consumer, obj_id, meta)
+    assert [a.dtype for a in got] == [a.dtype for a in expected]
+    assert [a.shape for a in got] == [a.shape for a in expected]
+    assert digests(got) == digests(expected)
+    assert all(a.flags.writeable and a.flags.c_contiguous for a in got)  # the caller's own
+    producer.free(obj_id)
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_the_engine_runs_on_either_loop(producer: Producer, lab: Lab, loop: str) -> None:
+    meta = producer.export(f"loop-{loop}", 3, [MIB, 4 * KIB])
+    engine = ArrayEngine(loop_factory=LOOPS[loop])
+    try:
+        got = in_thread(lambda: engine.receive(f"loop-{loop}", meta.export(), timeout=PEER_TIMEOUT))
+        assert digests(got) == digests(arrays(3, [MIB, 4 * KIB]))
+        assert engine.fetching == 0
+    finally:
+        engine.close()
+        producer.free(f"loop-{loop}")
+
+
+def test_fetches_overlap_and_land_in_target_buffers(
+    producer: Producer, consumer: AiordmaTransport
+) -> None:
+    metas = [producer.export(f"overlap-{i}", i, [2 * MIB, 64 * KIB]) for i in range(3)]
+
+    def start(i: int) -> AiordmaFetch:
+        return consumer.fetch_multiple_tensors(f"overlap-{i}", metas[i], COMM)
+
+    requests = [in_thread(functools.partial(start, i)) for i in range(2)]
+    targets = [numpy.empty_like(a, order="C") for a in arrays(2, [2 * MIB, 64 * KIB])]
+    got = recv(consumer, "overlap-2", metas[2], targets)
+    assert all(g is t for g, t in zip(got, targets, strict=True))
+    for i, request in enumerate(requests):
+        assert digests(consumer.wait_fetch_complete(request)) == digests(
+            arrays(i, [2 * MIB, 64 * KIB])
+        )
+    assert digests(got) == digests(arrays(2, [2 * MIB, 64 * KIB]))
+    with pytest.raises(ValueError, match="target buffer 0 is"):
+        recv(consumer, "overlap-2", metas[2], [numpy.empty(3), targets[1]])
+    for i in range(3):
+        producer.free(f"overlap-{i}")
+
+
+def test_a_freed_object_read_late_fails_cleanly(
+    producer: Producer, consumer: AiordmaTransport
+) -> None:
+    meta = producer.export("late", 5, [MIB])
+    assert digests(recv(consumer, "late", meta)) == digests(arrays(5, [MIB]))  # connected
+    before = producer.exported()
+    producer.free("late")
+    assert producer.exported() == before - 1
+    with pytest.raises(TransferError) as caught:
+        recv(consumer, "late", meta)
+    assert isinstance(caught.value.__cause__, RemoteAccessError)
+    # the consumer's connection was replaced: a live object still arrives
+    meta = producer.export("after-late", 6, [4 * KIB])
+    assert digests(recv(consumer, "after-late", meta)) == digests(arrays(6, [4 * KIB]))
+    producer.free("after-late")
+
+
+def test_abort_stops_a_fetch_and_leaves_the_engine_usable(
+    producer: Producer, consumer: AiordmaTransport
+) -> None:
+    small = producer.export("abort-warm", 1, [4 * KIB])
+    recv(consumer, "abort-warm", small)  # connected: the big read is all that runs
+    meta = producer.export("abort", 2, [64 * MIB])
+    request = consumer.fetch_multiple_tensors("abort", meta, COMM)
+    in_thread(lambda: consumer.abort_transport("abort", COMM))
+    assert consumer.engine.fetching == 0  # abort returned after the posted work completed
+    with pytest.raises(TransferError, match="aborted"):
+        consumer.wait_fetch_complete(request)
+    assert digests(recv(consumer, "abort", meta)) == digests(arrays(2, [64 * MIB]))
+    consumer.abort_transport("never-fetched", COMM)  # a no-op
+    producer.free("abort")
+    producer.free("abort-warm")
+
+
+def test_a_killed_producer_fails_the_fetch_promptly(lab: Lab, consumer: AiordmaTransport) -> None:
+    doomed = Producer("--engine")
+    try:
+        warm = doomed.export("warm", 1, [4 * KIB])
+        meta = doomed.export("dead", 2, [16 * MIB])
+        engine = consumer.engine
+        assert digests(
+            in_thread(lambda: engine.receive("warm", warm, timeout=PEER_TIMEOUT))
+        ) == digests(arrays(1, [4 * KIB]))
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait(timeout=PEER_TIMEOUT)
+        with pytest.raises((TransferError, ConnectionError)) as caught:
+            in_thread(lambda: engine.receive("dead", meta, timeout=PEER_TIMEOUT))
+        assert not isinstance(caught.value, TimeoutError)
+        assert isinstance(caught.value, ConnectionError | TransferError)
+        assert engine.fetching == 0
+    finally:
+        doomed.close()
+
+
+def test_an_object_of_this_process_is_copied(lab: Lab) -> None:
+    engine = ArrayEngine()
+    try:
+        values = arrays(9, [64 * KIB, 12])
+        export = engine.export("mine", values)
+        got = engine.receive("mine", export, timeout=PEER_TIMEOUT)
+        assert digests(got) == digests(values)
+        assert all(not numpy.shares_memory(g, v) for g, v in zip(got, values, strict=True))
+        engine.free("mine")
+        assert engine.exported == 0
+    finally:
+        engine.close()
+
+
+def test_the_same_array_twice_is_registered_once(lab: Lab) -> None:
+    engine = ArrayEngine()
+    try:
+        value = arrays(4, [MIB])[0]
+        first, second = engine.export("a", [value]), engine.export("b", [value])
+        assert first.descriptors == second.descriptors  # one registration, one rkey
+        engine.free("a")
+        assert engine.receive("b", second, timeout=PEER_TIMEOUT)[0].tobytes() == value.tobytes()
+        engine.free("b")
+        third = engine.export("c", [value])
+        assert third.descriptors != first.descriptors  # registered anew once all were freed
+        engine.free("c")
+    finally:
+        engine.close()
+
+
+def test_bad_input_is_refused_before_anything_is_registered(lab: Lab) -> None:
+    engine = ArrayEngine()
+    try:
+        with pytest.raises(TypeError, match="numpy arrays, not list"):
+            engine.export("x", [[1, 2, 3]])
+        with pytest.raises(TypeError, match="Python objects"):
+            engine.export("x", [numpy.array([object()])])
+        engine.export("x", [numpy.zeros(4)])
+        with pytest.raises(ValueError, match="exported already"):
+            engine.export("x", [numpy.zeros(4)])
+        assert engine.exported == 1
+        with pytest.raises(TypeError, match="AiordmaMetadata"):
+            AiordmaTransport.fetch_multiple_tensors(AiordmaTransport(), "x", object(), COMM)  # type: ignore[arg-type]
+    finally:
+        engine.close()
+    with pytest.raises(Exception, match="closed"):
+        engine.export("y", [numpy.zeros(4)])
+
+
+def test_the_engine_uses_its_own_thread(lab: Lab) -> None:
+    engine = ArrayEngine()
+    try:
+        export = engine.export("t", [numpy.arange(10)])
+        names = {t.name for t in threading.enumerate()}
+        assert "aiordma-ray" in names
+        assert isinstance(export, Export)
+    finally:
+        engine.close()
+    assert "aiordma-ray" not in {t.name for t in threading.enumerate()}
+    assert os.getpid() > 0
