@@ -1,7 +1,7 @@
-"""A Ray head that starts in a slow guest: ``ray start --head`` with its agents' port files written early.
+"""A Ray head that starts in a slow guest: agents' port files written early.
 
-Under the lab's CPU emulation Ray's dashboard agent (plain Python) needs
-30-60 s to load, and the raylet gives up waiting for the agent's port files
+``ray start --head``, made to work under the lab's CPU emulation, where
+Ray's dashboard agent (plain Python) needs 30-60 s to load, and the raylet gives up waiting for the agent's port files
 (``Timed out waiting for file .../dashboard_agent_listen_port_<node>``) after
 about 30 s, a wait no setting lengthens. The agent writes those files itself
 once loaded, with values known in advance: the fixed ports given to ``ray

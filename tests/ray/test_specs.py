@@ -64,7 +64,8 @@ def test_exportable_copies_only_what_is_not_contiguous() -> None:
     plain = numpy.arange(12, dtype="<f4").reshape(3, 4)
     assert exportable(plain) is plain
     turned = exportable(plain.T)
-    assert turned.flags.c_contiguous and not numpy.shares_memory(turned, plain)
+    assert turned.flags.c_contiguous
+    assert not numpy.shares_memory(turned, plain)
     assert (turned == plain.T).all()
     with pytest.raises(TypeError, match="numpy arrays, not bytes"):
         exportable(b"abc")
@@ -98,12 +99,14 @@ def test_the_metadata_travels_pickled() -> None:
 
 def test_the_class_carries_its_name_and_key() -> None:
     assert transport_class() is AiordmaTransport
-    assert AiordmaTransport.name == NAME and AiordmaTransport.auth is None
+    assert AiordmaTransport.name == NAME
+    assert AiordmaTransport.auth is None
     keyed = transport_class("MINE", b"k" * 32)
     assert issubclass(keyed, AiordmaTransport)
     again = cloudpickle.loads(cloudpickle.dumps(keyed))  # as Ray sends it to each actor
     assert (again.name, again.auth) == ("MINE", b"k" * 32)
-    assert AiordmaTransport.is_one_sided() and AiordmaTransport.can_abort_transport()
+    assert AiordmaTransport.is_one_sided()
+    assert AiordmaTransport.can_abort_transport()
 
 
 def test_register_checks_its_arguments() -> None:
