@@ -1,8 +1,8 @@
 """A Ray head that starts in a slow guest: agents' port files written early.
 
 ``ray start --head``, made to work under the lab's CPU emulation, where
-Ray's dashboard agent (plain Python) needs 30-60 s to load, and the raylet gives up waiting for the agent's port files
-(``Timed out waiting for file .../dashboard_agent_listen_port_<node>``) after
+Ray's dashboard agent (plain Python) needs 30-60 s to load, and the raylet
+gives up waiting for the agent's port files (``Timed out waiting for file .../dashboard_agent_listen_port_<node>``) after
 about 30 s, a wait no setting lengthens. The agent writes those files itself
 once loaded, with values known in advance: the fixed ports given to ``ray
 start``, or ``-1`` when the agent is the minimal one (plain ``ray``, without
