@@ -1,14 +1,15 @@
 """A Ray head that starts in a slow guest: agents' port files written early.
 
-``ray start --head``, made to work under the lab's CPU emulation, where
-Ray's dashboard agent (plain Python) needs 30-60 s to load, and the raylet
-gives up waiting for the agent's port files (``Timed out waiting for file .../dashboard_agent_listen_port_<node>``) after
-about 30 s, a wait no setting lengthens. The agent writes those files itself
-once loaded, with values known in advance: the fixed ports given to ``ray
-start``, or ``-1`` when the agent is the minimal one (plain ``ray``, without
-the dashboard's extras). :func:`start_head` writes the same values as soon
-as the raylet runs, so the raylet goes on and the agent catches up later.
-On a fast host it changes nothing. ``docs/guides/ray.md`` tells the story.
+Under the lab's CPU emulation Ray's dashboard agent (plain Python) needs
+30-60 s to load, while the raylet waits about 30 s for the agent's port
+files and then aborts (``Timed out waiting for file
+.../dashboard_agent_listen_port_<node>``); no setting lengthens that wait.
+The agent writes those files itself once loaded, with values known in
+advance: the fixed ports given to ``ray start``, or ``-1`` when the agent is
+the minimal one (plain ``ray``, without the dashboard's extras).
+:func:`start_head` writes the same values as soon as the raylet runs, so
+the raylet goes on and the agent catches up later. On a fast host it changes
+nothing. The Ray guide (``docs/guides/ray.md``) tells the story.
 """
 
 from __future__ import annotations
