@@ -16,7 +16,7 @@ from pathlib import Path
 import aiordma
 
 PACKAGE = Path(aiordma.__file__).parent
-APPLICATIONS = ("rpc", "dask", "transfer", "streams.py", "prometheus.py")
+APPLICATIONS = ("rpc", "dask", "ray", "transfer", "streams.py", "prometheus.py")
 """Layer 4: what takes connections, memory and one-sided work from the
 channel layer's public names."""
 CORRIDORS = {("conn", "qp"), ("link", "qp")}

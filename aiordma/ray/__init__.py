@@ -19,6 +19,7 @@ from aiordma.ray.manager import (
     AiordmaFetch,
     AiordmaMetadata,
     AiordmaTransport,
+    current_manager,
     transport_available,
     transport_class,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "ArrayEngine",
     "ArraySpec",
     "Export",
+    "current_manager",
     "register",
     "transport_available",
     "transport_class",

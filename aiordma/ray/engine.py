@@ -122,6 +122,12 @@ class ArrayEngine:
         """This process's agent metadata (starts the engine)."""
         return self._started()[1].metadata()
 
+    @property
+    def thread_id(self) -> int | None:
+        """The kernel's id of the engine's loop thread (None before it started)."""
+        thread = self._thread
+        return None if thread is None else thread.native_id
+
     def close(self) -> None:
         """Cancel running fetches, unregister every export, close the agent and its loop."""
         with self._start_lock:

@@ -49,6 +49,11 @@ class LoopThread:
         self.loop.call_soon(started.set)
         self.loop.run_forever()
 
+    @property
+    def native_id(self) -> int | None:
+        """The thread's id in the kernel (``/proc/<pid>/task/<id>``)."""
+        return self._thread.native_id
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Run ``coro`` on the loop; its result (or error) in a future of this thread's kind."""
         if threading.current_thread() is self._thread:

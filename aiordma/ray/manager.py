@@ -88,20 +88,27 @@ class AiordmaTransport(TensorTransportManager):
     """The pre-shared key's bytes (None: connections are not authenticated)."""
 
     def __init__(self) -> None:
+        global _current
         self.engine = ArrayEngine(auth=self.auth)
+        _current = self
 
     def tensor_transport_backend(self) -> str:
+        """The name this class was registered under."""
         return self.name
 
     @staticmethod
     def is_one_sided() -> bool:
+        """True: consumers read the producer's memory; the producer takes no part."""
         return True
 
     @staticmethod
     def can_abort_transport() -> bool:
+        """True: a fetch can be cancelled at any point without leaving work posted."""
         return True
 
     def actor_has_tensor_transport(self, actor: ray.actor.ActorHandle[Any]) -> bool:
+        """Whether ``actor`` has an RDMA device with a RoCE address (asked in the actor)."""
+
         def __ray_actor_has_aiordma__(self: Any) -> bool:
             from aiordma.ray.manager import transport_available
 
@@ -115,6 +122,8 @@ class AiordmaTransport(TensorTransportManager):
     def extract_tensor_transport_metadata(
         self, obj_id: str, rdt_object: list[Any]
     ) -> AiordmaMetadata:
+        """Register the arrays for remote reads (no copy of C-contiguous ones) and
+        describe them: shapes, dtypes, this agent, the descriptor list."""
         export = self.engine.export(obj_id, rdt_object)
         return AiordmaMetadata(
             tensor_meta=[s.as_ray() for s in export.specs],
@@ -129,6 +138,7 @@ class AiordmaTransport(TensorTransportManager):
         dst_actor: ray.actor.ActorHandle[Any],
         backend: str | None = None,
     ) -> CommunicatorMetadata:
+        """Nothing: a one-sided read needs only the object's metadata."""
         return CommunicatorMetadata()
 
     def recv_multiple_tensors(
@@ -138,6 +148,7 @@ class AiordmaTransport(TensorTransportManager):
         communicator_metadata: CommunicatorMetadata,
         target_buffers: list[Any] | None = None,
     ) -> list[Any]:
+        """Read the object's arrays (into ``target_buffers`` when given) and return them."""
         request = self.fetch_multiple_tensors(
             obj_id, tensor_transport_metadata, communicator_metadata, target_buffers
         )
@@ -150,6 +161,8 @@ class AiordmaTransport(TensorTransportManager):
         communicator_metadata: CommunicatorMetadata,
         target_buffers: list[Any] | None = None,
     ) -> AiordmaFetch:
+        """Start reading the object's arrays, bounded by Ray's fetch timeout;
+        :meth:`wait_fetch_complete` gives them."""
         meta = _ours(tensor_transport_metadata)
         future = self.engine.fetch(
             obj_id, meta.export(), timeout=fetch_timeout(), targets=target_buffers
@@ -157,6 +170,8 @@ class AiordmaTransport(TensorTransportManager):
         return AiordmaFetch(obj_id=obj_id, tensors=[], future=future)
 
     def wait_fetch_complete(self, fetch_request: FetchRequest, timeout: float = -1) -> list[Any]:
+        """The arrays of a fetch; ``timeout`` seconds (-1: no bound) or TimeoutError.
+        An aborted fetch raises :class:`~aiordma.TransferError`."""
         if not isinstance(fetch_request, AiordmaFetch) or fetch_request.future is None:
             return list(fetch_request.tensors)
         wait = None if timeout is None or timeout < 0 else timeout
@@ -177,6 +192,7 @@ class AiordmaTransport(TensorTransportManager):
         tensor_transport_metadata: TensorTransportMetadata,
         communicator_metadata: CommunicatorMetadata,
     ) -> None:
+        """Never called for a one-sided transport: raises NotImplementedError."""
         raise NotImplementedError(
             "the aiordma transport is one-sided: consumers read, producers never send"
         )
@@ -184,10 +200,20 @@ class AiordmaTransport(TensorTransportManager):
     def garbage_collect(
         self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors: list[Any]
     ) -> None:
+        """Unregister the object's arrays: a late reader gets a TransferError, never the memory."""
         self.engine.free(obj_id)
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
+        """Cancel this process's fetches of the object; returns once their posted work completed."""
         self.engine.abort(obj_id)
+
+
+_current: AiordmaTransport | None = None
+
+
+def current_manager() -> AiordmaTransport | None:
+    """The manager Ray made in this process (the last one), None before Ray used the transport."""
+    return _current
 
 
 def _ours(meta: TensorTransportMetadata) -> AiordmaMetadata:

@@ -13,6 +13,7 @@ import pytest
 
 import aiordma
 import aiordma.dask
+import aiordma.ray
 import aiordma.transfer
 from aiordma import rpc
 
@@ -21,6 +22,7 @@ PACKAGES = {
     "aiordma": aiordma,
     "aiordma.rpc": rpc,
     "aiordma.dask": aiordma.dask,
+    "aiordma.ray": aiordma.ray,
     "aiordma.transfer": aiordma.transfer,
 }
 
