@@ -16,7 +16,6 @@ an array of a killed producer fails with Ray's error instead of hanging.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import os
 import time
@@ -142,8 +141,13 @@ def main() -> None:
         ref = producer.make.remote(99, 1 << 20)
         ray.get(producer.exported.remote())  # made and exported
         ray.kill(producer)
-        with contextlib.suppress(ray.exceptions.RayActorError):  # raised once it is gone
-            ray.get(producer.exported.remote(), timeout=120)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # ray.kill is asynchronous: wait until it is gone
+            try:
+                ray.get(producer.exported.remote(), timeout=60)
+            except ray.exceptions.RayActorError:
+                break
+            time.sleep(0.2)
         try:
             ray.get(consumer.digest.remote(ref), timeout=120)
         except ray.exceptions.RayError as error:

@@ -73,7 +73,7 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
                 "run it there: aiordma lab --hosts 2 -- aiordma bench --remote ..."
             )
         peer = await Peer.start_remote(fabric, largest, args.loop)
-        start_server = _remote_starter(fabric)
+        start_server = remote_starter(fabric)
         if args.netem:
             await fabric.netem(args.netem)
     else:
@@ -116,7 +116,7 @@ def _wait_remote(proc: PeerProcess, timeout: float) -> int | None:
     return proc.returncode
 
 
-def _remote_starter(fabric: Fabric) -> Callable[[list[str]], Callable[[], None]]:
+def remote_starter(fabric: Fabric) -> Callable[[list[str]], Callable[[], None]]:
     """Start perftest's servers on host 2 (called from a worker thread).
 
     A server is started only once its predecessor is gone (it needs the

@@ -14,6 +14,7 @@ nothing. The Ray guide (``docs/guides/ray.md``) tells the story.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -33,10 +34,16 @@ START_TIMEOUT = 600.0
 def agent_port_files(minimal: bool) -> dict[str, int]:
     """The port files the raylet waits for, and what the agent writes in them."""
     if minimal:
-        return {"metrics_agent_port": -1, "metrics_export_port": -1,
-                "dashboard_agent_listen_port": -1}  # fmt: skip
-    return {"metrics_agent_port": AGENT_GRPC_PORT, "metrics_export_port": METRICS_EXPORT_PORT,
-            "dashboard_agent_listen_port": AGENT_LISTEN_PORT}  # fmt: skip
+        return {
+            "metrics_agent_port": -1,
+            "metrics_export_port": -1,
+            "dashboard_agent_listen_port": -1,
+        }
+    return {
+        "metrics_agent_port": AGENT_GRPC_PORT,
+        "metrics_export_port": METRICS_EXPORT_PORT,
+        "dashboard_agent_listen_port": AGENT_LISTEN_PORT,
+    }
 
 
 def raylet_session(args: list[str]) -> tuple[str, str] | None:
@@ -106,26 +113,74 @@ def dashboard_is_minimal() -> bool:
     return get_dashboard_dependency_error() is not None
 
 
-def start_head(*, temp_dir: str = "/tmp/ray", num_cpus: int | None = None,
-               port: int = 6379, timeout: float = START_TIMEOUT) -> Head:  # fmt: skip
+def start_head(
+    *,
+    temp_dir: str = "/tmp/ray",
+    num_cpus: int | None = None,
+    port: int = 6379,
+    node_ip: str | None = None,
+    resources: dict[str, float] | None = None,
+    timeout: float = START_TIMEOUT,
+) -> Head:
     """Start a Ray head here (``ray start --head``, dashboard off, usage stats
     off) with the agents' port files written early; stop it with :func:`stop_head`.
+    ``node_ip``: the address other nodes reach it at (Ray's guess when None).
     Raises RuntimeError with ``ray start``'s output if it fails."""
+    host = node_ip or "127.0.0.1"
+    seconds = _ray_start(
+        ["--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp_dir}"],
+        num_cpus,
+        node_ip,
+        resources,
+        timeout,
+    )
+    return Head(f"{host}:{port}", seconds)
+
+
+def join(
+    address: str,
+    *,
+    num_cpus: int | None = None,
+    node_ip: str | None = None,
+    resources: dict[str, float] | None = None,
+    timeout: float = START_TIMEOUT,
+) -> float:
+    """Start a Ray worker node here that joins the head at ``address``
+    (``ray start --address``), as :func:`start_head` does; the seconds it took."""
+    return _ray_start([f"--address={address}"], num_cpus, node_ip, resources, timeout)
+
+
+def _ray_start(
+    first: list[str],
+    num_cpus: int | None,
+    node_ip: str | None,
+    resources: dict[str, float] | None,
+    timeout: float,
+) -> float:
     ray = ray_command()
     if ray is None:
         raise RuntimeError("no 'ray' command beside this Python or on PATH: install aiordma[ray]")
     stop = threading.Event()
-    writer = threading.Thread(target=_prewrite, args=(agent_port_files(dashboard_is_minimal()),
-                                                      stop), daemon=True)  # fmt: skip
+    writer = threading.Thread(
+        target=_prewrite, args=(agent_port_files(dashboard_is_minimal()), stop), daemon=True
+    )
     writer.start()
-    command = [ray, "start", "--head", f"--port={port}", "--include-dashboard=false",
-               "--disable-usage-stats", f"--temp-dir={temp_dir}",
-               f"--dashboard-agent-grpc-port={AGENT_GRPC_PORT}",
-               f"--metrics-export-port={METRICS_EXPORT_PORT}",
-               f"--dashboard-agent-listen-port={AGENT_LISTEN_PORT}",
-               f"--runtime-env-agent-port={RUNTIME_ENV_AGENT_PORT}"]  # fmt: skip
+    command = [
+        ray,
+        "start",
+        *first,
+        "--disable-usage-stats",
+        f"--dashboard-agent-grpc-port={AGENT_GRPC_PORT}",
+        f"--metrics-export-port={METRICS_EXPORT_PORT}",
+        f"--dashboard-agent-listen-port={AGENT_LISTEN_PORT}",
+        f"--runtime-env-agent-port={RUNTIME_ENV_AGENT_PORT}",
+    ]
     if num_cpus is not None:
         command.append(f"--num-cpus={num_cpus}")
+    if node_ip is not None:
+        command.append(f"--node-ip-address={node_ip}")
+    if resources:
+        command.append(f"--resources={json.dumps(resources)}")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     env.setdefault("RAY_worker_register_timeout_seconds", "600")  # actors import Ray slowly here
     start = time.monotonic()
@@ -136,7 +191,7 @@ def start_head(*, temp_dir: str = "/tmp/ray", num_cpus: int | None = None,
         writer.join()
     if out.returncode != 0:
         raise RuntimeError(f"ray start failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
-    return Head(f"127.0.0.1:{port}", time.monotonic() - start)
+    return time.monotonic() - start
 
 
 def ray_command() -> str | None:
@@ -150,3 +205,30 @@ def stop_head() -> None:
     ray = ray_command()
     if ray is not None:
         subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m aiordma.lab.ray_head join ADDRESS [--node-ip IP] [--resources JSON]``
+    or ``... stop``: for the second host of the two-host lab."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m aiordma.lab.ray_head")
+    sub = parser.add_subparsers(dest="command", required=True)
+    joining = sub.add_parser("join", help="start a worker node joining ADDRESS")
+    joining.add_argument("address")
+    joining.add_argument("--node-ip")
+    joining.add_argument("--num-cpus", type=int)
+    joining.add_argument("--resources", type=json.loads)
+    sub.add_parser("stop", help="stop every Ray process here")
+    args = parser.parse_args(argv)
+    if args.command == "join":
+        seconds = join(
+            args.address, num_cpus=args.num_cpus, node_ip=args.node_ip, resources=args.resources
+        )
+        print(f"joined {args.address} in {seconds:.1f} s", flush=True)
+    else:
+        stop_head()
+
+
+if __name__ == "__main__":
+    main()

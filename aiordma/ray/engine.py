@@ -13,8 +13,10 @@ Contract: ``export`` → (any number of ``fetch`` in other processes) → ``free
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +105,7 @@ class ArrayEngine:
                     thread.close()
                     raise
                 self._thread = thread
+                atexit.register(_close_at_exit, weakref.ref(self))
             return self._thread, self._agent
 
     async def _start_agent(self) -> Agent:
@@ -346,3 +349,11 @@ class ArrayEngine:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _close_at_exit(engine: weakref.ref[ArrayEngine]) -> None:
+    """Close an engine still open when the interpreter exits (a Ray worker
+    ending): its memory is unregistered and its connections closed in order."""
+    alive = engine()
+    if alive is not None:
+        alive.close()

@@ -1,29 +1,39 @@
 """Ray actor to actor: an array through aiordma's transport beside Ray's object store.
 
-    aiordma lab -- aiordma bench study ray_transfer [--sizes MIB...] [--rounds N] [--idle S]
+    aiordma lab [--hosts 2] -- aiordma bench study ray_transfer [--sizes MIB...]
+        [--rounds N] [--idle S]
 
-Starts a Ray head here (the lab's helper), a producer and a consumer actor,
+Starts a Ray head here (the lab's helper), a producer and a consumer actor
+(in the two-host lab: a second Ray node on host 2, the producer there and
+the consumer here, so both paths cross the link),
 and for each size (1 and 64 MiB by default) times ``--rounds`` pulls of one
 array by the consumer, made by the producer's method with
 ``tensor_transport="AIORDMA"`` (one-sided RDMA READ) and with Ray's default
 (the object store), as the driver sees them: ``ray.get`` of the consumer's
 call on a ready reference, less the same call on a tiny array. Then, with
 the registered objects still held, it reads each actor process's CPU time
-over ``--idle`` seconds (whole process and aiordma's loop thread alone) and
-ends with ``ib_read_bw`` on the same device for the reference rate.
+over ``--idle`` seconds, as the actor reads it (whole process and aiordma's
+loop thread alone), and ends with ``ib_read_bw`` on the same path (to host 2
+when there is one) for the reference rate.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import statistics
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiordma.bench import perftest
+from aiordma.bench.command import remote_starter
 from aiordma.bench.studies import lab_address
 from aiordma.lab.ray_head import start_head, stop_head
+from aiordma.lab.remote import Fabric
 
 MIB = 1 << 20
 TICK = os.sysconf("SC_CLK_TCK")
@@ -37,6 +47,23 @@ def cpu_seconds(pid: int, tid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def own_cpu() -> tuple[float, float]:
+    """This process's CPU seconds, and those of its aiordma loop thread (0 if none)."""
+    import aiordma.ray
+
+    manager = aiordma.ray.current_manager()
+    tid = None if manager is None else manager.engine.thread_id
+    return cpu_seconds(os.getpid()), 0.0 if tid is None else cpu_seconds(os.getpid(), tid)
+
+
+def on_host2(fabric: Fabric, *args: str) -> str:
+    """Run ``python -m aiordma.lab.ray_head ARGS`` on host 2; its output."""
+    rc, out = asyncio.run(fabric.run([sys.executable, "-m", "aiordma.lab.ray_head", *args]))
+    if rc != 0:
+        raise SystemExit(f"ray_head {' '.join(args)} failed on host 2:\n{out}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="aiordma bench study ray_transfer")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 64], help="MiB")
@@ -45,6 +72,7 @@ def main() -> None:
     parser.add_argument("--device", default=os.environ.get("AIORDMA_DEVICE", "rxe0"))
     args = parser.parse_args()
     addr = lab_address()
+    fabric = Fabric.from_environment()
 
     started = time.monotonic()
     import numpy as np
@@ -53,8 +81,15 @@ def main() -> None:
     import aiordma.ray
 
     print(f"import ray and aiordma.ray: {time.monotonic() - started:.1f} s", flush=True)
-    head = start_head(num_cpus=4)
+    if fabric is None:
+        head = start_head(num_cpus=4)
+    else:
+        head = start_head(num_cpus=4, node_ip=fabric.addr, resources={"host1": 4})
     print(f"ray start --head: {head.seconds:.1f} s", flush=True)
+    if fabric is not None:
+        joined = on_host2(fabric, "join", head.address, "--node-ip", fabric.peer_addr,
+                          "--num-cpus", "4", "--resources", json.dumps({"host2": 4}))  # fmt: skip
+        print(joined.strip(), flush=True)
     actor: Any = ray.remote  # Ray's annotations lack enable_tensor_transport
     aiordma.ray.register()  # before the classes: ray.method checks the transport's name
 
@@ -62,8 +97,8 @@ def main() -> None:
         def __init__(self) -> None:
             self.data: dict[int, Any] = {}
 
-        def pid(self) -> int:
-            return os.getpid()
+        def cpu(self) -> tuple[float, float]:
+            return own_cpu()
 
         def _array(self, size: int) -> Any:
             if size not in self.data:
@@ -77,26 +112,19 @@ def main() -> None:
         def store(self, size: int) -> Any:
             return self._array(size)
 
-        def loop_thread(self) -> int | None:
-            manager = aiordma.ray.current_manager()
-            return None if manager is None else manager.engine.thread_id
-
     class Consumer:
-        def pid(self) -> int:
-            return os.getpid()
+        def cpu(self) -> tuple[float, float]:
+            return own_cpu()
 
         def touch(self, array: Any) -> int:
             return int(array.nbytes)
 
-        def loop_thread(self) -> int | None:
-            manager = aiordma.ray.current_manager()
-            return None if manager is None else manager.engine.thread_id
-
     try:
         ray.init(address=head.address)
-        producer = actor(enable_tensor_transport=True)(Producer).remote()
-        consumer = actor(enable_tensor_transport=True)(Consumer).remote()
-        pids = ray.get([producer.pid.remote(), consumer.pid.remote()])
+        there = {} if fabric is None else {"resources": {"host2": 1}}
+        here = {} if fabric is None else {"resources": {"host1": 1}}
+        producer = actor(enable_tensor_transport=True)(Producer).options(**there).remote()
+        consumer = actor(enable_tensor_transport=True)(Consumer).options(**here).remote()
         tiny = np.zeros(8, np.uint8)
         ray.get(consumer.touch.remote(tiny))
 
@@ -124,23 +152,26 @@ def main() -> None:
                 rate = size / max(took - base, 1e-9) / 1e6
                 print(f"{mib:>5} MiB {path:>12} {took:>9.3f} {rate:>8.1f}", flush=True)
 
-        threads = ray.get([producer.loop_thread.remote(), consumer.loop_thread.remote()])
-        before = [cpu_seconds(p) for p in pids]
-        before_loop = [cpu_seconds(p, t) if t else 0.0 for p, t in zip(pids, threads, strict=True)]
+        before = ray.get([producer.cpu.remote(), consumer.cpu.remote()])
         time.sleep(args.idle)  # measuring idleness: nothing may run meanwhile
-        after = [cpu_seconds(p) for p in pids]
-        after_loop = [cpu_seconds(p, t) if t else 0.0 for p, t in zip(pids, threads, strict=True)]
-        for name, b, a, bl, al in zip(("producer", "consumer"), before, after, before_loop,
-                                      after_loop, strict=True):  # fmt: skip
+        after = ray.get([producer.cpu.remote(), consumer.cpu.remote()])
+        for name, b, a in zip(("producer", "consumer"), before, after, strict=True):
             print(f"idle CPU, {name} (holding {len(held)} exported objects): process "
-                  f"{(a - b) / args.idle:.1%} of a core, aiordma loop thread "
-                  f"{(al - bl) / args.idle:.1%}", flush=True)  # fmt: skip
+                  f"{(a[0] - b[0]) / args.idle:.1%} of a core, aiordma loop thread "
+                  f"{(a[1] - b[1]) / args.idle:.1%}", flush=True)  # fmt: skip
         del held
     finally:
         ray.shutdown()
         stop_head()
+        if fabric is not None:
+            on_host2(fabric, "stop")
+    target = addr
+    starter: Callable[[list[str]], Callable[[], None]] = perftest.start_local
+    if fabric is not None:
+        target, starter = fabric.peer_addr, remote_starter(fabric)
     for mib in args.sizes:
-        result = perftest.run("read_bw", args.device, addr, mib * MIB, max(4, 256 // mib), 1)
+        result = perftest.run("read_bw", args.device, target, mib * MIB, max(5, 256 // mib), 1,
+                              start_server=starter)  # fmt: skip
         rate = "unavailable" if result is None else f"{result.mb_per_s:.1f} MB/s"
         print(f"ib_read_bw {mib} MiB (same boot): {rate}", flush=True)
 
