@@ -271,8 +271,12 @@ class ArrayEngine:
         timeout: float | None,
         targets: Sequence[Any] | None = None,
     ) -> Arrays:
-        """:meth:`fetch` and wait for the arrays."""
-        return self.fetch(obj_id, export, timeout=timeout, targets=targets).result()
+        """:meth:`fetch` and wait for the arrays (an :meth:`abort` meanwhile
+        raises :class:`~aiordma.TransferError`)."""
+        try:
+            return self.fetch(obj_id, export, timeout=timeout, targets=targets).result()
+        except concurrent.futures.CancelledError:
+            raise TransferError(f"the fetch of object {obj_id} was aborted") from None
 
     async def _fetch_task(
         self,
