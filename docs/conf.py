@@ -43,6 +43,9 @@ nitpick_ignore_regex = [
     # (a class's own signature); to Python they are int and bool.
     ("py:class", r"cython\.(int|bint|longlong)"),
     ("py:class", r"distributed\..*|aiordma\.dask\.comm\.Handler|prometheus_client\..*"),
+    # Ray's and numpy's own classes (aiordma.ray), and the torch types in Ray's
+    # TensorTransportMetadata annotation that aiordma.ray's metadata inherits.
+    ("py:class", r"ray\..*|numpy\..*|np\..*|torch\..*|concurrent\.futures\..*"),
     ("py:class", r"aiordma\.rpc\.server\.H|aiordma\.verbs\.completion\.CompletionHandler"),
     # The verbs layer's internal Protocols (docs/architecture.md, "Internal interfaces").
     ("py:class", r"(aiordma\.verbs\.queue_pair\.)?ReceiveSource|Owner|Arrived|SharedReceiveRing"),
