@@ -8,6 +8,7 @@ import cloudpickle
 import numpy
 import pytest
 
+from aiordma.channel import PresharedKey
 from aiordma.ray import (
     NAME,
     AiordmaMetadata,
@@ -119,3 +120,13 @@ def test_register_checks_its_arguments() -> None:
     assert register("aiordma_host_test", auth=b"k" * 16) == "AIORDMA_HOST_TEST"
     with pytest.raises(ValueError, match="already registered"):
         register("aiordma_host_test")
+
+
+def test_register_takes_a_preshared_key() -> None:
+    key = PresharedKey.generate()
+    assert register("aiordma_host_key", auth=key) == "AIORDMA_HOST_KEY"
+    from ray.experimental.rdt.util import transport_manager_info
+
+    registered = transport_manager_info["AIORDMA_HOST_KEY"].transport_manager_class
+    assert issubclass(registered, AiordmaTransport)
+    assert registered.auth == bytes.fromhex(key.hex())
