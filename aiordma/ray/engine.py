@@ -273,8 +273,20 @@ class ArrayEngine:
     ) -> Arrays:
         """:meth:`fetch` and wait for the arrays (an :meth:`abort` meanwhile
         raises :class:`~aiordma.TransferError`)."""
+        return self.wait(obj_id, self.fetch(obj_id, export, timeout=timeout, targets=targets))
+
+    @staticmethod
+    def wait(obj_id: str, fetch: concurrent.futures.Future[Arrays],
+             timeout: float | None = None) -> Arrays:  # fmt: skip
+        """The arrays of a :meth:`fetch` of ``obj_id``, waiting at most
+        ``timeout`` seconds (None: until it ends) or raising TimeoutError (the
+        fetch goes on); an aborted fetch raises :class:`~aiordma.TransferError`."""
         try:
-            return self.fetch(obj_id, export, timeout=timeout, targets=targets).result()
+            return fetch.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(
+                f"the fetch of object {obj_id} is not done after {timeout} s"
+            ) from None
         except concurrent.futures.CancelledError:
             raise TransferError(f"the fetch of object {obj_id} was aborted") from None
 

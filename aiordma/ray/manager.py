@@ -20,7 +20,6 @@ from ray.experimental.rdt.tensor_transport_manager import (
     TensorTransportMetadata,
 )
 
-from aiordma.exceptions import TransferError
 from aiordma.ray.engine import ArrayEngine, Arrays, Export
 from aiordma.ray.specs import ArraySpec
 
@@ -175,14 +174,7 @@ class AiordmaTransport(TensorTransportManager):
         if not isinstance(fetch_request, AiordmaFetch) or fetch_request.future is None:
             return list(fetch_request.tensors)
         wait = None if timeout is None or timeout < 0 else timeout
-        try:
-            fetch_request.tensors = fetch_request.future.result(wait)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(
-                f"the fetch of object {fetch_request.obj_id} is not done after {timeout} s"
-            ) from None
-        except concurrent.futures.CancelledError:
-            raise TransferError(f"the fetch of object {fetch_request.obj_id} was aborted") from None
+        fetch_request.tensors = self.engine.wait(fetch_request.obj_id, fetch_request.future, wait)
         fetch_request.future = None
         return list(fetch_request.tensors)
 

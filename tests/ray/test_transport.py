@@ -299,3 +299,17 @@ def test_the_engine_uses_its_own_thread(lab: Lab) -> None:
         engine.close()
     assert "aiordma-ray" not in {t.name for t in threading.enumerate()}
     assert os.getpid() > 0
+
+
+def test_a_wait_that_times_out_leaves_the_fetch_running(
+    producer: Producer, consumer: AiordmaTransport
+) -> None:
+    warm = producer.export("wait-warm", 1, [4 * KIB])
+    recv(consumer, "wait-warm", warm)  # connected: only the big read is left to wait for
+    meta = producer.export("wait", 3, [64 * MIB])
+    request = consumer.fetch_multiple_tensors("wait", meta, COMM)
+    with pytest.raises(TimeoutError, match="not done after 0 s"):
+        consumer.wait_fetch_complete(request, timeout=0)
+    assert digests(consumer.wait_fetch_complete(request)) == digests(arrays(3, [64 * MIB]))
+    producer.free("wait")
+    producer.free("wait-warm")
