@@ -146,9 +146,10 @@ class ArrayEngine:
             thread.close()
 
     async def _close_agent(self) -> None:
-        for tasks in list(self._fetches.values()):
-            for task in tasks:
-                task.cancel()
+        running = [task for tasks in self._fetches.values() for task in tasks]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)  # their posted work completed
         agent, self._agent = self._agent, None
         self._exports.clear()
         self._arrays.clear()

@@ -313,3 +313,19 @@ def test_a_wait_that_times_out_leaves_the_fetch_running(
     assert digests(consumer.wait_fetch_complete(request)) == digests(arrays(3, [64 * MIB]))
     producer.free("wait")
     producer.free("wait-warm")
+
+
+def test_closing_the_engine_stops_its_fetches(producer: Producer, lab: Lab) -> None:
+    warm = producer.export("closing-warm", 1, [4 * KIB])
+    meta = producer.export("closing", 4, [64 * MIB])
+    engine = ArrayEngine()
+    try:
+        engine.receive("closing-warm", warm.export(), timeout=PEER_TIMEOUT)  # connected
+        fetch = engine.fetch("closing", meta.export(), timeout=PEER_TIMEOUT)
+    finally:
+        engine.close()
+    with pytest.raises(TransferError, match="aborted"):
+        ArrayEngine.wait("closing", fetch)
+    assert engine.fetching == 0
+    producer.free("closing")
+    producer.free("closing-warm")
