@@ -14,7 +14,8 @@ call on a ready reference, less the same call on a tiny array. Then, with
 the registered objects still held, it reads each actor process's CPU time
 over ``--idle`` seconds, as the actor reads it (whole process and aiordma's
 loop thread alone), and ends with ``ib_read_bw`` on the same path (to host 2
-when there is one) for the reference rate.
+when there is one) for the reference rate: at the sizes pulled on one host,
+at 64 KiB (what the agents post) across the link.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 from aiordma.bench import perftest
 from aiordma.bench.command import remote_starter
 from aiordma.bench.studies import lab_address
+from aiordma.channel.sizing import READ_PIECE
 from aiordma.lab.ray_head import start_head, stop_head
 from aiordma.lab.remote import Fabric
 
@@ -69,6 +71,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 64], help="MiB")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle CPU reading")
+    parser.add_argument("--reference-kib", type=int, nargs="+",
+                        help="ib_read_bw's message sizes (default: the sizes; across the "
+                        "link 64 KiB, the READ the agent posts there)")  # fmt: skip
     parser.add_argument("--device", default=os.environ.get("AIORDMA_DEVICE", "rxe0"))
     args = parser.parse_args()
     addr = lab_address()
@@ -170,11 +175,16 @@ def main() -> None:
     starter: Callable[[list[str]], Callable[[], None]] = perftest.start_local
     if fabric is not None:
         target, starter = fabric.peer_addr, remote_starter(fabric)
-    for mib in args.sizes:
-        result = perftest.run("read_bw", args.device, target, mib * MIB, max(5, 256 // mib), 1,
-                              start_server=starter)  # fmt: skip
+    references = [mib * MIB for mib in args.sizes]
+    if args.reference_kib:
+        references = [kib << 10 for kib in args.reference_kib]
+    elif fabric is not None:
+        references = [READ_PIECE]  # a 1 MiB READ (1,024 packets) hangs on the lab's link
+    for size in references:
+        result = perftest.run("read_bw", args.device, target, size,
+                              max(5, 256 * MIB // size // 4), 1, start_server=starter)  # fmt: skip
         rate = "unavailable" if result is None else f"{result.mb_per_s:.1f} MB/s"
-        print(f"ib_read_bw {mib} MiB (same boot): {rate}", flush=True)
+        print(f"ib_read_bw {size >> 10} KiB (same boot): {rate}", flush=True)
 
 
 if __name__ == "__main__":
