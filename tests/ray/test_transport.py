@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import os
 import pickle
@@ -52,7 +53,8 @@ class Producer:
             stderr=subprocess.PIPE,
         )
         self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         assert self.answer() == "ready"
 
     def _read(self) -> None:
@@ -90,11 +92,18 @@ class Producer:
         return int(count)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write("exit\n")
-            self.proc.stdin.flush()
+        """Ask it to exit (unless it is gone), wait, and close its pipes."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it may have just died
+            if self.proc.poll() is None:
+                self.proc.stdin.write("exit\n")
+                self.proc.stdin.flush()
+            self.proc.stdin.close()
         rc = self.proc.wait(timeout=PEER_TIMEOUT)
+        self._reader.join(timeout=PEER_TIMEOUT)  # it ends at the pipe's end
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
         assert rc in (0, -signal.SIGKILL), f"the producer exited with {rc}"
 
 
