@@ -342,8 +342,9 @@ class ArrayEngine:
             return out
         remote = DescriptorList.from_bytes(export.descriptors)
         peer = agent.peer(export.agent)
-        regs = [agent.register(b) for b in buffers]
+        regs: list[Registration] = []
         try:
+            regs.extend(agent.register(b) for b in buffers)  # each one unregistered below
             local = regs[0].descriptors(spans[0])
             for reg, span in zip(regs[1:], spans[1:], strict=True):
                 local = local + reg.descriptors(span)
