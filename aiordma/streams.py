@@ -31,6 +31,7 @@ from aiordma.channel import (
     ServeOptions,
     Server,
     ServeTuningKeywords,
+    body_length,
     open_channel_with,
     serve_channels_with,
     split_keywords,
@@ -132,6 +133,8 @@ class _ChannelTransport(asyncio.Transport):
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._eof_asked:
             raise RuntimeError("cannot write after write_eof() or close()")
+        if type(data) is not bytes and type(data) is not bytearray:
+            body_length(data)  # TypeError for a strided view or Python objects
         if self._lost or not data:
             return
         self._buffer += data

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from aiordma.verbs.memory import Access, MemoryRegion, Segment
+from aiordma.verbs.memory import Access, MemoryRegion, Segment, refuse_objects
 
 Body = bytes | bytearray | memoryview | MemoryRegion | Segment
 """What can be sent: any contiguous bytes-like object, or registered memory.
@@ -18,9 +18,15 @@ larger than the eager limit is registered, read-only for the peer, for the
 duration of the send.
 """
 
-Into = MemoryRegion | Segment | bytearray | memoryview
-"""Where a received body can land: registered memory, or a writable buffer
-(registered for the duration of the read)."""
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    Into = MemoryRegion | Segment | Buffer
+else:
+    Into = MemoryRegion | Segment | bytearray | memoryview
+"""Where a received body can land: registered memory, or any writable
+C-contiguous buffer (a ``bytearray``, a writable ``memoryview``, a numpy
+array...), registered for the duration of a read when the body is large."""
 
 Chooser = Callable[[bytes, int], "Into | None"]
 
@@ -41,22 +47,23 @@ def check_into(into: object) -> Into:
                 "the adapter could not write into it"
             )
         return into
-    if not isinstance(into, bytearray | memoryview):
-        readonly = False
-        if not isinstance(into, str):
-            with contextlib.suppress(TypeError):
-                readonly = memoryview(into).readonly  # type: ignore[arg-type]
-        name = f"read-only {type(into).__name__}" if readonly else type(into).__name__
+    name = type(into).__name__
+    try:
+        view = memoryview(into) if not isinstance(into, str) else None  # type: ignore[arg-type]
+    except TypeError:
+        view = None
+    if view is None:
         raise TypeError(
-            f"cannot receive into {name}: give a bytearray, a writable memoryview "
-            "or a registered MemoryRegion/Segment"
+            f"cannot receive into {name}: give a writable buffer (a bytearray, a writable "
+            "memoryview, a numpy array...) or a registered MemoryRegion/Segment"
         )
-    view = memoryview(into)
-    if view.readonly:
-        raise TypeError("cannot receive into a read-only memoryview")
-    if not view.contiguous:
-        raise ValueError("cannot receive into a non-contiguous memoryview")
-    return into
+    with view:
+        if view.readonly:
+            raise TypeError(f"cannot receive into a read-only {name}")
+        if not view.c_contiguous:
+            raise ValueError(f"cannot receive into a non-contiguous {name}")
+        refuse_objects(view.format, f"the receive buffer ({name})")
+    return into  # type: ignore[return-value]
 
 
 def body_length(body: object) -> int:
@@ -80,17 +87,18 @@ def body_length(body: object) -> int:
                 "is a strided view: send a contiguous copy (bytes(view), or "
                 "numpy.ascontiguousarray for an array)"
             )
+        refuse_objects(view.format, f"the message body ({type(body).__name__})")
         return view.nbytes
 
 
-def buffer_length(buffer: Body) -> int:
+def buffer_length(buffer: Body | Into) -> int:
     """Bytes in a message body or receive buffer (a region's or segment's length)."""
     if isinstance(buffer, MemoryRegion | Segment):
         return buffer.length
     return memoryview(buffer).nbytes
 
 
-def buffer_view(buffer: Body) -> memoryview:
+def buffer_view(buffer: Body | Into) -> memoryview:
     """A flat byte view of a message body or receive buffer (release it when done)."""
     if isinstance(buffer, MemoryRegion | Segment):
         return buffer.view()

@@ -39,7 +39,7 @@ from aiordma.verbs.device import Device
 from aiordma.verbs.discovery import known_devices
 from aiordma.verbs.endpoint import gid_to_str
 from aiordma.verbs.memory import Segment
-from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions
+from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, check_same_device
 from aiordma.verbs.srq import SharedReceiveRing
 
 if TYPE_CHECKING:
@@ -121,8 +121,13 @@ def check_shared_receive(shared_receive: SharedReceiveRing | None, device: Devic
     """Refuse a ``shared_receive`` that cannot serve these connections."""
     if shared_receive is None:
         return
-    if device is not None and device is not shared_receive.device:
-        raise ValueError(f"{shared_receive!r} is on {shared_receive.device!r}, not {device!r}")
+    if not isinstance(shared_receive, SharedReceiveRing):
+        raise TypeError(
+            "shared_receive must be an aiordma.SharedReceiveQueue (or None), not "
+            f"{type(shared_receive).__name__}"
+        )
+    if device is not None:
+        check_same_device("the shared receive queue", shared_receive.device, device)
     if shared_receive.is_closing():
         raise ResourceClosedError("the shared receive queue is closed")
 

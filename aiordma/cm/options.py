@@ -18,11 +18,11 @@ function's keywords apart into the value and the rest.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Self, TypedDict
 
+from aiordma._checks import check_int, check_seconds, check_type
 from aiordma.cm import _rdmacm
 from aiordma.cm._handshake import check_private_data, check_shared_receive
 from aiordma.cm.auth import REQUEST_SIZE, PresharedKey, as_key
@@ -77,12 +77,11 @@ class EndpointOptions:
     on its device (a message channel then draws its buffers from it)."""
 
     def __post_init__(self) -> None:
-        if self.device is not None and not isinstance(self.device, Device):
-            raise TypeError(f"device must be an aiordma.Device, not {type(self.device).__name__}")
-        if self.options is not None and not isinstance(self.options, QueuePairOptions):
-            raise TypeError(
-                f"options must be aiordma.QueuePairOptions, not {type(self.options).__name__}"
-            )
+        if self.device is not None:
+            check_type("device", self.device, Device, "an aiordma.Device or None")
+        if self.options is not None:
+            check_type("options", self.options, QueuePairOptions,
+                       "an aiordma.QueuePairOptions or None")  # fmt: skip
         object.__setattr__(self, "auth", as_key(self.auth))
         check_shared_receive(self.shared_receive, self.device)
 
@@ -109,14 +108,15 @@ class ConnectOptions(EndpointOptions):
     private_data: bytes = b""
     """Bytes the server's ``accept`` sees: at most 56, 35 with ``auth``."""
     timeout: float | None = DEFAULT_CONNECT_TIMEOUT
-    """Seconds for the whole set-up (None: no bound)."""
+    """Seconds for the whole set-up (None or infinity: no bound; 0 or less:
+    expired already)."""
 
     def __post_init__(self) -> None:
         super(ConnectOptions, self).__post_init__()
         limit = _rdmacm.MAX_CONNECT_DATA - (REQUEST_SIZE if self.auth is not None else 0)
         data = check_private_data(self.private_data, limit, "connect")
         object.__setattr__(self, "private_data", data)
-        _check_seconds("timeout", self.timeout, zero=True, expired=True)
+        object.__setattr__(self, "timeout", check_seconds("timeout", self.timeout, expired=True))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,10 +129,12 @@ class ServeOptions(EndpointOptions):
     private data (or None) to accept, raise
     :class:`~aiordma.RejectConnection` to refuse."""
     backlog: int = DEFAULT_BACKLOG
-    """Connection requests queued before rdma_cm refuses more."""
+    """Connection requests queued before rdma_cm refuses more (1 to
+    2**31 - 1). As for a socket, the kernel caps it: rdma_ucm at its
+    ``max_backlog`` (``/proc/sys/net/rdma_ucm/max_backlog``, 1024 by default)."""
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT
     """Seconds an accepted client has to confirm (and, with ``auth``, to
-    prove its key); None: no bound."""
+    prove its key); None or infinity: no bound."""
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     """Seconds a handler may run on after ``close_clients()`` closed its
     connection, before it is cancelled."""
@@ -141,31 +143,13 @@ class ServeOptions(EndpointOptions):
         super(ServeOptions, self).__post_init__()
         if self.accept is not None and not callable(self.accept):
             raise TypeError(f"accept must be callable (or None), not {self.accept!r}")
-        if not isinstance(self.backlog, int) or isinstance(self.backlog, bool):
-            raise TypeError(f"backlog must be an int, not {type(self.backlog).__name__}")
-        if self.backlog <= 0:
-            raise ValueError(f"backlog must be positive, not {self.backlog}")
-        _check_seconds("handshake_timeout", self.handshake_timeout, zero=False)
-        if self.shutdown_grace is None:
-            raise TypeError("shutdown_grace must be a number of seconds, not None")
-        _check_seconds("shutdown_grace", self.shutdown_grace, zero=True)
+        check_int("backlog", self.backlog, 1, _MAX_C_INT)
+        handshake = check_seconds("handshake_timeout", self.handshake_timeout, zero=False)
+        object.__setattr__(self, "handshake_timeout", handshake)
+        check_seconds("shutdown_grace", self.shutdown_grace, bound=False)
 
 
-def _check_seconds(name: str, value: object, *, zero: bool, expired: bool = False) -> None:
-    """TypeError unless ``value`` is None or a real number; ValueError if
-    NaN, or negative (or zero, unless ``zero``) unless ``expired`` (a
-    timeout of 0 or less has expired already, as for ``asyncio.timeout``)."""
-    if value is None:
-        return
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a number of seconds or None, not {type(value).__name__}")
-    if math.isnan(value):
-        raise ValueError(f"{name} must be a number of seconds, not NaN")
-    if expired:
-        return
-    if value < 0 or (value == 0 and not zero):
-        rule = "must not be negative" if zero else "must be positive"
-        raise ValueError(f"{name} {rule}, not {value}")
+_MAX_C_INT: Final = 2**31 - 1
 
 
 _FIELDS: Final = {

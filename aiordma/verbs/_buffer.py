@@ -11,11 +11,31 @@ exported through ``ctypes.c_char.from_buffer``.
 from __future__ import annotations
 
 import ctypes
+import re
 from typing import Any
 
-_PyBUF_WRITABLE = 0x0001
-# PyBUF_SIMPLE asks for one contiguous run of bytes: exactly what an MR needs.
+# PyBUF_SIMPLE asks for one contiguous run of bytes: exactly what an MR needs;
+# PyBUF_FORMAT adds what the bytes are, so a buffer of Python objects is seen.
 _PyBUF_SIMPLE = 0
+_PyBUF_FORMAT = 0x0004
+_FIELD_NAMES = re.compile(r":[^:]*:")
+
+
+def holds_objects(format: str | None) -> bool:
+    """Whether a buffer of this struct ``format`` (PEP 3118) holds Python
+    object pointers (``'O'``, a numpy object array's or record's field)."""
+    return format is not None and "O" in _FIELD_NAMES.sub("", format)
+
+
+def refuse_objects(format: str | None, what: str) -> None:
+    """TypeError if a buffer of this ``format`` holds Python objects: its bytes
+    are this process's object addresses, meaningless (and a leak) elsewhere."""
+    if holds_objects(format):
+        raise TypeError(
+            f"{what} holds Python objects (buffer format {format!r}, a numpy object array?): "
+            "its bytes are this process's object addresses, not the objects; convert it "
+            "to a numeric dtype, or encode it (pickle, json) first"
+        )
 
 
 class _PyBuffer(ctypes.Structure):
@@ -51,13 +71,19 @@ class BufferExport:
         self._view: _PyBuffer | None = None
         view = _PyBuffer()
         try:
-            _get_buffer(obj, ctypes.byref(view), _PyBUF_SIMPLE)
+            _get_buffer(obj, ctypes.byref(view), _PyBUF_SIMPLE | _PyBUF_FORMAT)
         except (TypeError, BufferError) as exc:
             raise TypeError(
                 f"cannot register a {type(obj).__name__}: need a C-contiguous object "
                 f"supporting the buffer protocol ({exc})"
             ) from exc
         self._view = view
+        try:
+            format = view.format.decode() if view.format else None
+            refuse_objects(format, f"the {type(obj).__name__} to register")
+        except TypeError:
+            self.release()
+            raise
         self.address: int = view.buf or 0
         self.length: int = view.len
         self.readonly: bool = bool(view.readonly)

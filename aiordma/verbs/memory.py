@@ -21,6 +21,7 @@ from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import ResourceBusyError, ResourceClosedError
 from aiordma.lifecycle import Closable, CloseWaiters
 from aiordma.verbs._buffer import BufferExport
+from aiordma.verbs._buffer import refuse_objects as refuse_objects  # for the layers above
 
 if TYPE_CHECKING:
     from pyverbs.mr import MR

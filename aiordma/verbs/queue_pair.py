@@ -180,6 +180,22 @@ class QueuePairOptions:
                              f"not {self.keepalive!r}")  # fmt: skip
 
 
+def check_same_device(what: str, theirs: Owner, ours: Owner) -> None:
+    """ValueError unless ``what`` (made on ``theirs``) is on ``ours``: each
+    :class:`Device` has its own protection domain, and verbs objects of one
+    cannot serve another's queue pairs, even on the same adapter."""
+    if theirs is ours:
+        return
+    if theirs.name != ours.name:
+        raise ValueError(f"{what} is on {theirs.name}, and this is on {ours.name}")
+    raise ValueError(
+        f"{what} was made with another Device object for {ours.name}: each Device has "
+        "its own protection domain, and a queue pair works only with what is in its "
+        f"own. Make both with one Device (Device.shared({ours.name!r}), or pass the same "
+        "object as device=)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Send:
     """A send (optionally with 32-bit immediate data) for :meth:`QueuePair.post_batch`.
@@ -309,8 +325,7 @@ class QueuePair(Closable):
         """The :class:`~aiordma.SharedReceiveQueue` this QP receives from (None: its own queue)."""
         recv_cq = None
         if shared_receive is not None:
-            if shared_receive.device is not device:
-                raise ValueError(f"{shared_receive!r} belongs to {shared_receive.device!r}")
+            check_same_device("the shared receive queue", shared_receive.device, device)
             if shared_receive.is_closing():
                 raise ResourceClosedError("the shared receive queue is closed")
             recv_cq = shared_receive.cq

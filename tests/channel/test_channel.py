@@ -1037,7 +1037,7 @@ async def test_a_forgotten_channel_on_one_side_is_named_on_both(lab: Lab) -> Non
 async def test_receive_into_checks_the_buffer_before_waiting(lab: Lab) -> None:
     async with channel_to(lab, echo) as channel:
         with pytest.raises(TypeError, match="read-only"):
-            await channel.recv_message_into(b"immutable")  # type: ignore[arg-type]
+            await channel.recv_message_into(b"immutable")
         with pytest.raises(TypeError, match="str"):
             await channel.recv_message_into("text")  # type: ignore[arg-type]
         closed = channel.conn.alloc(64)
