@@ -25,14 +25,10 @@ def check_int(name: str, value: object, low: int | None = None, high: int | None
     if not hasattr(type(value), "__index__") or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, not {_kind(value)}")
     number: int = value.__index__()  # type: ignore[attr-defined]
-    if (low is not None and number < low) or (high is not None and number > high):
-        if high is None:
-            rule = f"at least {low}"
-        elif low is None:
-            rule = f"at most {high}"
-        else:
-            rule = f"from {low} to {high}"
-        raise ValueError(f"{name} must be {rule}, not {number}")
+    if low is not None and number < low:
+        raise ValueError(f"{name} must be at least {low}, not {number}")
+    if high is not None and number > high:
+        raise ValueError(f"{name} must be at most {high}, not {number}")
     return number
 
 
@@ -67,3 +63,29 @@ def check_seconds(
 
 def _kind(value: Any) -> str:
     return "None" if value is None else type(value).__name__
+
+
+DEADLINE_HORIZON = 1e8
+"""Seconds ahead (about three years) beyond which a ``deadline=`` on the
+loop's clock is taken for a wall-clock time (``time.time()``) and refused."""
+
+
+def check_deadline(deadline: float, now: float) -> None:
+    """ValueError if ``deadline`` (on the loop's clock, whose time is ``now``)
+    is further ahead than any real bound: a wall-clock time given by mistake."""
+    if deadline - now > DEADLINE_HORIZON:
+        raise ValueError(
+            f"deadline={deadline} is {deadline - now:.3g} s ahead of the event loop's "
+            f"clock (loop.time() is {now:.3f} now): deadlines are on that clock, not "
+            "time.time(); give loop.time() + seconds, or timeout=seconds"
+        )
+
+
+def check_bytes_like(name: str, value: object) -> None:
+    """TypeError unless ``value`` is ``bytes``, a ``bytearray`` or a ``memoryview``
+    (a ``str`` is told to encode itself)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return
+    if isinstance(value, str):
+        raise TypeError(f"{name} must be bytes, not str: encode it ({name}={value!r}.encode())")
+    raise TypeError(f"{name} must be bytes (or a bytearray or memoryview), not {_kind(value)}")

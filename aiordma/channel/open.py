@@ -15,10 +15,12 @@ made; the layers above (RPC, streams, Dask, transfer agents) call those.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Final, overload
 
+from aiordma._checks import check_type
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.link import Link
 from aiordma.channel.options import ChannelKeywords, ChannelOptions, TuningKeywords
@@ -89,8 +91,8 @@ def channel_factory(
 def factory_with(
     options: ChannelOptions, then: Prepare | None = None
 ) -> Callable[[Connection], Awaitable[MessageChannel]]:
-    """:func:`~aiordma.channel_factory` with the options made already (checked here)."""
-    options.layout(None, None, None)
+    """:func:`~aiordma.channel_factory` with the options made already."""
+    check_type("options", options, ChannelOptions, "an aiordma.ChannelOptions")
 
     async def prepare(conn: Connection) -> MessageChannel:
         channel = MessageChannel(conn, options)
@@ -109,7 +111,8 @@ def check_options(options: ChannelOptions, settings: EndpointOptions) -> None:
     """Refuse channel options that cannot work with the connection's settings
     before anything connects (TypeError or ValueError naming the option):
     the sizes against the queue pair's (the defaults if none) and the
-    shared receive queue's."""
+    shared receive queue's. Both must be of their kind (TypeError)."""
+    check_type("options", options, ChannelOptions, "an aiordma.ChannelOptions")
     qp_options = settings.options or QueuePairOptions()
     shared = settings.shared_receive
     if shared is not None and not isinstance(shared, SharedReceiveQueue):
@@ -142,9 +145,37 @@ def split_keywords(
     that calls (unknown names refused; the sizes are checked against the
     settings by the ``*_with`` function they go to)."""
     settings, rest = kind.take(keywords)
+    misplaced = sorted(set(rest) & _MISPLACED)
+    if misplaced:
+        raise TypeError(_misplaced(kind, misplaced))
     if protocol is not None:
         rest["protocol"] = protocol
     return settings, ChannelOptions.of(rest)
+
+
+_QP_FIELDS: Final = frozenset(field.name for field in dataclasses.fields(QueuePairOptions))
+_SIDE_FIELDS: Final = {
+    kind: frozenset(field.name for field in dataclasses.fields(kind))
+    for kind in (ConnectOptions, ServeOptions)
+}
+_MISPLACED: Final = (_QP_FIELDS | _SIDE_FIELDS[ConnectOptions] | _SIDE_FIELDS[ServeOptions]) - {
+    field.name for field in dataclasses.fields(ChannelOptions)
+}
+
+
+def _misplaced(kind: type[ConnectOptions] | type[ServeOptions], names: list[str]) -> str:
+    """What to say of keywords that belong to another settings value."""
+    other = ServeOptions if kind is ConnectOptions else ConnectOptions
+    side = "a server's" if other is ServeOptions else "a client's"
+    hints = []
+    for name in names:
+        said = []
+        if name in _SIDE_FIELDS[other]:
+            said.append(f"{side} setting ({other.__name__}), not one of {kind.__name__}'s")
+        if name in _QP_FIELDS:
+            said.append(f"a queue pair setting: pass options=aiordma.QueuePairOptions({name}=...)")
+        hints.append(f"{name} is {'; or '.join(said)}")
+    return f"unexpected keyword argument(s): {'; '.join(hints)}"
 
 
 async def open_channel(
@@ -181,6 +212,7 @@ async def open_channel_with(
 ) -> MessageChannel:  # fmt: skip
     """:func:`~aiordma.open_channel` with its settings and options made
     already; the options' sizes are checked against the settings first."""
+    check_type("settings", settings, ConnectOptions, "an aiordma.ConnectOptions")
     check_options(options, settings)
     timeout = settings.timeout
     loop = asyncio.get_running_loop()
@@ -245,6 +277,7 @@ async def serve_channels_with(
     """:func:`~aiordma.start_channel_server` with its settings and options
     made already; the options' sizes are checked against the settings first."""
     _check_handler(client_connected_cb)
+    check_type("settings", settings, ServeOptions, "an aiordma.ServeOptions")
     check_options(options, settings)
 
     def handle(conn: Connection) -> Awaitable[object] | None:

@@ -1,13 +1,14 @@
-"""A message channel's options, checked before anything connects.
+"""A message channel's options, checked when made and again before anything connects.
 
 :class:`ChannelOptions` holds :class:`~aiordma.MessageChannel`'s keyword
-arguments; :meth:`ChannelOptions.layout` checks them against the queue
-pair's sizes (or a shared receive queue) and resolves the defaults that
-depend on those. :func:`~aiordma.open_channel`,
+arguments, each checked when the value is made (``TypeError`` or
+``ValueError`` naming it); :meth:`ChannelOptions.layout` checks them
+against the queue pair's sizes (or a shared receive queue) and resolves
+the defaults that depend on those. :func:`~aiordma.open_channel`,
 :func:`~aiordma.start_channel_server` and the layers above them call it
-before connecting, so a bad option is a ``ValueError`` at once, never a
-connection that fails during set-up; the channel calls it again with its
-queue pair's actual sizes.
+before connecting, so a bad option never makes a connection that fails
+during set-up; the channel calls it again with its queue pair's actual
+sizes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict
 
+from aiordma._checks import check_int, check_seconds
 from aiordma.channel.credits import CONTROL_BASE
 from aiordma.channel.registrations import DEFAULT_CAPACITY
 from aiordma.channel.sizing import MIN_READ_PIECE
@@ -28,6 +30,9 @@ MIN_WINDOW = 2
 application while the other takes the credit update that frees it."""
 DEFAULT_CONTROL_WINDOW = 8
 DEFAULT_BUFFER = 8192
+MAX_BUFFER = 1 << 30
+"""The largest receive buffer (and send slot) a channel may have: larger
+packets would only delay the first byte (large bodies go by rendezvous)."""
 SHARED_SEND_SLOTS = 8
 """Send slots of a channel receiving from a shared queue, by default: few,
 since such a channel is one of many (a channel of its own has one per
@@ -65,8 +70,9 @@ class ChannelOptions:
     """How a :class:`~aiordma.MessageChannel` is sized and what it carries.
 
     Every field may also be given to the channel (and to the functions
-    that make one) as a keyword argument; :meth:`of` checks their names and
-    :meth:`layout` their values.
+    that make one) as a keyword argument; :meth:`of` checks their names.
+    The values are checked when made (``dataclasses.replace`` included),
+    those that depend on the queue pair again by :meth:`layout`.
     """
 
     window: int = DEFAULT_WINDOW
@@ -88,8 +94,8 @@ class ChannelOptions:
     """Bytes of large messages held exposed to the peer at once (further
     large sends wait); 256 MiB or ``max_message`` if larger by default."""
     exposure_timeout: float | None = DEFAULT_EXPOSURE_TIMEOUT
-    """Seconds a large message stays readable for the peer (None: until
-    read); unread by then it is revoked."""
+    """Seconds a large message stays readable for the peer (None or
+    infinity: until read); unread by then it is revoked."""
     send_slots: int | None = None
     """Packets in flight: as many as receive buffers by default, 8 on a
     shared queue."""
@@ -111,6 +117,11 @@ class ChannelOptions:
     4096), four at a time; None: by the path, 1 MiB from a peer on the same
     device, 64 KiB across a wire (where larger reads lose more to a lossy link)."""
 
+    def __post_init__(self) -> None:
+        timeout = check_seconds("exposure_timeout", self.exposure_timeout, zero=False)
+        object.__setattr__(self, "exposure_timeout", timeout)
+        self.layout(None, None, None)
+
     @classmethod
     def of(cls, options: Mapping[str, Any], base: ChannelOptions | None = None) -> ChannelOptions:
         """The options given as keywords (over ``base``'s); TypeError for an unknown one."""
@@ -130,11 +141,11 @@ class ChannelOptions:
         TypeError) names the first option that cannot work.
         """
         for name in ("window", "max_message", "medium_limit", "registration_cache"):
-            _check_int(name, getattr(self, name))
+            check_int(name, getattr(self, name))
         for name in ("control_window", "buffer_size", "max_exposed", "send_slots", "read_piece"):
             value = getattr(self, name)
             if value is not None:
-                _check_int(name, value)
+                check_int(name, value)
         if not isinstance(self.protocol, str):
             raise TypeError(f"protocol must be a str, not {type(self.protocol).__name__}")
         max_exposed = check_limits(self.max_message, self.max_exposed, self.exposure_timeout)
@@ -165,8 +176,7 @@ class ChannelOptions:
                 DEFAULT_CONTROL_WINDOW if self.control_window is None else self.control_window
             )
             slots = self.send_slots
-        if buffer_size < MIN_BUFFER:
-            raise ValueError(f"buffer_size must be at least {MIN_BUFFER} bytes, not {buffer_size}")
+        check_int("buffer_size", buffer_size, MIN_BUFFER, MAX_BUFFER)
         if control_window < CONTROL_BASE:
             raise ValueError(
                 f"control_window must be at least {CONTROL_BASE} buffers, not {control_window}"
@@ -213,11 +223,6 @@ class ChannelKeywords(TuningKeywords, total=False):
     """:class:`ChannelOptions`' fields as keyword arguments (for typing ``**``)."""
 
     protocol: str
-
-
-def _check_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
 
 
 def check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:

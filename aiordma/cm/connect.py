@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from aiordma import metrics
+from aiordma._checks import check_type
 from aiordma.cm import _rdmacm
 from aiordma.cm._events import CMEventChannel, CMId
 from aiordma.cm._handshake import (
@@ -93,6 +94,7 @@ async def connect_with(
 ) -> Connection:
     """:func:`connect` with its settings made already (what the layers above
     call, passing the value they built once)."""
+    check_type("settings", settings, ConnectOptions, "an aiordma.ConnectOptions")
     check_host(host)
     check_port(port, listening=False)
     key = settings.key

@@ -78,10 +78,10 @@ class EndpointOptions:
 
     def __post_init__(self) -> None:
         if self.device is not None:
-            check_type("device", self.device, Device, "an aiordma.Device or None")
+            check_type("device", self.device, Device, "an aiordma.Device (or None)")
         if self.options is not None:
             check_type("options", self.options, QueuePairOptions,
-                       "an aiordma.QueuePairOptions or None")  # fmt: skip
+                       "aiordma.QueuePairOptions (or None)")  # fmt: skip
         object.__setattr__(self, "auth", as_key(self.auth))
         check_shared_receive(self.shared_receive, self.device)
 

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiordma import metrics
+from aiordma._checks import check_type
 from aiordma.cm import _rdmacm
 from aiordma.cm._events import CMEventChannel, CMId, release_removed_device
 from aiordma.cm._handshake import (
@@ -565,6 +566,7 @@ async def serve_with(
 ) -> Server:  # fmt: skip
     """:func:`start_server` with its settings made already (what the layers
     above call, passing the value they built once)."""
+    check_type("settings", settings, ServeOptions, "an aiordma.ServeOptions")
     if host is not None and not isinstance(host, str):
         raise TypeError(f"host must be a str or None (every address), not {type(host).__name__}")
     check_port(port, listening=True)

@@ -44,7 +44,8 @@ def register(name: str = NAME, *, auth: PresharedKey | bytes | None = None) -> s
     """Register the transport with Ray under ``name`` (upper-cased, as Ray
     does); returns that name. ``auth``: a key every connection between the
     actors' agents proves (it travels to the actors with the registration,
-    inside the cluster). Call it in the driver, before making the actors."""
+    inside the cluster). Call it in the driver, before making the actors;
+    calling it again with the same name and key does nothing."""
     import numpy
     from ray.experimental import register_tensor_transport
 
@@ -56,5 +57,15 @@ def register(name: str = NAME, *, auth: PresharedKey | bytes | None = None) -> s
     if key is not None:
         PresharedKey(key)  # its checks (at least 16 bytes) here, not in the actors
     name = name.upper()
+    if name in _registered:
+        if _registered[name] != key:
+            raise ValueError(f"the transport {name} is already registered, with another key: "
+                             "register it once per process")  # fmt: skip
+        return name  # again, as it was: nothing to do
     register_tensor_transport(name, ["cpu"], transport_class(name, key), numpy.ndarray)
+    _registered[name] = key
     return name
+
+
+_registered: dict[str, bytes | None] = {}
+"""The names :func:`register` gave Ray in this process, with their keys."""

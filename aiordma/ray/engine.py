@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy
 
+from aiordma._checks import check_seconds, check_type
 from aiordma.channel import Access, PresharedKey, find_roce_endpoint
 from aiordma.exceptions import ResourceClosedError, TransferError
 from aiordma.ray.loop_thread import LoopThread
@@ -253,7 +254,9 @@ class ArrayEngine:
     ) -> concurrent.futures.Future[Arrays]:
         """Start reading ``export``'s arrays (into ``targets`` when given,
         else into new arrays the caller owns); the future gives them.
-        ``timeout`` (seconds) bounds the connection and the read."""
+        ``timeout`` (seconds; None: no bound) bounds the connection and the read."""
+        check_type("export", export, Export, "an aiordma.ray.Export (ArrayEngine.export's)")
+        timeout = check_seconds("timeout", timeout, expired=True)
         if targets is not None:
             if len(targets) != len(export.specs):
                 raise ValueError(f"{len(targets)} target buffers for {len(export.specs)} arrays")
@@ -284,7 +287,9 @@ class ArrayEngine:
         fetch goes on); an aborted fetch raises :class:`~aiordma.TransferError`."""
         try:
             return fetch.result(timeout)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:  # (concurrent.futures.TimeoutError is this one)
+            if fetch.done():  # the fetch's own: its read timed out
+                raise
             raise TimeoutError(
                 f"the fetch of object {obj_id} is not done after {timeout} s"
             ) from None

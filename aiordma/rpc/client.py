@@ -33,7 +33,7 @@ from aiordma.exceptions import (
 from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats
 from aiordma.rpc._pending import Call, Pending
-from aiordma.rpc.codecs import Codec, RawCodec
+from aiordma.rpc.codecs import Codec, as_codec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, parse_error_body
 
@@ -60,7 +60,7 @@ class Client(Closable):
         self._stats = Stats("rpc_client")
         channel.link.add_stats(self._stats)
         self._channel: MessageChannel = channel
-        self._codec: Codec = codec or RawCodec()
+        self._codec: Codec = as_codec(codec)
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
         self._loop = asyncio.get_running_loop()
@@ -300,6 +300,7 @@ async def connect(
     ``prepare`` runs on the connection after its message channel is set up
     (its result is discarded).
     """
+    codec = as_codec(codec)
     settings, options = split_keywords(ConnectOptions, keywords, protocol=PROTOCOL)
     channel = await open_channel_with(host, port, settings, options, prepare)
     return Client(channel, codec=codec)

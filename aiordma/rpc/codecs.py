@@ -54,3 +54,21 @@ class JsonCodec:
     def decode(self, data: bytes | bytearray) -> Any:
         """The JSON value in ``data``."""
         return json.loads(data)
+
+
+def as_codec(codec: object) -> Codec:
+    """``codec``, or :class:`RawCodec` for None; TypeError naming ``codec``
+    for anything without ``encode`` and ``decode`` methods (a name such as
+    ``"json"`` included: give the object, ``JsonCodec()``)."""
+    if codec is None:
+        return RawCodec()
+    if isinstance(codec, type):
+        raise TypeError(f"codec must be a codec object, not the class {codec.__name__}: "
+                        f"give {codec.__name__}()")  # fmt: skip
+    if not (callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))):
+        hint = ": for JSON give codec=aiordma.rpc.JsonCodec()" if isinstance(codec, str) else ""
+        raise TypeError(
+            "codec must be an object with encode() and decode() methods (an "
+            f"aiordma.rpc.Codec), not {type(codec).__name__}{hint}"
+        )
+    return cast(Codec, codec)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from aiordma._checks import check_int
 from aiordma.channel import (
     Connection,
     MessageChannel,
@@ -34,7 +35,7 @@ from aiordma.exceptions import (
 )
 from aiordma.lifecycle import is_async_callable
 from aiordma.rpc._calls import Calls
-from aiordma.rpc.codecs import Codec, RawCodec
+from aiordma.rpc.codecs import Codec, as_codec
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, error_body
 
 if TYPE_CHECKING:
@@ -87,11 +88,9 @@ class Service:
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         max_held: int = DEFAULT_MAX_HELD,
     ) -> None:
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
-        if max_held < 1:
-            raise ValueError(f"max_held must be at least 1 byte, not {max_held}")
-        self.codec: Codec = codec or RawCodec()
+        self.codec: Codec = as_codec(codec)
+        check_int("max_concurrency", max_concurrency, 1)
+        check_int("max_held", max_held, 1)
         self.max_concurrency = max_concurrency
         """Calls run at once per connection; further requests wait (and so does
         their sender). Both limits are read when a connection starts."""

@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import errno
-import math
 import secrets
 from array import array
 from collections.abc import AsyncIterator, Iterable
@@ -31,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from aiordma import bulk_table, metrics
+from aiordma._checks import check_bytes_like, check_deadline, check_int, check_seconds
 from aiordma.channel import (
     Access,
     ChannelOptions,
@@ -107,10 +106,10 @@ class Registration:
         """``count`` blocks of ``size`` bytes back to back from ``offset`` (as many
         as fit by default): a pool of equal blocks, such as a KV cache's."""
         self._check_open()
-        _check_int("size", size)
-        _check_int("offset", offset)
+        check_int("size", size)
+        check_int("offset", offset)
         if count is not None:
-            _check_int("count", count)
+            check_int("count", count)
         if size <= 0 or offset < 0:
             raise ValueError(f"block size {size} must be positive and offset {offset} "
                              "not negative")  # fmt: skip
@@ -240,7 +239,7 @@ class Agent:
     ) -> None:  # fmt: skip
         for name, value in (("max_exposed", max_exposed), ("piece", piece), ("window", window)):
             if value is not None:
-                _check_int(name, value)
+                check_int(name, value)
         if max_exposed is not None and max_exposed < 0:
             raise ValueError(f"max_exposed must be 0 or more bytes, not {max_exposed}")
         self.device = device or Device.shared()
@@ -297,41 +296,44 @@ class Agent:
         :class:`~aiordma.MemoryLimitError` when that would pass ``max_exposed``.
         """
         self._check_open()
+        try:
+            with memoryview(obj) as view:
+                size, readonly = view.nbytes, view.readonly
+        except TypeError:
+            raise TypeError(
+                f"obj must be a buffer (bytes, bytearray, memoryview, mmap, a numpy "
+                f"array...), not {type(obj).__name__}"
+            ) from None
+        remote = self._exposable(size, remote)
+        local = Access.NONE if readonly else Access.LOCAL_WRITE
+        return self._adopt(self.device.register(obj, local | remote))  # read-only: a source only
+
+    def alloc(self, size: int, *, remote: Access = Access.NONE) -> Registration:
+        """Allocate ``size`` page-aligned bytes and :meth:`register` them
+        (:class:`~aiordma.MemoryLimitError` naming ``size`` when the system
+        has no room for them)."""
+        check_int("size", size, 1)
+        self._check_open()
+        remote = self._exposable(size, remote)
+        return self._adopt(self.device.alloc(size, Access.LOCAL_WRITE | remote))
+
+    def _exposable(self, size: int, remote: Access) -> Access:
+        """``remote`` checked, if ``size`` more bytes may be exposed with it."""
         remote = Access(remote)
         if remote & ~_REMOTE:
             raise ValueError(f"remote= takes Access.REMOTE_READ and REMOTE_WRITE, not {remote!r}")
-        size = memoryview(obj).nbytes
         if remote and self.max_exposed is not None and self.exposed + size > self.max_exposed:
             raise MemoryLimitError(
                 f"registering {size} bytes with {remote!r} would expose {self.exposed + size} "
                 f"bytes, more than this agent's max_exposed ({self.max_exposed})",
                 size, self.exposed, self.max_exposed,
             )  # fmt: skip
-        local = Access.NONE if memoryview(obj).readonly else Access.LOCAL_WRITE
-        mr = self.device.register(obj, local | remote)  # read-only: a source only
+        return remote
+
+    def _adopt(self, mr: MemoryRegion) -> Registration:
         reg = Registration(self, mr)
         self._regs[mr.lkey] = reg
         return reg
-
-    def alloc(self, size: int, *, remote: Access = Access.NONE) -> Registration:
-        """Allocate ``size`` page-aligned bytes and :meth:`register` them."""
-        import mmap
-
-        _check_int("size", size)
-        if size <= 0:
-            raise ValueError(f"size must be a positive number of bytes, not {size!r}")
-        self._check_open()
-        try:
-            memory = mmap.mmap(-1, size)
-        except OSError as exc:
-            if exc.errno != errno.ENOMEM:
-                raise
-            registered = sum(r.mr.length for r in self._regs.values())
-            raise MemoryLimitError(
-                f"could not allocate {size} bytes for this agent: the system has no room "
-                f"for them ({exc.strerror})", size, registered, None,
-            ) from None  # fmt: skip
-        return self.register(memory, remote=remote)
 
     async def unregister(self, reg: Registration) -> None:
         """End ``reg``: it leaves the agent at once (new transfers cannot name
@@ -606,13 +608,15 @@ class Agent:
         if peer.agent is not self:
             raise ValueError(f"{peer!r} is another agent's peer")
         note = _note(notify, "notify")
-        timeout = _seconds("timeout", timeout)
-        deadline = _seconds("deadline", deadline)
+        timeout = check_seconds("timeout", timeout, expired=True)
+        deadline = check_seconds("deadline", deadline, expired=True)
         if timeout is not None and deadline is not None:
             raise ValueError("give timeout= (seconds) or deadline= (the loop's clock), not both")
         loop = asyncio.get_running_loop()
         if timeout is not None:
             deadline = loop.time() + timeout
+        elif deadline is not None:
+            check_deadline(deadline, loop.time())
         mrs = self._check_local(local, write)
         self._check_remote(peer, remote, write)
         self._check_pairs(local, remote)
@@ -722,7 +726,7 @@ class Agent:
         after ``timeout`` seconds, naming what was awaited."""
         self._on_loop()
         wanted = _note(data, "data")
-        timeout = _seconds("timeout", timeout)
+        timeout = check_seconds("timeout", timeout, expired=True)
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -825,31 +829,11 @@ class Agent:
         await self.wait_closed()
 
 
-def _check_int(name: str, value: object) -> None:
-    if not hasattr(type(value), "__index__") or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-
-
-def _seconds(name: str, value: float | None) -> float | None:
-    """``value`` as seconds (or a time on the loop's clock); TypeError or ValueError naming it."""
-    if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if math.isnan(value):
-        raise ValueError(f"{name} must be a number of seconds, not NaN")
-    return value
-
-
 def _note(value: bytes | bytearray | memoryview | None, name: str) -> bytes | None:
     """A notification's bytes; TypeError naming ``name`` for anything but bytes-like."""
     if value is None:
         return None
-    if isinstance(value, str):
-        raise TypeError(f"{name} must be bytes, not str: encode it ({name}={value!r}.encode())")
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise TypeError(f"{name} must be bytes (or a bytearray or memoryview), "
-                        f"not {type(value).__name__}")  # fmt: skip
+    check_bytes_like(name, value)
     return bytes(value)
 
 

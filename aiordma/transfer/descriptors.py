@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple, overload
 
+from aiordma._checks import check_bytes_like
 from aiordma.exceptions import ProtocolError
 
 MAGIC: Final = b"ADL1"
@@ -266,6 +267,7 @@ class DescriptorList(Sequence[Descriptor]):
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> DescriptorList:
         """Unpack what :meth:`to_bytes` made (a peer's blocks). Raises
         :class:`~aiordma.ProtocolError` naming what is malformed."""
+        check_bytes_like("data", data)
         view = memoryview(data).cast("B")
         if len(view) < _HEADER.size:
             raise ProtocolError(f"a descriptor list is at least {_HEADER.size} bytes, "

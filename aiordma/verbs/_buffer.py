@@ -14,10 +14,8 @@ import ctypes
 import re
 from typing import Any
 
-# PyBUF_SIMPLE asks for one contiguous run of bytes: exactly what an MR needs;
-# PyBUF_FORMAT adds what the bytes are, so a buffer of Python objects is seen.
+# PyBUF_SIMPLE asks for one contiguous run of bytes: exactly what an MR needs.
 _PyBUF_SIMPLE = 0
-_PyBUF_FORMAT = 0x0004
 _FIELD_NAMES = re.compile(r":[^:]*:")
 
 
@@ -71,16 +69,16 @@ class BufferExport:
         self._view: _PyBuffer | None = None
         view = _PyBuffer()
         try:
-            _get_buffer(obj, ctypes.byref(view), _PyBUF_SIMPLE | _PyBUF_FORMAT)
+            _get_buffer(obj, ctypes.byref(view), _PyBUF_SIMPLE)
         except (TypeError, BufferError) as exc:
             raise TypeError(
                 f"cannot register a {type(obj).__name__}: need a C-contiguous object "
                 f"supporting the buffer protocol ({exc})"
             ) from exc
         self._view = view
-        try:
-            format = view.format.decode() if view.format else None
-            refuse_objects(format, f"the {type(obj).__name__} to register")
+        try:  # (a simple export carries no format: what the bytes are comes from a view)
+            with memoryview(obj) as typed:
+                refuse_objects(typed.format, f"the {type(obj).__name__} to register")
         except TypeError:
             self.release()
             raise

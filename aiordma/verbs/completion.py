@@ -20,6 +20,7 @@ import contextlib
 import errno
 import itertools
 import logging
+import math
 import os
 import weakref
 from typing import TYPE_CHECKING, Protocol
@@ -59,11 +60,21 @@ the loop runs its other work."""
 
 
 def _spin_from_env() -> float:
+    """``AIORDMA_POLL_US`` in seconds (unset or empty: :data:`DEFAULT_POLL`);
+    ValueError for anything but a finite number of microseconds, 0 or more."""
     value = os.environ.get("AIORDMA_POLL_US", "")
+    if not value:
+        return DEFAULT_POLL
     try:
-        return max(0.0, float(value) / 1e6) if value else DEFAULT_POLL
+        micros = float(value)
     except ValueError:
-        raise ValueError(f"AIORDMA_POLL_US must be microseconds, not {value!r}") from None
+        micros = math.nan
+    if not 0 <= micros < math.inf:
+        raise ValueError(
+            "AIORDMA_POLL_US must be a finite number of microseconds, 0 (never poll) or "
+            f"more, not {value!r}"
+        )
+    return micros / 1e6
 
 
 DEFAULT_POLL = 0.0

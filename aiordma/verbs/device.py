@@ -12,6 +12,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aiordma._checks import check_int
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, MemoryLimitError, ResourceClosedError
 from aiordma.lifecycle import Closable, CloseWaiters
@@ -220,12 +221,19 @@ class Device(Closable):
         )
 
     def alloc(self, size: int, access: Access = Access.LOCAL_WRITE) -> MemoryRegion:
-        """Allocate ``size`` page-aligned bytes and register them."""
-        if not isinstance(size, int) or isinstance(size, bool):
-            raise TypeError(f"size must be an int, not {type(size).__name__}")
-        if size <= 0:
-            raise ValueError(f"size must be positive, not {size}")
-        buf = mmap.mmap(-1, size)
+        """Allocate ``size`` page-aligned bytes and register them
+        (:class:`~aiordma.MemoryLimitError` naming ``size`` when the system
+        has no room for them)."""
+        check_int("size", size, 1)
+        try:
+            buf = mmap.mmap(-1, size)
+        except (OSError, OverflowError) as exc:
+            if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:
+                raise
+            raise MemoryLimitError(
+                f"cannot allocate {size} bytes for {self.name}: the system has no room "
+                "for them", size, self.registered, None,
+            ) from None  # fmt: skip
         try:
             mr = self.register(buf, access)
         except BaseException:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, overload
 
+from aiordma._checks import check_bytes_like
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import ResourceBusyError, ResourceClosedError
 from aiordma.lifecycle import Closable, CloseWaiters
@@ -404,6 +405,7 @@ class RemoteBuffer:
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> RemoteBuffer:
         """Unpack what :meth:`to_bytes` made; raises ValueError on a wrong length."""
+        check_bytes_like("data", data)
         if len(data) != cls.SIZE:
             raise ValueError(f"a packed RemoteBuffer is {cls.SIZE} bytes, got {len(data)}")
         return cls(*_REMOTE_FORMAT.unpack(data))

@@ -22,6 +22,7 @@ from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
 from aiordma import _ibv
+from aiordma._checks import check_int
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
 from aiordma.lifecycle import Closable
@@ -171,13 +172,28 @@ class QueuePairOptions:
         return self.rnr_retry * _RNR_TIMER_MS[self.min_rnr_timer] / 1000
 
     def __post_init__(self) -> None:
-        if not 0 <= self.min_rnr_timer < len(_RNR_TIMER_MS):
-            raise ValueError(
-                f"min_rnr_timer must be a code from 0 to 31, not {self.min_rnr_timer!r}"
-            )
-        if self.keepalive is not None and not self.keepalive > 0:
-            raise ValueError(f"keepalive must be a positive number of seconds or None, "
-                             f"not {self.keepalive!r}")  # fmt: skip
+        for name, low, high in _RANGES:
+            value = getattr(self, name)
+            if value is not None or name not in _OPTIONAL:
+                check_int(name, value, low, high)
+        if self.keepalive is not None:
+            if not isinstance(self.keepalive, int | float) or isinstance(self.keepalive, bool):
+                raise TypeError(f"keepalive must be a positive number of seconds or None, "
+                                f"not {type(self.keepalive).__name__}")  # fmt: skip
+            if not self.keepalive > 0:
+                raise ValueError(f"keepalive must be a positive number of seconds or None, "
+                                 f"not {self.keepalive!r}")  # fmt: skip
+
+
+_RANGES: Final = (
+    ("send_depth", 1, None), ("recv_depth", 1, None),  # and at most the device's max_qp_wr
+    ("max_send_sge", 1, None), ("max_recv_sge", 1, None),  # and at most its max_sge
+    ("max_inline", 0, None), ("port", 1, 255), ("gid_index", 0, 255), ("path_mtu", 1, 5),
+    ("max_rd_atomic", 1, 255), ("timeout", 0, 31), ("retry_cnt", 0, 7), ("rnr_retry", 0, 7),
+    ("min_rnr_timer", 0, 31),
+)  # fmt: skip
+"""Each integer field's range: what the verbs attribute's bits can hold."""
+_OPTIONAL: Final = frozenset({"gid_index", "path_mtu"})
 
 
 def check_same_device(what: str, theirs: Owner, ours: Owner) -> None:

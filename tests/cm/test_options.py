@@ -67,7 +67,7 @@ def test_auth_bytes_become_a_key_and_its_room_comes_off_the_private_data() -> No
         (ConnectOptions, {"timeout": "5"}, TypeError, "timeout must be a number of seconds"),
         (ConnectOptions, {"timeout": float("nan")}, ValueError, "timeout must be a number"),
         (ServeOptions, {"handshake_timeout": float("nan")}, ValueError, "must be a number"),
-        (ServeOptions, {"backlog": 0}, ValueError, "backlog must be positive"),
+        (ServeOptions, {"backlog": 0}, ValueError, "backlog must be at least 1"),
         (ServeOptions, {"backlog": 2.5}, TypeError, "backlog must be an int"),
         (ServeOptions, {"accept": 3}, TypeError, "accept must be callable"),
         (ServeOptions, {"handshake_timeout": 0}, ValueError, "handshake_timeout must be pos"),
@@ -94,7 +94,7 @@ def test_take_splits_a_functions_keywords_and_checks_its_share() -> None:
     assert (settings.key, settings.timeout, rest) == (aiordma.PresharedKey(KEY), 2.0, {"window": 8})
     served, rest = ServeOptions.take({"backlog": 4, "accept": None, "buffer_size": 4096})
     assert (served.backlog, rest) == (4, {"buffer_size": 4096})
-    with pytest.raises(ValueError, match="backlog must be positive"):
+    with pytest.raises(ValueError, match="backlog must be at least 1"):
         ServeOptions.take({"backlog": -1})
 
 

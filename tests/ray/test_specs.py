@@ -118,7 +118,8 @@ def test_register_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="16"):
         register("SHORT_KEY", auth=b"short")
     assert register("aiordma_host_test", auth=b"k" * 16) == "AIORDMA_HOST_TEST"
-    with pytest.raises(ValueError, match="already registered"):
+    assert register("AIORDMA_HOST_TEST", auth=b"k" * 16) == "AIORDMA_HOST_TEST"  # again: a no-op
+    with pytest.raises(ValueError, match="already registered, with another key"):
         register("aiordma_host_test")
 
 

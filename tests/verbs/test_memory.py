@@ -95,7 +95,7 @@ async def test_bad_buffers_raise_clear_errors(device: aiordma.Device) -> None:
         device.register(memoryview(bytearray(10))[::2])
     with pytest.raises(TypeError, match="buffer protocol"):
         device.register(12345)
-    with pytest.raises(ValueError, match="size must be positive"):
+    with pytest.raises(ValueError, match="size must be at least 1"):
         device.alloc(0)
 
 
