@@ -306,7 +306,7 @@ class Agent:
             ) from None
         remote = self._exposable(size, remote)
         local = Access.NONE if readonly else Access.LOCAL_WRITE
-        return self._adopt(self.device.register(obj, local | remote))  # read-only: a source only
+        return self._registration(self.device.register(obj, local | remote))  # read-only: a source only
 
     def alloc(self, size: int, *, remote: Access = Access.NONE) -> Registration:
         """Allocate ``size`` page-aligned bytes and :meth:`register` them
@@ -315,7 +315,7 @@ class Agent:
         check_int("size", size, 1)
         self._check_open()
         remote = self._exposable(size, remote)
-        return self._adopt(self.device.alloc(size, Access.LOCAL_WRITE | remote))
+        return self._registration(self.device.alloc(size, Access.LOCAL_WRITE | remote))
 
     def _exposable(self, size: int, remote: Access) -> Access:
         """``remote`` checked, if ``size`` more bytes may be exposed with it."""
@@ -330,7 +330,7 @@ class Agent:
             )  # fmt: skip
         return remote
 
-    def _adopt(self, mr: MemoryRegion) -> Registration:
+    def _registration(self, mr: MemoryRegion) -> Registration:
         reg = Registration(self, mr)
         self._regs[mr.lkey] = reg
         return reg
