@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from aiordma.channel.options import (
     DEFAULT_BUFFER,
     DEFAULT_CONTROL_WINDOW,
     DEFAULT_WINDOW,
+    MAX_BUFFER,
     SHARED_SEND_SLOTS,
     ChannelKeywords,
     ChannelOptions,
@@ -79,6 +81,33 @@ BAD = [
 def test_each_bad_option_is_named(options: dict[str, Any], error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         ChannelOptions.of(options).layout(128, 128, None)
+
+
+MADE_BAD = [
+    ({"window": "32"}, TypeError, "window must be an int, not str"),
+    ({"window": 0}, ValueError, "window must be at least 2"),
+    ({"max_message": -1}, ValueError, "max_message must not be negative"),
+    ({"exposure_timeout": "x"}, TypeError, "exposure_timeout must be a number of seconds"),
+    ({"exposure_timeout": math.nan}, ValueError, "exposure_timeout must be a number .* not NaN"),
+    ({"buffer_size": 1 << 40}, ValueError, f"buffer_size must be at most {MAX_BUFFER}"),
+    ({"control_window": 1.5}, TypeError, "control_window must be an int, not float"),
+]
+
+
+@pytest.mark.parametrize(("options", "error", "match"), MADE_BAD, ids=lambda v: str(v)[:40])
+def test_each_bad_option_is_refused_when_the_value_is_made(
+    options: dict[str, Any], error: type, match: str
+) -> None:
+    """Issue 62: checked in ``__post_init__`` (so by ``dataclasses.replace``
+    too), before the value exists, not at the first connection."""
+    with pytest.raises(error, match=match):
+        ChannelOptions(**options)
+    with pytest.raises(error, match=match):
+        dataclasses.replace(ChannelOptions(), **options)
+
+
+def test_an_infinite_exposure_timeout_means_none() -> None:
+    assert ChannelOptions(exposure_timeout=math.inf).exposure_timeout is None
 
 
 def _open_channel(**kw: Any) -> Awaitable[object]:

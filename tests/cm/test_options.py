@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import math
 from typing import Any
 
 import pytest
@@ -74,6 +75,13 @@ def test_auth_bytes_become_a_key_and_its_room_comes_off_the_private_data() -> No
         (ServeOptions, {"shutdown_grace": -1}, ValueError, "shutdown_grace must not be neg"),
         (ServeOptions, {"shutdown_grace": None}, TypeError, "shutdown_grace must be a number"),
         (ConnectOptions, {"backlog": 3}, TypeError, "backlog"),  # a server's, not a client's
+        (ServeOptions, {"backlog": 10**12}, ValueError, "backlog must be at most 2147483647"),
+        (ServeOptions, {"shutdown_grace": math.inf}, ValueError, "shutdown_grace must be a finite"),
+        (ConnectOptions, {"shared_receive": 5}, TypeError,
+         "shared_receive must be an aiordma.SharedReceiveQueue .*not int"),
+        (ConnectOptions, {"shared_receive": "pool"}, TypeError, "shared_receive must be"),
+        (ConnectOptions, {"shared_receive": ServeOptions()}, TypeError,
+         "shared_receive must be .*not ServeOptions"),
     ],
 )
 def test_a_bad_setting_is_refused_when_the_value_is_made(
@@ -81,6 +89,14 @@ def test_a_bad_setting_is_refused_when_the_value_is_made(
 ) -> None:
     with pytest.raises(error, match=says):
         kind(**keywords)
+
+
+def test_an_infinite_timeout_is_no_bound() -> None:
+    """Issue 62: ``math.inf`` once passed the check, then failed the connect
+    with OverflowError; it means what None means."""
+    assert ConnectOptions(timeout=math.inf).timeout is None
+    assert ServeOptions(handshake_timeout=math.inf).handshake_timeout is None
+    assert ConnectOptions(timeout=-math.inf).timeout == -math.inf  # expired, as 0 is
 
 
 def test_the_values_are_frozen() -> None:
@@ -114,3 +130,49 @@ def test_the_channel_layer_checks_both_values_before_connecting() -> None:
 
     with pytest.raises(ValueError, match="exceeds the queue pair's receive depth"):
         asyncio.run(serve_channels_with(handler, None, 0, ServeOptions(), too_wide))
+
+
+def test_the_with_functions_name_a_value_of_the_wrong_kind() -> None:
+    """Issue 62: each once answered with an AttributeError of its insides."""
+    from aiordma.channel import open_channel_with, serve_channels_with
+    from aiordma.cm.connect import connect_with
+    from aiordma.cm.server import serve_with
+
+    async def handler(channel: aiordma.MessageChannel) -> None:
+        pass
+
+    options = aiordma.ChannelOptions()
+    calls: list[tuple[Any, str]] = [
+        (open_channel_with("192.0.2.1", 9, ServeOptions(), options),  # type: ignore[arg-type]
+         "settings must be an aiordma.ConnectOptions, not ServeOptions"),
+        (open_channel_with("192.0.2.1", 9, {}, options),  # type: ignore[arg-type]
+         "settings must be an aiordma.ConnectOptions, not dict"),
+        (open_channel_with("192.0.2.1", 9, ConnectOptions(), {}),  # type: ignore[arg-type]
+         "options must be an aiordma.ChannelOptions, not dict"),
+        (open_channel_with("192.0.2.1", 9, ConnectOptions(), None),  # type: ignore[arg-type]
+         "options must be an aiordma.ChannelOptions, not None"),
+        (serve_channels_with(handler, None, 0, ConnectOptions(), options),  # type: ignore[arg-type]
+         "settings must be an aiordma.ServeOptions, not ConnectOptions"),
+        (serve_channels_with(handler, None, 0, ServeOptions(), None),  # type: ignore[arg-type]
+         "options must be an aiordma.ChannelOptions, not None"),
+        (connect_with("192.0.2.1", 9, ServeOptions()),  # type: ignore[arg-type]
+         "settings must be an aiordma.ConnectOptions, not ServeOptions"),
+        (serve_with(handler, None, 0, ConnectOptions()),  # type: ignore[arg-type]
+         "settings must be an aiordma.ServeOptions, not ConnectOptions"),
+    ]  # fmt: skip
+    for call, says in calls:
+        with pytest.raises(TypeError, match=says):
+            asyncio.run(call)
+
+
+def test_a_keyword_of_another_value_says_where_it_belongs() -> None:
+    """Issue 62: these once said "unknown MessageChannel option(s)"."""
+    from aiordma.channel import split_keywords
+
+    with pytest.raises(TypeError, match=r"keepalive is a queue pair setting: pass "
+                       r"options=aiordma.QueuePairOptions\(keepalive=...\)"):  # fmt: skip
+        split_keywords(ConnectOptions, {"keepalive": None})
+    with pytest.raises(TypeError, match=r"timeout is a client's setting \(ConnectOptions\)"):
+        split_keywords(ServeOptions, {"timeout": 3})
+    with pytest.raises(TypeError, match=r"backlog is a server's setting \(ServeOptions\)"):
+        split_keywords(ConnectOptions, {"backlog": 3, "window": 8})

@@ -291,10 +291,26 @@ def test_bad_input_is_refused_before_anything_is_registered(lab: Lab) -> None:
         assert engine.exported == 1
         with pytest.raises(TypeError, match="AiordmaMetadata"):
             AiordmaTransport.fetch_multiple_tensors(AiordmaTransport(), "x", object(), COMM)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"export must be an aiordma.ray.Export .* not None"):
+            engine.receive("x", None, timeout=PEER_TIMEOUT)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+            engine.receive("x", engine.export("z", [numpy.zeros(4)]), timeout="5")  # type: ignore[arg-type]
     finally:
         engine.close()
     with pytest.raises(Exception, match="closed"):
         engine.export("y", [numpy.zeros(4)])
+
+
+def test_a_wait_names_whose_timeout_passed() -> None:
+    """Issue 62: a fetch's own timeout (``timeout=0``) was reported as the
+    wait's, "not done after None s"."""
+    own: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    own.set_exception(TimeoutError("connecting to the producer timed out after 0 s"))
+    with pytest.raises(TimeoutError, match="timed out after 0 s"):
+        ArrayEngine.wait("x", own)
+    running: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    with pytest.raises(TimeoutError, match="object x is not done after 0.01 s"):
+        ArrayEngine.wait("x", running, 0.01)
 
 
 def test_the_engine_uses_its_own_thread(lab: Lab) -> None:

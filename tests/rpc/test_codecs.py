@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from array import array
 from typing import cast
 
 import numpy
 import pytest
 
-from aiordma.rpc import JsonCodec, RawCodec
+from aiordma.rpc import JsonCodec, RawCodec, Service, connect
 
 
 def test_raw_codec_passes_bytes_like_objects_through_untouched() -> None:
@@ -40,3 +41,30 @@ def test_json_codec_round_trips() -> None:
     encoded = codec.encode(value)
     assert isinstance(encoded, bytes)
     assert codec.decode(bytearray(encoded)) == value
+
+
+def test_raw_codec_refuses_python_objects() -> None:
+    """Issue 62: an object array's call returned this process's addresses."""
+    with pytest.raises(TypeError, match="holds Python objects"):
+        RawCodec().encode(numpy.array([1, "a"], dtype=object))
+
+
+def test_what_is_no_codec_is_refused_at_once_naming_codec() -> None:
+    """Issue 62: ``codec="json"`` was taken, and every call then failed."""
+    with pytest.raises(TypeError, match=r"codec must be .* not str: for JSON give "
+                       r"codec=aiordma.rpc.JsonCodec\(\)"):  # fmt: skip
+        Service(codec="json")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"not the class JsonCodec: give JsonCodec\(\)"):
+        Service(codec=JsonCodec)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="codec must be"):
+        asyncio.run(connect("192.0.2.99", 9, codec="json"))  # type: ignore[arg-type]
+    assert isinstance(Service().codec, RawCodec)
+
+
+def test_the_services_limits_are_checked_naming_them() -> None:
+    with pytest.raises(TypeError, match="max_concurrency must be an int, not str"):
+        Service(max_concurrency="x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_concurrency must be at least 1"):
+        Service(max_concurrency=0)
+    with pytest.raises(TypeError, match="max_held must be an int, not float"):
+        Service(max_held=1.5)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from array import array
 import pytest
 
 from aiordma.exceptions import ProtocolError
+from aiordma.verbs.memory import RemoteBuffer
 from aiordma.transfer.descriptors import Descriptor, DescriptorList, RegionInfo
 
 READ_WRITE = 0x1 | 0x2 | 0x4  # LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ
@@ -101,3 +102,13 @@ def test_split_carves_each_block() -> None:
         (0, 1024), (1024, 1024), (2048, 1024), (3072, 1024), (0, 1000)]  # fmt: skip
     with pytest.raises(ValueError, match="positive"):
         whole.split(0)
+
+
+def test_unpacking_what_is_not_bytes_names_the_argument() -> None:
+    """Issue 62 (the transfer guide promises it)."""
+    with pytest.raises(TypeError, match="data must be bytes, not str: encode it"):
+        DescriptorList.from_bytes("blocks")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"data must be bytes \(or a bytearray or memoryview\), not None"):
+        DescriptorList.from_bytes(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"data must be bytes \(or a bytearray or memoryview\), not None"):
+        RemoteBuffer.from_bytes(None)  # type: ignore[arg-type]

@@ -56,3 +56,17 @@ def test_resources_dropped_unclosed_are_collected_without_a_crash(lab: Lab) -> N
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "survived"
+
+
+@pytest.mark.parametrize("value", ["-5", "abc", "nan", "inf"])
+def test_a_polling_window_that_is_no_time_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Issue 62: ``-5`` ran as if unset while ``abc`` was refused."""
+    from aiordma.verbs.completion import _spin_from_env
+
+    monkeypatch.setenv("AIORDMA_POLL_US", value)
+    with pytest.raises(ValueError, match=f"AIORDMA_POLL_US must be .* not '{value}'"):
+        _spin_from_env()
+    monkeypatch.setenv("AIORDMA_POLL_US", "300")
+    assert _spin_from_env() == pytest.approx(300e-6)

@@ -476,3 +476,29 @@ async def test_work_flushed_by_a_failure_fails_with_one_error_naming_it(
         "errors:IBV_WC_REM_ACCESS_ERR": 1
     }
     assert counters["flushed"] == 3
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "error", "says"),
+    [
+        ("retry_cnt", 8, ValueError, "retry_cnt must be at most 7, not 8"),
+        ("rnr_retry", 9, ValueError, "rnr_retry must be at most 7, not 9"),
+        ("timeout", 40, ValueError, "timeout must be at most 31, not 40"),
+        ("timeout", -1, ValueError, "timeout must be at least 0, not -1"),
+        ("min_rnr_timer", 32, ValueError, "min_rnr_timer must be at most 31"),
+        ("path_mtu", 6, ValueError, "path_mtu must be at most 5"),
+        ("port", 0, ValueError, "port must be at least 1"),
+        ("send_depth", 0, ValueError, "send_depth must be at least 1"),
+        ("max_rd_atomic", 1.5, TypeError, "max_rd_atomic must be an int, not float"),
+        ("gid_index", "1", TypeError, "gid_index must be an int, not str"),
+        ("keepalive", "10", TypeError, "keepalive must be a positive number of seconds"),
+    ],
+)
+def test_each_transport_field_is_checked_when_made(
+    field: str, bad: object, error: type[Exception], says: str
+) -> None:
+    """Issue 62: only ``min_rnr_timer`` was; ``timeout=40`` failed at
+    connect with a bare EINVAL."""
+    with pytest.raises(error, match=says):
+        aiordma.QueuePairOptions(**{field: bad})  # type: ignore[arg-type]
+    assert aiordma.QueuePairOptions(retry_cnt=7, timeout=31, path_mtu=None).retry_cnt == 7
