@@ -305,8 +305,8 @@ class Agent:
                 f"array...), not {type(obj).__name__}"
             ) from None
         remote = self._exposable(size, remote)
-        local = Access.NONE if readonly else Access.LOCAL_WRITE
-        return self._registration(self.device.register(obj, local | remote))  # read-only: a source only
+        local = Access.NONE if readonly else Access.LOCAL_WRITE  # read-only: a source only
+        return self._registration(self.device.register(obj, local | remote))
 
     def alloc(self, size: int, *, remote: Access = Access.NONE) -> Registration:
         """Allocate ``size`` page-aligned bytes and :meth:`register` them

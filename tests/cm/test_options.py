@@ -77,11 +77,19 @@ def test_auth_bytes_become_a_key_and_its_room_comes_off_the_private_data() -> No
         (ConnectOptions, {"backlog": 3}, TypeError, "backlog"),  # a server's, not a client's
         (ServeOptions, {"backlog": 10**12}, ValueError, "backlog must be at most 2147483647"),
         (ServeOptions, {"shutdown_grace": math.inf}, ValueError, "shutdown_grace must be a finite"),
-        (ConnectOptions, {"shared_receive": 5}, TypeError,
-         "shared_receive must be an aiordma.SharedReceiveQueue .*not int"),
+        (
+            ConnectOptions,
+            {"shared_receive": 5},
+            TypeError,
+            "shared_receive must be an aiordma.SharedReceiveQueue .*not int",
+        ),
         (ConnectOptions, {"shared_receive": "pool"}, TypeError, "shared_receive must be"),
-        (ConnectOptions, {"shared_receive": ServeOptions()}, TypeError,
-         "shared_receive must be .*not ServeOptions"),
+        (
+            ConnectOptions,
+            {"shared_receive": ServeOptions()},
+            TypeError,
+            "shared_receive must be .*not ServeOptions",
+        ),
     ],
 )
 def test_a_bad_setting_is_refused_when_the_value_is_made(

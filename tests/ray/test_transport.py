@@ -309,7 +309,7 @@ def test_a_wait_names_whose_timeout_passed() -> None:
     with pytest.raises(TimeoutError, match="timed out after 0 s"):
         ArrayEngine.wait("x", own)
     running: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    with pytest.raises(TimeoutError, match="object x is not done after 0.01 s"):
+    with pytest.raises(TimeoutError, match=r"object x is not done after 0\.01 s"):
         ArrayEngine.wait("x", running, 0.01)
 
 

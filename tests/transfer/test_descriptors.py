@@ -7,8 +7,8 @@ from array import array
 import pytest
 
 from aiordma.exceptions import ProtocolError
-from aiordma.verbs.memory import RemoteBuffer
 from aiordma.transfer.descriptors import Descriptor, DescriptorList, RegionInfo
+from aiordma.verbs.memory import RemoteBuffer
 
 READ_WRITE = 0x1 | 0x2 | 0x4  # LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ
 A = RegionInfo(0x10000, 4096, lkey=11, rkey=21, access=READ_WRITE)
@@ -108,7 +108,8 @@ def test_unpacking_what_is_not_bytes_names_the_argument() -> None:
     """Issue 62 (the transfer guide promises it)."""
     with pytest.raises(TypeError, match="data must be bytes, not str: encode it"):
         DescriptorList.from_bytes("blocks")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"data must be bytes \(or a bytearray or memoryview\), not None"):
+    not_bytes = r"data must be bytes \(or a bytearray or memoryview\), not None"
+    with pytest.raises(TypeError, match=not_bytes):
         DescriptorList.from_bytes(None)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"data must be bytes \(or a bytearray or memoryview\), not None"):
+    with pytest.raises(TypeError, match=not_bytes):
         RemoteBuffer.from_bytes(None)  # type: ignore[arg-type]
