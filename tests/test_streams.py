@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import h11
+import numpy as np
 import pytest
 
 import aiordma
@@ -60,6 +61,10 @@ async def test_lines_exact_reads_and_partial_reads(lab: Lab) -> None:
         partial = await reader.read(100)  # what has arrived, at most 100 bytes
         assert b"0123456789"[4:].startswith(partial)
         assert partial
+        # Issue 62: bytes of Python objects were taken and sent.
+        with pytest.raises(TypeError, match="holds Python objects"):
+            writer.write(np.array([object()], dtype=object))  # type: ignore[arg-type]
+        assert writer.transport.get_write_buffer_size() == 0
         writer.close()
         await writer.wait_closed()
         assert writer.is_closing()

@@ -59,7 +59,7 @@ def test_a_record_whose_field_name_holds_an_o_is_plain_data() -> None:
 @pytest.mark.parametrize(
     "into",
     [bytearray(8), memoryview(bytearray(8)), np.zeros(2, dtype=np.float32),
-     memoryview(np.zeros((2, 2), dtype=np.uint16))],
+     memoryview(np.zeros((2, 2), dtype=np.uint16))],  # type: ignore[arg-type]
     ids=["bytearray", "memoryview", "array", "view of a 2-d array"],
 )  # fmt: skip
 def test_any_writable_contiguous_buffer_can_be_received_into(into: object) -> None:

@@ -1052,6 +1052,44 @@ async def test_receive_into_checks_the_buffer_before_waiting(lab: Lab) -> None:
         assert (info.value.needed, info.value.given) == (100, 10)
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [100, 20_000, 1 << 20], ids=["eager", "medium", "rendezvous"])
+async def test_a_numpy_array_is_received_into_like_any_writable_buffer(lab: Lab, size: int) -> None:
+    """Issue 62: ``recv_message_into(array)`` was refused, though
+    ``recv_message_into(memoryview(array))`` worked."""
+    import numpy as np
+
+    async with channel_to(lab, echo) as channel:
+        sent = np.arange(size // 4, dtype=np.uint32)
+        # (numpy's stubs make an array a Buffer from Python 3.12 on)
+        await channel.send_message(sent)  # type: ignore[arg-type]
+        landed = np.zeros(size // 4, dtype=np.uint32)
+        received = channel.recv_message_into(landed)  # type: ignore[arg-type]
+        assert await asyncio.wait_for(received, 60) == size
+        assert np.array_equal(landed, sent)
+
+
+@pytest.mark.asyncio
+async def test_python_objects_are_refused_before_anything_is_sent(lab: Lab) -> None:
+    """Issue 62: an object array was sent as this process's addresses."""
+    import numpy as np
+
+    objects = np.array([object(), "secret"], dtype=object)
+    async with channel_to(lab, echo) as channel:
+        sent_before = channel.stats()["counters"].get("messages_sent", 0)
+        with pytest.raises(TypeError, match="holds Python objects"):
+            await channel.send_message(objects)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="holds Python objects"):
+            await channel.send_message(memoryview(objects))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="holds Python objects"):
+            await channel.send_messages([b"fine", np.zeros(3, dtype=object)])  # type: ignore[list-item]
+        with pytest.raises(TypeError, match="holds Python objects"):
+            await channel.recv_message_into(np.zeros(4, dtype=object))  # type: ignore[arg-type]
+        assert channel.stats()["counters"].get("messages_sent", 0) == sent_before  # not one
+        await channel.send_message(b"still usable")
+        assert await asyncio.wait_for(channel.recv_message(), 60) == b"still usable"
+
+
 class _PairLink:
     """A :class:`~aiordma.channel.link.Link` made of a queue pair connected by
     hand: the channel needs no rdma_cm connection."""

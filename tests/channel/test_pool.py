@@ -207,6 +207,21 @@ async def test_a_queue_pair_on_a_pool_refuses_receives_of_its_own(lab: Lab) -> N
 
 
 @pytest.mark.asyncio
+async def test_a_pool_of_another_device_object_says_what_differs(lab: Lab) -> None:
+    """Issue 62: this said "is on <Device rxe0>, not <Device rxe0>"."""
+    async with (
+        aiordma.Device(lab.device) as mine,
+        aiordma.Device(lab.device) as other,
+        SharedReceiveQueue(other, buffers=16) as srq,
+    ):
+        says = f"another Device object for {lab.device}: each Device has its own protection"
+        with pytest.raises(ValueError, match=says):
+            mine.create_qp(shared_receive=srq)
+        with pytest.raises(ValueError, match=says):
+            aiordma.ConnectOptions(device=mine, shared_receive=srq)
+
+
+@pytest.mark.asyncio
 async def test_pool_arguments_are_checked(lab: Lab) -> None:
     async with aiordma.Device(lab.device) as device:
         with pytest.raises(ValueError, match="buffers must be between"):

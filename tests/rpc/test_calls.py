@@ -120,6 +120,46 @@ async def test_bulk_payloads_travel_both_ways(lab: Lab, rpc_port: int) -> None:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", [100, 1 << 20], ids=["eager", "rendezvous"])
+async def test_a_reply_lands_in_a_numpy_array(lab: Lab, rpc_port: int, size: int) -> None:
+    """Issue 62: ``into=array`` was refused ("cannot receive into ndarray")."""
+    import numpy as np
+
+    async with await rpc.connect(lab.addr, rpc_port) as client:
+        landed = np.zeros(size, dtype=np.uint8)
+        # (numpy's stubs make an array a Buffer from Python 3.12 on)
+        call = client.call("blob", b"%d" % size, into=landed)  # type: ignore[arg-type]
+        assert await asyncio.wait_for(call, TIMEOUT) == size
+        assert landed.tobytes() == blob(size)
+
+
+@pytest.mark.asyncio
+async def test_python_objects_are_refused_as_payloads_and_results(lab: Lab) -> None:
+    """Issue 62: an object array's call returned this process's addresses."""
+    import numpy as np
+
+    service = rpc.Service()
+
+    @service.method()
+    async def echo(payload: bytes) -> bytes:
+        return payload
+
+    @service.method()
+    async def objects(payload: bytes) -> object:
+        return np.array([1, "a"], dtype=object)
+
+    async with (
+        await rpc.start_server(service, lab.addr, 0) as server,
+        await rpc.connect(lab.addr, server.addresses[0][1]) as client,
+    ):
+        with pytest.raises(TypeError, match="holds Python objects"):
+            await client.call("echo", np.array([1, "a"], dtype=object))
+        with pytest.raises(rpc.RemoteError, match="holds Python objects"):
+            await asyncio.wait_for(client.call("objects", b""), TIMEOUT)
+        assert await asyncio.wait_for(client.call("echo", b"usable"), TIMEOUT) == b"usable"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [100, 1 << 20], ids=["eager", "rendezvous"])
 async def test_reply_larger_than_into_fails_only_that_call(
     lab: Lab, rpc_port: int, size: int
 ) -> None:

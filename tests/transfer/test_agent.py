@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import numpy as np
 import pytest
 import pytest_asyncio
 
@@ -355,6 +357,8 @@ async def test_wrong_types_name_the_argument(agents: tuple[Agent, Agent]) -> Non
         (lambda: source.write(peer, local, remote, timeout=float("nan")), ValueError, "NaN"),
         (lambda: source.write(peer, local, remote, timeout=5, deadline=1e9), ValueError,
          "not both"),
+        (lambda: source.write(peer, local, remote, deadline=time.time() + 5), ValueError,
+         r"deadline=.* ahead of the event loop's clock \(loop.time\(\) is"),
         (lambda: target.next_notification("done"), TypeError, "data must be bytes, not str"),  # type: ignore[arg-type]
         (lambda: target.next_notification(timeout="5"), TypeError, "timeout must be a number"),  # type: ignore[arg-type]
         (lambda: start_agent(max_exposed="1G"), TypeError, "max_exposed must be an int"),  # type: ignore[arg-type]
@@ -368,6 +372,12 @@ async def test_wrong_types_name_the_argument(agents: tuple[Agent, Agent]) -> Non
         local.take(["a"])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="size must be an int"):
         mine.blocks("4096")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"obj must be a buffer .* not str"):
+        source.register("text")
+    with pytest.raises(TypeError, match="holds Python objects"):
+        source.register(np.array([object()], dtype=object))
+    with pytest.raises(MemoryLimitError, match=f"cannot allocate {1 << 50} bytes"):
+        source.alloc(1 << 50)
     with pytest.raises(TypeError, match=r"peer\(\) takes another agent's metadata"):
         source.peer(None)  # type: ignore[arg-type]
     assert not peer.connected

@@ -97,6 +97,11 @@ async def test_bad_buffers_raise_clear_errors(device: aiordma.Device) -> None:
         device.register(12345)
     with pytest.raises(ValueError, match="size must be at least 1"):
         device.alloc(0)
+    # Issue 62: a bare OSError, naming no size.
+    with pytest.raises(aiordma.MemoryLimitError, match=f"cannot allocate {1 << 50} bytes"):
+        device.alloc(1 << 50)
+    with pytest.raises(aiordma.MemoryLimitError, match=f"cannot allocate {1 << 70} bytes"):
+        device.alloc(1 << 70)
 
 
 @pytest.mark.asyncio
