@@ -99,6 +99,14 @@ class Stats:
                 mine = self.histograms[name] = Histogram()
             mine.merge(histogram)
 
+    def copy(self) -> Stats:
+        """These stats as they are now, gauges read once (a copy the owner's
+        loop cannot change while an exporter reads it)."""
+        copy = Stats(self.kind)
+        copy.merge(self, gauges=False)
+        copy.gauge_sources = [functools.partial(dict, self.gauges())]
+        return copy
+
     def snapshot(self) -> dict[str, Any]:
         """``{"counters": ..., "gauges": ..., "latency": ...}`` as plain data."""
         return {
@@ -132,9 +140,19 @@ def unwatch(owner: Any) -> None:
 
 
 def collect() -> Iterator[tuple[dict[str, str], Stats]]:
-    """Every watched object's ``(labels, stats)``, for an exporter."""
+    """Every watched object's ``(labels, stats)``, for an exporter, each a
+    copy taken at once.
+
+    An exporter runs in a thread of its own while each source's loop
+    updates it: a source whose collections changed while being read is
+    left out of this scrape (the next has it), never the whole scrape.
+    """
     for owner in list(_sources):
-        yield from owner._metric_sources()
+        try:
+            pairs = [(labels, stats.copy()) for labels, stats in owner._metric_sources()]
+        except RuntimeError:  # "... changed size during iteration"
+            continue
+        yield from pairs
 
 
 # -- reading an exposition back (``aiordma stats``) ---------------------------------

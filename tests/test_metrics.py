@@ -265,6 +265,35 @@ async def test_nothing_is_counted_while_metrics_are_off(lab: Lab) -> None:
         metrics.enable(was)
 
 
+class _Changing:
+    """A source whose loop changes it while the exporter's thread reads it."""
+
+    def _metric_sources(self) -> Iterator[tuple[dict[str, str], Stats]]:
+        raise RuntimeError("Set changed size during iteration")
+        yield  # (a generator, as the real ones are)
+
+
+def test_a_source_changed_while_read_is_left_out_of_that_scrape_alone(
+    recording: None,
+) -> None:
+    """Issue 62 (the metrics test's "no aiordma metrics there"): the scrape
+    runs in the exporter's thread while the loops change their sources; one
+    source's failure once emptied the whole scrape."""
+    stats = Stats("server")
+    stats.add("messages_sent", 3)
+    source, changing = _Source({"server": "192.0.2.1:7471"}, stats), _Changing()
+    metrics.watch(changing)
+    metrics.watch(source)
+    try:
+        registry = CollectorRegistry()
+        aiordma.prometheus.register(registry)
+        text = generate_latest(registry).decode()
+    finally:
+        metrics.unwatch(source)
+        metrics.unwatch(changing)
+    assert 'aiordma_messages_sent_total{server="192.0.2.1:7471"} 3.0' in text
+
+
 def test_the_stats_command_prints_a_running_processs_metrics(
     recording: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -288,6 +317,7 @@ def test_the_stats_command_prints_a_running_processs_metrics(
         assert main(["stats", f"http://127.0.0.1:{port}/metrics"]) == 0
     finally:
         server.shutdown()
+        server.server_close()  # (shutdown alone leaves the socket open)
         thread.join(5)
         metrics.unwatch(source)
     out = capsys.readouterr().out
