@@ -132,16 +132,28 @@ def run(
     for attempt in range(ATTEMPTS):
         argv = [*base, "-p", str(PORT + attempt)]
         output = _client_output(tool, argv, addr, start_server, client_timeout(size, iterations))
-        if output is not None:
-            break
+        row = None if output is None else _figures(tool, mode, output)
+        if row is not None:
+            return to_result(mode, row, depth, EVENTS_TOOL if events else "perftest")
         if attempt + 1 < ATTEMPTS:
             print(f"aiordma bench: running {tool} again", file=sys.stderr, flush=True)
-    else:
-        return None
+    return None
+
+
+def _figures(tool: str, mode: str, output: str) -> list[str] | None:
+    """The result row of a client that exited 0, if it holds a figure:
+    None (saying why, with the output's end) for a missing table or for a
+    row of zeros, which perftest prints when its run measured nothing."""
     row = parse_row(output)
+    tail = " | ".join(output.strip().splitlines()[-4:])
     if row is None:
+        _no_result(tool, f"it exited 0 with no result table ({tail[-300:]})")
         return None
-    return to_result(mode, row, depth, EVENTS_TOOL if events else "perftest")
+    figures = [row[5]] if mode.endswith("_lat") else [row[3], row[4]]
+    if all(float(figure) == 0 for figure in figures):
+        _no_result(tool, f"it exited 0 but measured nothing: its row is {' '.join(row)}")
+        return None
+    return row
 
 
 def _client_output(

@@ -103,6 +103,41 @@ def test_perftest_events_run_passes_e_and_names_its_tool(
     assert perftest.run("write_lat", "rxe0", "192.0.2.1", 64, 10, 1, start_server, True) is None
 
 
+ZERO_OUTPUT = """
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 64         20000            0.00               0.00                 0.000000
+"""
+
+
+def test_a_perftest_row_of_zeros_is_retried_and_never_a_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 62: ``ib_send_bw`` once printed 0.00 MB/s at exit 0, and the
+    bench showed it as a figure ("no ratio: perftest reported 0")."""
+    fake = tmp_path / "ib_send_bw"
+    runs = tmp_path / "runs"
+    # The first two runs measure nothing, the third a figure.
+    fake.write_text(
+        f"#!/bin/sh\necho run >> {runs}\n"
+        f'if [ "$(wc -l < {runs})" -lt 3 ]; then cat {tmp_path / "zero"}; '
+        f"else cat {tmp_path / 'table'}; fi\n"
+    )
+    (tmp_path / "zero").write_text(ZERO_OUTPUT)
+    (tmp_path / "table").write_text(BW_OUTPUT)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    result = perftest.run("send_rate", "rxe0", "192.0.2.1", 64, 20000, 1, lambda argv: lambda: None)
+    assert result is not None
+    assert result.mb_per_s > 0
+    err = capsys.readouterr().err
+    assert err.count("ib_send_bw gave no result: it exited 0 but measured nothing") == 2
+    assert "0.00 0.00 0.000000" in err
+    (tmp_path / "table").write_text(ZERO_OUTPUT)
+    runs.unlink()
+    assert perftest.run("send_rate", "rxe0", "192.0.2.1", 64, 20000, 1,
+                        lambda argv: lambda: None) is None  # fmt: skip
+
+
 STRACE_TABLE = """\
 % time     seconds  usecs/call     calls    errors syscall
 ------ ----------- ----------- --------- --------- ----------------
