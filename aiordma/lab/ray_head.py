@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 
 AGENT_GRPC_PORT = 61001
@@ -28,7 +29,11 @@ METRICS_EXPORT_PORT = 61002
 AGENT_LISTEN_PORT = 61003
 RUNTIME_ENV_AGENT_PORT = 61004
 START_TIMEOUT = 600.0
-"""Seconds ``ray start`` may take in a guest (about two minutes seen)."""
+"""Seconds ``ray start`` may take in a guest (42-118 s seen in a quiet one;
+a loaded host takes several times that)."""
+STOP_TIMEOUT = 600.0
+"""Seconds ``ray stop --force`` may take in a guest (past 120 s seen on a
+loaded host)."""
 
 
 def agent_port_files(minimal: bool) -> dict[str, int]:
@@ -186,6 +191,12 @@ def _ray_start(
     start = time.monotonic()
     try:
         out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(
+            f"ray start did not finish within {timeout:g} s (a loaded host? give a larger "
+            f"timeout=); Ray processes it started may still run: stop_head() ends them\n"
+            f"{_text(exc.stdout)}\n{_text(exc.stderr)}"
+        ) from None
     finally:
         stop.set()
         writer.join()
@@ -200,11 +211,29 @@ def ray_command() -> str | None:
     return beside if os.access(beside, os.X_OK) else shutil.which("ray")
 
 
-def stop_head() -> None:
-    """``ray stop --force``: every Ray process of this machine."""
+def stop_head(*, timeout: float = STOP_TIMEOUT) -> bool:
+    """``ray stop --force``: every Ray process of this machine. False (and a
+    ``RuntimeWarning``) if it did not finish within ``timeout`` seconds:
+    a late stop is reported, never raised through the caller's ``finally``."""
     ray = ray_command()
-    if ray is not None:
-        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120)
+    if ray is None:
+        return True
+    try:
+        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        warnings.warn(
+            f"ray stop did not finish within {timeout:g} s: Ray processes may still run",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    return True
+
+
+def _text(output: bytes | str | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -226,8 +255,8 @@ def main(argv: list[str] | None = None) -> None:
             args.address, num_cpus=args.num_cpus, node_ip=args.node_ip, resources=args.resources
         )
         print(f"joined {args.address} in {seconds:.1f} s", flush=True)
-    else:
-        stop_head()
+    elif not stop_head():
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

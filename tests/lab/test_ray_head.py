@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from aiordma.lab import ray_head
 from aiordma.lab.ray_head import (
     AGENT_GRPC_PORT,
     AGENT_LISTEN_PORT,
@@ -51,3 +52,25 @@ def test_the_command_line_refuses_an_unknown_command() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["start"])
     assert exc.value.code == 2
+
+
+@pytest.fixture
+def slow_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``ray`` command that takes a minute over anything (a loaded host's)."""
+    ray = tmp_path / "ray"
+    ray.write_text("#!/bin/sh\necho starting; exec sleep 60\n")
+    ray.chmod(0o755)
+    monkeypatch.setattr(ray_head, "ray_command", lambda: str(ray))
+    monkeypatch.setattr(ray_head, "dashboard_is_minimal", lambda: True)
+    return ray
+
+
+def test_a_late_stop_is_reported_not_raised(slow_ray: Path) -> None:
+    """Issue 62: ``subprocess.TimeoutExpired`` escaped a user's ``finally``."""
+    with pytest.warns(RuntimeWarning, match=r"ray stop did not finish within 0.5 s"):
+        assert ray_head.stop_head(timeout=0.5) is False
+
+
+def test_a_late_start_says_what_to_do(slow_ray: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"ray start did not finish within 0.5 s .*timeout="):
+        ray_head.start_head(timeout=0.5)
