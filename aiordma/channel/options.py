@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict
 
 from aiordma._checks import check_int, check_seconds
+from aiordma._help import fields_in_help
 from aiordma.channel.credits import CONTROL_BASE
 from aiordma.channel.registrations import DEFAULT_CAPACITY
 from aiordma.channel.sizing import MIN_READ_PIECE
@@ -65,6 +66,7 @@ class Layout(NamedTuple):
     """Our HELLO's head: the buffer size and protocol name."""
 
 
+@fields_in_help
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChannelOptions:
     """How a :class:`~aiordma.MessageChannel` is sized and what it carries.

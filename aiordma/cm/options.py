@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Self, TypedDict
 
 from aiordma._checks import check_int, check_seconds, check_type
+from aiordma._help import fields_in_help
 from aiordma.cm import _rdmacm
 from aiordma.cm._handshake import check_private_data, check_shared_receive
 from aiordma.cm.auth import REQUEST_SIZE, PresharedKey, as_key
@@ -58,6 +59,7 @@ Accept = Callable[[ConnectionRequest], "bytes | Awaitable[bytes | None] | None"]
 :class:`~aiordma.RejectConnection`."""
 
 
+@fields_in_help
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndpointOptions:
     """What every connection of one side is made with (the fields both
@@ -101,6 +103,7 @@ class EndpointOptions:
         return cls(**mine), rest
 
 
+@fields_in_help
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectOptions(EndpointOptions):
     """How the active side connects (see :func:`aiordma.connect`)."""
@@ -119,6 +122,7 @@ class ConnectOptions(EndpointOptions):
         object.__setattr__(self, "timeout", check_seconds("timeout", self.timeout, expired=True))
 
 
+@fields_in_help
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServeOptions(EndpointOptions):
     """How a server accepts (see :func:`aiordma.start_server`); the first

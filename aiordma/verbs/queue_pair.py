@@ -23,6 +23,7 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
 from aiordma import _ibv
 from aiordma._checks import check_int
+from aiordma._help import fields_in_help
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
 from aiordma.lifecycle import Closable
@@ -119,17 +120,29 @@ DEFAULT_KEEPALIVE = 10.0
 """Seconds between a connection's probes of its peer (see ``keepalive``)."""
 
 
+@fields_in_help
 @dataclass(frozen=True, slots=True)
 class QueuePairOptions:
-    """Sizes and transport parameters of a queue pair; the defaults suit most uses."""
+    """Sizes and transport parameters of a queue pair; the defaults suit most uses.
+
+    Each field is checked when the value is made (``TypeError`` or
+    ``ValueError`` naming it): the integer fields against what their verbs
+    attribute can hold, the depths again against the device when a queue
+    pair is created.
+    """
 
     send_depth: int = 128
+    """Work requests the send queue holds (at most the device's ``max_qp_wr``)."""
     recv_depth: int = 128
+    """Receives the receive queue holds (unused with a shared receive queue)."""
     max_send_sge: int = 4
+    """Scatter/gather entries per send, write or read (at most the device's ``max_sge``)."""
     max_recv_sge: int = 4
+    """Scatter/gather entries per receive."""
     max_inline: int = 64
     """Sends and writes up to this many bytes are copied into the WQE (no DMA read)."""
     port: int = 1
+    """The device's port (1-255)."""
     gid_index: int | None = None
     """Source GID; by default the port's RoCE v2 IPv4 GID."""
     path_mtu: int | None = None
