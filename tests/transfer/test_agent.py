@@ -353,7 +353,7 @@ async def test_wrong_types_name_the_argument(agents: tuple[Agent, Agent]) -> Non
         (lambda: source.write(peer, local, target.metadata()), TypeError,  # type: ignore[arg-type]
          "the remote list must be a DescriptorList"),
         (lambda: source.write(peer, local, remote, timeout="5"), TypeError,  # type: ignore[arg-type]
-         "timeout must be a number of seconds, not str"),
+         "timeout must be a number of seconds or None, not str"),
         (lambda: source.write(peer, local, remote, timeout=float("nan")), ValueError, "NaN"),
         (lambda: source.write(peer, local, remote, timeout=5, deadline=1e9), ValueError,
          "not both"),
