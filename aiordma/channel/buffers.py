@@ -49,14 +49,12 @@ def check_into(into: object) -> Into:
         return into
     name = type(into).__name__
     try:
-        view = memoryview(into) if not isinstance(into, str) else None  # type: ignore[arg-type]
+        view = memoryview(into)  # type: ignore[arg-type]
     except TypeError:
-        view = None
-    if view is None:
         raise TypeError(
             f"cannot receive into {name}: give a writable buffer (a bytearray, a writable "
             "memoryview, a numpy array...) or a registered MemoryRegion/Segment"
-        )
+        ) from None
     with view:
         if view.readonly:
             raise TypeError(f"cannot receive into a read-only {name}")
