@@ -38,4 +38,6 @@ def test_actors_pull_arrays_by_rdma_read(lab: Lab) -> None:
     assert held is not None, out.stdout
     assert int(held[1]) == len(SIZES_KIB)
     assert int(held[2]) == 0
+    # Issue 62: the process outlives Ray's report of its death; read after it, the read fails.
+    assert re.search(r"^producer process gone [\d.]+ s after", out.stdout, re.M), out.stdout
     assert re.search(r"^killed producer: \w*(Error|Died)", out.stdout, re.M), out.stdout
