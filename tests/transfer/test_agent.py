@@ -376,8 +376,6 @@ async def test_wrong_types_name_the_argument(agents: tuple[Agent, Agent]) -> Non
         source.register("text")
     with pytest.raises(TypeError, match="holds Python objects"):
         source.register(np.array([object()], dtype=object))
-    with pytest.raises(MemoryLimitError, match=f"cannot allocate {1 << 50} bytes"):
-        source.alloc(1 << 50)
     with pytest.raises(TypeError, match=r"peer\(\) takes another agent's metadata"):
         source.peer(None)  # type: ignore[arg-type]
     assert not peer.connected
@@ -415,7 +413,7 @@ async def test_timeouts_name_what_timed_out_and_are_counted(agents: tuple[Agent,
 async def test_a_closed_agent_and_impossible_memory_say_so(lab: Lab) -> None:
     agent = await start_agent()
     try:
-        with pytest.raises(MemoryLimitError, match=f"could not allocate {1 << 50} bytes"):
+        with pytest.raises(MemoryLimitError, match=f"cannot allocate {1 << 50} bytes"):
             agent.alloc(1 << 50)
         reg = agent.alloc(BLOCK)
     finally:
