@@ -19,6 +19,8 @@ WR_RDMA_READ: Final = 4
 WR_ATOMIC_CMP_AND_SWP: Final = 5
 WR_ATOMIC_FETCH_AND_ADD: Final = 6
 WR_BIND_MW: Final = 8
+ANSWERED_OPCODES: Final = frozenset({WR_SEND, WR_SEND_WITH_IMM, WR_RDMA_WRITE_WITH_IMM})
+"""Sends the peer sees as a receive completion, so may answer."""
 
 WR_NAMES: Final = {
     WR_RDMA_WRITE: "rdma_write",
@@ -56,8 +58,10 @@ QP_STATE: Final = 1 << 0
 QP_TIMEOUT: Final = 1 << 9
 QP_MIN_RNR_TIMER: Final = 1 << 15
 
-# enum ibv_wc_status, enum ibv_wc_flags
+# enum ibv_wc_status, enum ibv_wc_flags, enum ibv_wc_opcode
 WC_SUCCESS: Final = 0
+WC_RECV: Final = 1 << 7
+"""Set in the opcode of every receive completion."""
 WC_WITH_IMM: Final = 1 << 1
 
 # enum ibv_mw_type, and the ibv_device_cap_flags that say which are supported

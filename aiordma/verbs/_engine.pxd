@@ -57,6 +57,7 @@ cdef class WorkEngine:
     cdef object _post_recv
     cdef dict _handlers
     cdef object _kick
+    cdef object _expect
     cdef unsigned long long _next_id
     cdef unsigned long long _last_id
     cdef unsigned long _thread

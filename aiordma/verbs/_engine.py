@@ -286,7 +286,9 @@ class WorkEngine:
         self._post_recv = self.driver.post_recv
         self._handlers = cq.handlers
         self._kick = cq.kick if cq.polls else None
-        """What to tell the CQ after a send, if it polls for completions."""
+        """What to tell the CQ after a one-sided post, if it polls a fixed window."""
+        self._expect = cq.expect if cq.expects else None
+        """What to tell the CQ after a two-sided send, if it may spin for the answer."""
         self._next_id = 0
         self._last_id = 0
         """This engine's block of work request ids: ``[_next_id, _last_id)``."""
@@ -518,8 +520,8 @@ class WorkEngine:
         self.last_send = works[-1][1]
         if metrics._on:
             self.stats.counters["ops:batched"] += count
-        if self._kick is not None:
-            self._kick()
+        if self._expect is not None:
+            self._expect()
         return futures
 
     @cython.cfunc
@@ -543,7 +545,10 @@ class WorkEngine:
         self.works[wr_id] = work
         self.last_send = work
         self._timed(work, kind)
-        if self._kick is not None:
+        if opcode in (_WR_SEND, _WR_SEND_IMM, _WR_WRITE_IMM):
+            if self._expect is not None:
+                self._expect()
+        elif self._kick is not None:
             self._kick()
         return fut
 
@@ -606,7 +611,10 @@ class WorkEngine:
         return DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
 
     def _sends_posted(self, works: list[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
-        self.cq.kick()
+        if any(work.opcode in _ibv.ANSWERED_OPCODES for _, work in works):
+            self.cq.expect()
+        else:
+            self.cq.kick()
         self.last_send = works[-1][1]
         self._silent.extend(work for _, work in works if work.silent)
         return self._track(works)
@@ -632,7 +640,10 @@ class WorkEngine:
         rc = self.driver.post_send(wr_id, opcode, flags, seg.addr, seg.length, seg.lkey)
         if rc:
             raise self._refused([(wr_id, work)], self.sq, rc)
-        self.cq.kick()
+        if opcode == _WR_SEND:
+            self.cq.expect()
+        else:
+            self.cq.kick()
         self.last_send = work
         if silent:
             self._silent.append(work)

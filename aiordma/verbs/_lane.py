@@ -97,8 +97,8 @@ class PacketLane:
         self._post_send = driver.post_send
         self._post_list = driver.post_send_list
         self._post_recv = driver.post_recv
-        self._kick = engine.cq.kick if engine.cq.polls else None
-        """What to tell the CQ after a send, if it polls for completions."""
+        self._kick = engine.cq.expect if engine.cq.expects else None
+        """What to tell the CQ after a send (two-sided), if it may spin for the answer."""
         self._sq = engine.sq
         self._handlers = engine.cq.handlers
         self._size = slot_size

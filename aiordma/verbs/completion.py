@@ -10,6 +10,11 @@ callback itself, so a wake-up is one call into C. After a bounded number
 of completions the drain yields to the loop and continues on the next
 iteration, so one busy CQ cannot starve the loop. Nothing blocks and no
 thread is involved.
+
+Where an answer is expected soon, a CQ may instead spin a while before it
+arms (:mod:`aiordma.verbs._waiting` decides when, per CQ): the compiled core
+polls in C in slices of :data:`SPIN_SLICE`, giving the loop its turn between
+them.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import contextlib
 import errno
 import itertools
 import logging
-import math
 import os
 import weakref
 from typing import TYPE_CHECKING, Protocol
@@ -41,6 +45,7 @@ from aiordma.verbs import _driver
 from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
 from aiordma.verbs._driver.base import ACK_BATCH, POLL_BATCH
 from aiordma.verbs._driver.handles import create_with_fd
+from aiordma.verbs._waiting import Polling, WaitPolicy
 
 if TYPE_CHECKING:
     from pyverbs.cq import WC
@@ -48,9 +53,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ACK_BATCH", "DEFAULT_POLL", "DRAIN_BUDGET", "POLL_BATCH", "SPIN_SLICE",
-           "CompletionHandler", "CompletionQueue", "Opcode", "WorkCompletion",
-           "completion_error", "to_work_completion"]  # fmt: skip
+__all__ = ["ACK_BATCH", "DRAIN_BUDGET", "POLL_BATCH", "SPIN_SLICE", "CompletionHandler",
+           "CompletionQueue", "Opcode", "Polling", "WorkCompletion", "completion_error",
+           "default_polling", "set_polling", "to_work_completion"]  # fmt: skip
 
 DRAIN_BUDGET = 256
 """Completions handled before the drain yields to the event loop."""
@@ -59,28 +64,21 @@ SPIN_SLICE = 50e-6
 the loop runs its other work."""
 
 
-def _spin_from_env() -> float:
-    """``AIORDMA_POLL_US`` in seconds (unset or empty: :data:`DEFAULT_POLL`);
-    ValueError for anything but a finite number of microseconds, 0 or more."""
-    value = os.environ.get("AIORDMA_POLL_US", "")
-    if not value:
-        return DEFAULT_POLL
-    try:
-        micros = float(value)
-    except ValueError:
-        micros = math.nan
-    if not 0 <= micros < math.inf:
-        raise ValueError(
-            "AIORDMA_POLL_US must be a finite number of microseconds, 0 (never poll) or "
-            f"more, not {value!r}"
-        )
-    return micros / 1e6
+_polling: Polling | None = None
+"""The process's setting from :func:`set_polling` (None: the environment's)."""
 
 
-DEFAULT_POLL = 0.0
-"""Seconds a CQ keeps polling for completions, after work was posted or a
-completion handled, before it arms its channel and waits for an event
-(``AIORDMA_POLL_US`` overrides it per process)."""
+def set_polling(polling: str | float | Polling | None) -> None:
+    """How completion queues made from now on wait: ``"auto"`` (the default),
+    ``"off"``, a number of microseconds (a fixed window) or a :class:`Polling`;
+    None goes back to the environment's ``AIORDMA_POLL``."""
+    global _polling
+    _polling = None if polling is None else Polling.parse(polling)
+
+
+def default_polling() -> Polling:
+    """The setting a new completion queue takes (:func:`set_polling`, else the environment)."""
+    return _polling if _polling is not None else Polling.from_environment()
 
 
 _REMOTE_ACCESS_STATUSES = frozenset({"IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_INV_REQ_ERR"})
@@ -153,12 +151,19 @@ class CompletionQueue:
         context: Context,
         loop: asyncio.AbstractEventLoop,
         capacity: int = 256,
-        poll: float | None = None,
+        polling: Polling | None = None,
     ):
         self._loop = loop
-        self._poll = _spin_from_env() if poll is None else poll
+        setting = default_polling() if polling is None else polling
+        self._setting = setting
+        self._poll = setting.window if setting.mode == "fixed" else 0.0
+        self._policy = WaitPolicy(setting.window) if setting.mode == "auto" else None
         self._poll_until = 0.0
         self._polling = False
+        self._expecting = False
+        self._spin_from = 0.0
+        self._received_before = 0
+        self._spun = 0.0
         self._drain_scheduled = False
         self._handlers: dict[int, CompletionHandler] = {}
         self._max_cqe: int = context.query_device().max_cqe
@@ -283,7 +288,7 @@ class CompletionQueue:
             log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
 
     def _on_readable(self) -> None:
-        """The reader callback when the CQ polls (:data:`DEFAULT_POLL`)."""
+        """The reader callback of a fixed polling window."""
         if self._cq is None:
             return
         self._driver.take_event()  # one event per arming: another keeps the fd readable
@@ -295,12 +300,102 @@ class CompletionQueue:
 
     @property
     def polls(self) -> bool:
-        """Whether the CQ polls for a while after work is posted (:meth:`kick`
-        does nothing otherwise)."""
+        """Whether the CQ polls for a while after any work is posted (a fixed
+        window: :meth:`kick` does nothing otherwise)."""
         return self._poll > 0
 
+    @property
+    def expects(self) -> bool:
+        """Whether the CQ may spin for an answer to a two-sided send
+        (:meth:`expect` does nothing otherwise)."""
+        return self._poll > 0 or (self._policy is not None and self._policy.enabled)
+
+    @property
+    def polling(self) -> Polling:
+        """How this CQ waits (the process's setting when it was made)."""
+        return self._setting
+
+    @property
+    def spinning(self) -> bool:
+        """Whether the CQ is polling now rather than armed and asleep."""
+        return self._polling
+
+    def waiting(self) -> dict[str, float]:
+        """What the waiting policy did: expectations spun for (``spins``),
+        ended by a receive (``hits``) or by the window (``misses``), not spun
+        for while backing off (``skipped``), the CQ's armings (``arms``),
+        the seconds spent spinning (``spun_seconds``) and the current window
+        (``window_seconds``; 0 until the first hit)."""
+        policy = self._policy
+        return {
+            "spins": policy.spins if policy else 0,
+            "hits": policy.hits if policy else 0,
+            "misses": policy.misses if policy else 0,
+            "skipped": policy.skipped if policy else 0,
+            "arms": self._driver.arms,
+            "spun_seconds": self._spun,
+            "window_seconds": policy.window if policy else self._poll,
+        }
+
+    def expect(self) -> None:
+        """A two-sided send was posted: its answer (a reply, or the next
+        request after a reply) may come soon. With ``auto`` the policy
+        decides whether to spin for it; a fixed window polls as after any post."""
+        if self._poll > 0:
+            self.kick()
+            return
+        policy = self._policy
+        if policy is None or self._expecting or self._cq is None:
+            return
+        window = policy.start()
+        if window <= 0:
+            return
+        now = self._loop.time()
+        self._expecting = True
+        self._spin_from = now
+        self._received_before = self._driver.received
+        self._poll_until = now + window
+        if not self._polling:
+            self._polling = True
+            self._driver.polling = True
+            self._loop.call_soon(self._spin_step)
+
+    def _spin_step(self) -> None:
+        """One round of ``auto``'s spin: ends at the expected receive (a hit)
+        or the window's end (a miss). After a hit the CQ polls one more turn
+        of the loop, so the task it woke can post its next request without
+        the CQ arming in between."""
+        driver = self._driver
+        loop = self._loop
+        if self._cq is None:
+            self._polling = False
+            return
+        if self._expecting:
+            now = loop.time()
+            left = self._poll_until - now
+            if left > 0:
+                driver.spin(min(SPIN_SLICE, left))
+                self._spun += loop.time() - now
+            self._drain(arm=False)
+            if self._cq is None:
+                self._polling = False
+                return
+            if driver.received != self._received_before:
+                self._expecting = False
+                self._policy.hit(loop.time() - self._spin_from)  # type: ignore[union-attr]
+                loop.call_soon(self._spin_step)  # the turn the woken task may post in
+                return
+            if loop.time() < self._poll_until:
+                loop.call_soon(self._spin_step)
+                return
+            self._expecting = False
+            self._policy.miss()  # type: ignore[union-attr]
+        self._polling = False
+        driver.polling = False
+        driver.serve(False)  # drain, arm, drain again
+
     def kick(self) -> None:
-        """Work was posted: poll for its completion for a while (see :data:`DEFAULT_POLL`)."""
+        """Work was posted: poll for its completion for a fixed window."""
         if self._poll > 0 and not self._polling and self._cq is not None:
             self._polling = True
             self._poll_until = self._loop.time() + self._poll
@@ -329,7 +424,7 @@ class CompletionQueue:
         ``keep_polling`` lets it be polled for a while first.
         """
         driver = self._driver
-        if arm and self._poll <= 0:
+        if arm and self._poll <= 0:  # serve leaves the CQ unarmed while it spins
             return driver.serve(False) if self._cq is not None else 0
         handled = 0
         while self._cq is not None:

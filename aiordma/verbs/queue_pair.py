@@ -421,6 +421,12 @@ class QueuePair(Closable):
     # -- state -------------------------------------------------------------
 
     @property
+    def completion_queue(self) -> CompletionQueue:
+        """The completion queue this queue pair's work completes on (shared
+        with the other queue pairs of its device and loop)."""
+        return self._cq
+
+    @property
     def loop(self) -> asyncio.AbstractEventLoop:
         """The event loop this queue pair's completions arrive on (it belongs to it)."""
         return self._loop

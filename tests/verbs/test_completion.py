@@ -5,11 +5,17 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 
 import pytest
+import pytest_asyncio
 
 import aiordma
+from aiordma import Access
+from aiordma.verbs.completion import CompletionQueue, set_polling
 from tests.conftest import Lab, rdma_counts
+
+Pair = tuple[aiordma.QueuePair, aiordma.QueuePair]
 
 
 @pytest.mark.asyncio
@@ -58,15 +64,120 @@ def test_resources_dropped_unclosed_are_collected_without_a_crash(lab: Lab) -> N
     assert done.stdout.strip() == "survived"
 
 
-@pytest.mark.parametrize("value", ["-5", "abc", "nan", "inf"])
-def test_a_polling_window_that_is_no_time_is_refused(
-    monkeypatch: pytest.MonkeyPatch, value: str
-) -> None:
-    """Issue 62: ``-5`` ran as if unset while ``abc`` was refused."""
-    from aiordma.verbs.completion import _spin_from_env
+# -- how a CQ waits (the default, ``auto``) --------------------------------------
 
-    monkeypatch.setenv("AIORDMA_POLL_US", value)
-    with pytest.raises(ValueError, match=f"AIORDMA_POLL_US must be .* not '{value}'"):
-        _spin_from_env()
-    monkeypatch.setenv("AIORDMA_POLL_US", "300")
-    assert _spin_from_env() == pytest.approx(300e-6)
+
+@pytest_asyncio.fixture
+async def apart(lab: Lab) -> AsyncIterator[Pair]:
+    """Two connected queue pairs on two ``Device`` objects: each side has a
+    completion queue of its own, as two processes would, made with ``auto``."""
+    set_polling("auto")
+    try:
+        async with aiordma.Device(lab.device) as one, aiordma.Device(lab.device) as two:
+            a, b = one.create_qp(), two.create_qp()
+            a.connect(b.local_endpoint)
+            b.connect(a.local_endpoint)
+            assert a.completion_queue is not b.completion_queue
+            yield a, b
+    finally:
+        set_polling(None)
+
+
+async def _ping_pong(pair: Pair, rounds: int, think: float = 0.0) -> None:
+    """``rounds`` request-and-reply exchanges of 64 B written as the tutorial
+    does; the responder takes ``think`` seconds before each reply."""
+    a, b = pair
+    abuf, bbuf = a.device.alloc(64), b.device.alloc(64)
+    for _ in range(rounds):
+        request = asyncio.ensure_future(b.post_recv(bbuf))
+        reply = asyncio.ensure_future(a.post_recv(abuf))
+        await a.post_send(abuf)
+        await asyncio.wait_for(request, 30)
+        if think:
+            await asyncio.sleep(think)  # the responder's pace is what is tested
+        await b.post_send(bbuf)
+        await asyncio.wait_for(reply, 30)
+
+
+async def _settled(cq: CompletionQueue) -> dict[str, float]:
+    """The CQ's counts once it has stopped spinning and armed."""
+    async with asyncio.timeout(10):
+        while cq.spinning:  # noqa: ASYNC110 - the spin ends by itself, raising no event
+            await asyncio.sleep(0)
+    return cq.waiting()
+
+
+@pytest.mark.asyncio
+async def test_a_ping_pong_spins_for_answers_and_an_idle_queue_never_does(apart: Pair) -> None:
+    a, b = apart
+    assert a.completion_queue.expects, "auto spins only with more than one usable CPU"
+    await _ping_pong(apart, 20)
+    counts = await _settled(a.completion_queue)
+    assert counts["spins"] >= 1  # the first expectation always spins, at the cap
+    assert counts["spins"] == counts["hits"] + counts["misses"]
+    assert counts["spins"] + counts["skipped"] == 20  # one expectation per request
+    idle = await _settled(b.completion_queue)
+    await asyncio.sleep(0.3)  # idle time is the subject
+    assert a.completion_queue.waiting() == counts  # no spin, no wake-up, no arming
+    assert b.completion_queue.waiting() == idle
+
+
+@pytest.mark.asyncio
+async def test_one_sided_work_never_spins(apart: Pair) -> None:
+    a, b = apart
+    target = b.device.alloc(4096, Access.REMOTE_READ | Access.REMOTE_WRITE)
+    local = a.device.alloc(4096)
+    before = a.completion_queue.waiting()
+    for _ in range(10):
+        await a.rdma_write(local, target.remote())
+        await a.rdma_read(local, target.remote())
+    after = await _settled(a.completion_queue)
+    assert (after["spins"], after["skipped"]) == (before["spins"], before["skipped"])
+    assert after["arms"] > before["arms"]  # it slept for each
+
+
+@pytest.mark.asyncio
+async def test_answers_that_come_late_turn_spinning_off(apart: Pair) -> None:
+    """Replies 20 ms late miss every spin at the cap: the queue backs off,
+    spinning for the 1st, 3rd and 7th of 12 expectations only."""
+    a, _ = apart
+    await _ping_pong(apart, 12, think=0.02)
+    counts = await _settled(a.completion_queue)
+    assert counts["hits"] == 0
+    assert counts["misses"] == counts["spins"] == 3
+    assert counts["skipped"] == 9
+    assert counts["window_seconds"] == 0
+
+
+ONE_CPU = """
+import asyncio, os, sys
+import aiordma
+
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+async def main() -> None:
+    async with aiordma.Device(sys.argv[1]) as one, aiordma.Device(sys.argv[1]) as two:
+        a, b = one.create_qp(), two.create_qp()
+        a.connect(b.local_endpoint)
+        b.connect(a.local_endpoint)
+        abuf, bbuf = one.alloc(64), two.alloc(64)
+        for _ in range(10):
+            request = asyncio.ensure_future(b.post_recv(bbuf))
+            reply = asyncio.ensure_future(a.post_recv(abuf))
+            await a.post_send(abuf)
+            await request
+            await b.post_send(bbuf)
+            await reply
+        one, two = a.completion_queue, b.completion_queue
+        print(one.expects, one.waiting()["spins"], two.waiting()["spins"])
+
+asyncio.run(main())
+"""
+
+
+def test_one_usable_cpu_never_spins(lab: Lab) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_CPU, lab.device], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "0", "0"]

@@ -22,6 +22,9 @@ class CQDriver:
     address: int
     compiled: bool
     armed: bool
+    polling: bool
+    received: int
+    arms: int
     def __init__(self, address: int) -> None: ...
     def attach(
         self, handlers: dict[int, Any], report: Any, budget: int, more: Callable[[], None]

@@ -113,6 +113,8 @@ cdef extern from "infiniband/verbs.h" nogil:
     int ibv_req_notify_cq(ibv_cq *cq, int solicited_only)
     int ibv_get_cq_event(ibv_comp_channel *channel, ibv_cq **cq, void **cq_context)
     void ibv_ack_cq_events(ibv_cq *cq, unsigned int nevents)
+    enum:
+        IBV_WC_RECV  # set in the opcode of every receive completion
 
 
 cdef enum:
@@ -124,7 +126,7 @@ cdef enum:
     WR_ATOMIC_FETCH_AND_ADD = 6
     SEND_SIGNALED = 2
 
-ABI = 6
+ABI = 7
 
 from aiordma import bulk_table as _bulk_table
 
@@ -266,6 +268,9 @@ cdef class CQDriver:
     cdef ibv_wc stash
     cdef bint stashed
     cdef public bint armed
+    cdef public bint polling
+    cdef public unsigned long long received
+    cdef public unsigned long long arms
     cdef dict handlers
     cdef object report
     cdef object more
@@ -285,6 +290,9 @@ cdef class CQDriver:
         self.channel = self.cq.channel
         self.stashed = False
         self.armed = False
+        self.polling = False
+        self.received = 0
+        self.arms = 0
         self.handlers = {}
         self.budget = 1
 
@@ -330,6 +338,7 @@ cdef class CQDriver:
         if rc != 0:
             raise OSError(rc, "ibv_req_notify_cq failed")
         self.armed = True
+        self.arms += 1
         return 0
 
     cdef int _dispatch(self, ibv_wc *src, dict handlers, object report) except -1:
@@ -343,6 +352,8 @@ cdef class CQDriver:
         wc.imm_data = src.imm_data
         wc.qp_num = src.qp_num
         wc.wc_flags = src.wc_flags
+        if src.status == 0 and src.opcode & IBV_WC_RECV:  # a failed one's opcode is undefined
+            self.received += 1
         key = wc.wr_id
         handler = PyDict_GetItem(handlers, key)
         if handler == NULL:
@@ -399,8 +410,8 @@ cdef class CQDriver:
 
     cpdef int serve(self, bint event) except -1:
         """Take one event (if ``event``), hand out completions until the CQ
-        is empty, then arm it if it is not armed and poll once more (a
-        completion that raced with the arming raises no event). If the
+        is empty, then arm it if it is not armed (nor :attr:`polling`) and poll
+        once more (a completion that raced with the arming raises no event). If the
         budget runs out first, call ``more()`` and stop. How many were handled."""
         cdef int handled = 0
         cdef bint empty = True
@@ -413,7 +424,7 @@ cdef class CQDriver:
             if self.cq == NULL:  # a handler closed the CQ
                 break
             if empty:
-                if self.armed:
+                if self.armed or self.polling:
                     break
                 self._req_notify()
             elif handled >= self.budget:

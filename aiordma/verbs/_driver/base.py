@@ -38,6 +38,12 @@ class CQDriver(Protocol):
     armed: bool
     """Whether the next completion raises a channel event (set by :meth:`req_notify`,
     cleared by each event taken: one event per arming)."""
+    polling: bool
+    """Set while the CQ's owner polls: :meth:`serve` then leaves the CQ unarmed."""
+    received: int
+    """Successful receive completions handed out so far."""
+    arms: int
+    """Times the CQ was armed so far."""
 
     def attach(
         self, handlers: dict[int, Any], report: Report, budget: int, more: Callable[[], None]
@@ -50,7 +56,7 @@ class CQDriver(Protocol):
 
     def serve(self, event: bool) -> int:
         """One wake-up: take an event (if ``event``), drain until empty, arm
-        if not armed and drain again; ``more()`` instead once the budget is
+        if neither armed nor polling and drain again; ``more()`` instead once the budget is
         spent. How many completions were handled."""
 
     def take_event(self) -> bool:

@@ -38,6 +38,9 @@ class PureCQDriver:
         self._channel: CompChannel | None = channel
         self._unacked = 0
         self.armed = False
+        self.polling = False
+        self.received = 0
+        self.arms = 0
         self._handlers: dict[int, Any] = {}
         self._report: Report | None = None
         self._budget = 1
@@ -63,7 +66,7 @@ class PureCQDriver:
             if self._cq is None:  # a handler closed the CQ
                 break
             if empty:
-                if self.armed:
+                if self.armed or self.polling:
                     break
                 self.req_notify()
             elif handled >= self._budget:
@@ -93,12 +96,15 @@ class PureCQDriver:
             raise ValueError("the completion queue driver was detached")
         self._cq.req_notify()
         self.armed = True
+        self.arms += 1
 
     def drain(self, handlers: dict[int, Any], budget: int, report: Report) -> tuple[int, bool]:
         handled = 0
         while (cq := self._cq) is not None:  # None: a handler closed the CQ
             count, wcs = cq.poll(POLL_BATCH)
             for wc in wcs:
+                if wc.status == _ibv.WC_SUCCESS and wc.opcode & _ibv.WC_RECV:
+                    self.received += 1
                 handler = handlers.pop(wc.wr_id, None)
                 if handler is None:
                     report(None, wc)

@@ -1,0 +1,114 @@
+"""The waiting policy's decisions and the polling setting (pure logic, on the host)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiordma.verbs._waiting import AUTO_CAP, FLOOR, MAX_BACKOFF, Polling, WaitPolicy
+
+
+def test_an_answer_that_keeps_coming_soon_keeps_the_spin_and_trims_the_window() -> None:
+    policy = WaitPolicy(cpus=2)
+    assert policy.start() == AUTO_CAP  # the first spin probes at the cap
+    policy.hit(40e-6)
+    assert policy.window == pytest.approx(max(FLOOR, 80e-6))
+    for _ in range(50):
+        assert policy.start() == policy.window > 0
+        policy.hit(40e-6)
+    assert (policy.spins, policy.hits, policy.misses) == (51, 51, 0)
+    assert policy.window == pytest.approx(80e-6)
+
+
+def test_a_miss_at_a_trimmed_window_retries_at_the_cap_before_backing_off() -> None:
+    policy = WaitPolicy(cpus=2)
+    policy.start()
+    policy.hit(30e-6)
+    assert policy.start() < AUTO_CAP
+    policy.miss()
+    assert policy.start() == AUTO_CAP  # no skip: the cap gets its try first
+    policy.hit(30e-6)
+    assert policy.skipped == 0
+
+
+def test_misses_at_the_cap_back_off_exponentially_and_a_hit_ends_it() -> None:
+    policy = WaitPolicy(cpus=2)
+    assert policy.start() == AUTO_CAP
+    policy.miss()
+    gaps = []
+    for _ in range(MAX_BACKOFF + 2):
+        skipped = 0
+        while policy.start() == 0:
+            skipped += 1
+        gaps.append(skipped)
+        policy.miss()  # the probe (at the cap) that ended the skipping missed too
+    # after the k-th miss in a row, 2**k - 1 expectations go unspun, k capped
+    assert gaps == [(1 << min(k, MAX_BACKOFF)) - 1 for k in range(1, MAX_BACKOFF + 3)]
+    assert policy.spins == policy.misses
+    assert policy.hits == 0
+    # a paced peer: at most one spin in 2**MAX_BACKOFF expectations once backed off
+    before = policy.spins
+    for _ in range(1 << MAX_BACKOFF):
+        if policy.start():
+            policy.miss()
+    assert policy.spins - before == 1
+    while not policy.start():
+        pass
+    policy.hit(100e-6)
+    assert policy.start() > 0  # spinning again at once
+
+
+def test_one_usable_cpu_never_spins() -> None:
+    policy = WaitPolicy(cpus=1)
+    assert not policy.enabled
+    assert [policy.start() for _ in range(10)] == [0.0] * 10
+    assert policy.spins == policy.skipped == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("auto", Polling("auto", AUTO_CAP)),
+        ("", Polling()),
+        ("off", Polling("off", 0.0)),
+        ("0", Polling("off", 0.0)),
+        ("300", Polling("fixed", 300e-6)),
+        (250, Polling("fixed", 250e-6)),
+        (Polling("fixed", 1e-3), Polling("fixed", 1e-3)),
+    ],
+)
+def test_the_setting_reads_auto_off_and_microseconds(value: object, expected: Polling) -> None:
+    setting = Polling.parse(value)  # type: ignore[arg-type]
+    assert setting == expected
+    assert setting.spins is (expected.mode != "off")
+
+
+@pytest.mark.parametrize("value", ["-5", "abc", "inf", "nan", -1, float("inf")])
+def test_a_bad_setting_names_itself(value: object) -> None:
+    with pytest.raises(ValueError, match=f"not {value!r}"):
+        Polling.parse(value)  # type: ignore[arg-type]
+
+
+def test_a_setting_of_the_wrong_kind_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="not None"):
+        Polling.parse(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="seconds, not '1'"):
+        Polling("fixed", "1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'sometimes'"):
+        Polling("sometimes")  # type: ignore[arg-type]
+
+
+def test_the_environment_chooses_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIORDMA_POLL", raising=False)
+    monkeypatch.delenv("AIORDMA_POLL_US", raising=False)
+    assert Polling.from_environment() == Polling()
+    monkeypatch.setenv("AIORDMA_POLL_US", "300")  # the older name: a fixed window
+    assert Polling.from_environment() == Polling("fixed", 300e-6)
+    monkeypatch.setenv("AIORDMA_POLL", "off")  # the newer one wins
+    assert Polling.from_environment() == Polling("off")
+    monkeypatch.setenv("AIORDMA_POLL", "often")
+    with pytest.raises(ValueError, match=r"AIORDMA_POLL: .*'often'"):
+        Polling.from_environment()
+    monkeypatch.delenv("AIORDMA_POLL")
+    monkeypatch.setenv("AIORDMA_POLL_US", "-5")
+    with pytest.raises(ValueError, match=r"AIORDMA_POLL_US must be .* not '-5'"):
+        Polling.from_environment()
