@@ -345,12 +345,18 @@ class CompletionQueue:
             self.kick()
             return
         policy = self._policy
-        if policy is None or self._expecting or self._cq is None:
+        if policy is None or self._cq is None:
             return
+        now = self._loop.time()
+        if self._expecting:
+            if self._driver.received == self._received_before:
+                return  # the answer to an earlier send is still awaited
+            # The answer came through an event before the spin saw it.
+            self._expecting = False
+            policy.hit(now - self._spin_from)
         window = policy.start()
         if window <= 0:
             return
-        now = self._loop.time()
         self._expecting = True
         self._spin_from = now
         self._received_before = self._driver.received

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiordma.verbs._waiting import AUTO_CAP, FLOOR, MAX_BACKOFF, Polling, WaitPolicy
+from aiordma.verbs._waiting import AUTO_CAP, DEFAULT, FLOOR, MAX_BACKOFF, Polling, WaitPolicy
 
 
 def test_an_answer_that_keeps_coming_soon_keeps_the_spin_and_trims_the_window() -> None:
@@ -68,7 +68,6 @@ def test_one_usable_cpu_never_spins() -> None:
     ("value", "expected"),
     [
         ("auto", Polling("auto", AUTO_CAP)),
-        ("", Polling()),
         ("off", Polling("off", 0.0)),
         ("0", Polling("off", 0.0)),
         ("300", Polling("fixed", 300e-6)),
@@ -82,7 +81,7 @@ def test_the_setting_reads_auto_off_and_microseconds(value: object, expected: Po
     assert setting.spins is (expected.mode != "off")
 
 
-@pytest.mark.parametrize("value", ["-5", "abc", "inf", "nan", -1, float("inf")])
+@pytest.mark.parametrize("value", ["-5", "abc", "inf", "nan", "", -1, float("inf")])
 def test_a_bad_setting_names_itself(value: object) -> None:
     with pytest.raises(ValueError, match=f"not {value!r}"):
         Polling.parse(value)  # type: ignore[arg-type]
@@ -100,7 +99,7 @@ def test_a_setting_of_the_wrong_kind_is_a_type_error() -> None:
 def test_the_environment_chooses_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIORDMA_POLL", raising=False)
     monkeypatch.delenv("AIORDMA_POLL_US", raising=False)
-    assert Polling.from_environment() == Polling()
+    assert Polling.from_environment() == DEFAULT == Polling("off")
     monkeypatch.setenv("AIORDMA_POLL_US", "300")  # the older name: a fixed window
     assert Polling.from_environment() == Polling("fixed", 300e-6)
     monkeypatch.setenv("AIORDMA_POLL", "off")  # the newer one wins
