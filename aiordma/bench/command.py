@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import sys
@@ -29,6 +30,23 @@ REMOTE_STOP_TIMEOUT = 30.0
 """Seconds to wait for a perftest server on host 2 to listen, or to be gone."""
 
 DEFAULT_SIZES = {"lat": [64], "bw": [65536, 1 << 20], "rate": [64]}
+
+
+def pace(text: str) -> float:
+    """Seconds from ``'1ms'``, ``'500us'``, ``'0.01s'`` or ``'0.01'``."""
+    number = text.strip().lower()
+    scale = 1.0
+    for unit, factor in (("us", 1e-6), ("ms", 1e-3), ("s", 1.0)):
+        if number.endswith(unit):
+            number, scale = number[: -len(unit)], factor
+            break
+    try:
+        seconds = float(number) * scale
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"a pace is a time such as 1ms or 500us, not {text!r}")
+    return seconds
 
 
 def kind_of(mode: str) -> str:
@@ -61,7 +79,7 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
         for mode in args.modes
     )
     progress = Progress(steps)
-    plan = Plan(args.iterations, args.warmup, args.depth, args.duration)
+    plan = Plan(args.iterations, args.warmup, args.depth, args.duration, args.pace)
     largest = max(max(s) for s in sizes.values())
     start_server: Callable[[list[str]], Callable[[], None]] = perftest.start_local
     fabric = None
@@ -155,6 +173,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure for this long instead of --iterations (perftest then "
                         "runs as many iterations as aiordma did)")  # fmt: skip
     parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--pace", type=pace, metavar="TIME",
+                        help="latency modes: start one operation per TIME ('1ms', '10ms', "
+                             "'500us') instead of back to back")  # fmt: skip
     parser.add_argument("--depth", type=int, default=8, help="operations in flight (bandwidth)")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="uvloop")
     parser.add_argument("--compare", action="append", default=[], choices=["perftest", "tcp"],

@@ -41,6 +41,8 @@ def row(result: Result, references: Sequence[Result] = ()) -> str:
     ratios = [ratio(result, ref) for ref in references if ref is not result]
     if ratios:
         text += f"  ({', '.join(ratios)})"
+    if result.latency is not None and result.latency.cpu is not None:
+        text += f"  [machine CPU {result.latency.cpu:.0f} us/op]"
     credits = result.extra.get("credit_packets_per_message")
     if credits is not None:
         text += f"  [{credits:.2f} credit-only packets/msg]"

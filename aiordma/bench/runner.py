@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import os
 import random
 import signal
 import subprocess
@@ -38,6 +39,8 @@ class Plan:
     warmup: int
     depth: int
     duration: float | None = None
+    pace: float | None = None
+    """Seconds from one latency operation's start to the next's (None: back to back)."""
 
     def more(self, done: int, start: float) -> bool:
         if self.duration is not None:
@@ -109,19 +112,45 @@ def _report(progress: Progress | None, done: int) -> None:
         progress(done)
 
 
+class Samples(list[float]):
+    """Latencies in seconds, and the machine's busy CPU seconds per operation."""
+
+    cpu_per_op: float | None = None
+
+
+def machine_busy() -> float | None:
+    """Seconds of CPU the whole machine has been busy (``/proc/stat``; None
+    where there is none): every process's and the kernel's, the device's
+    work on Soft-RoCE included."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal: all but idle and iowait
+    ticks = sum(int(f) for i, f in enumerate(fields[1:9]) if i not in (3, 4))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 async def _latencies(
     plan: Plan, op: Callable[[], Awaitable[Any]], progress: Progress | None
-) -> list[float]:
+) -> Samples:
     for _ in range(plan.warmup):
         await op()
-    samples: list[float] = []
+    samples = Samples()
     clock = time.perf_counter
+    busy = machine_busy()
     begin = clock()
     while plan.more(len(samples), begin):
         start = clock()
         await op()
         samples.append(clock() - start)
         _report(progress, len(samples))
+        if plan.pace is not None:  # the next start on a fixed schedule
+            await asyncio.sleep(max(0.0, begin + len(samples) * plan.pace - clock()))
+    after = machine_busy()
+    if busy is not None and after is not None and samples:
+        samples.cpu_per_op = (after - busy) / len(samples)
     return samples
 
 

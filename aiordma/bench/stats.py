@@ -25,12 +25,19 @@ class Latency:
     p99: float
     p999: float
     mean: float
+    cpu: float | None = None
+    """The whole machine's busy CPU per operation (both processes and the
+    device's kernel work), in microseconds, when it was measured."""
 
     @classmethod
-    def of(cls, seconds: Sequence[float]) -> Latency:
+    def of(cls, seconds: Sequence[float], cpu: float | None = None) -> Latency:
+        """The summary of ``seconds``; ``cpu``: busy CPU seconds per operation
+        (by default the ``cpu_per_op`` of ``seconds``, if it has one)."""
         us = [s * 1e6 for s in seconds]
+        if cpu is None:
+            cpu = getattr(seconds, "cpu_per_op", None)
         return cls(percentile(us, 0.5), percentile(us, 0.99), percentile(us, 0.999),
-                   statistics.fmean(us))  # fmt: skip
+                   statistics.fmean(us), None if cpu is None else cpu * 1e6)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,13 @@ import itertools
 import logging
 import os
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from pyverbs import enums
 from pyverbs.cq import CQ, CompChannel
 
-from aiordma import _ibv
+from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import (
     CompletionError,
@@ -152,8 +153,10 @@ class CompletionQueue:
         loop: asyncio.AbstractEventLoop,
         capacity: int = 256,
         polling: Polling | None = None,
+        name: str = "cq",
     ):
         self._loop = loop
+        self._name = name
         setting = default_polling() if polling is None else polling
         self._setting = setting
         self._poll = setting.window if setting.mode == "fixed" else 0.0
@@ -192,6 +195,8 @@ class CompletionQueue:
         self._abandon = weakref.finalize(self, _abandon, self._cq, channel)
         self._reserved = 0
         self._ids = itertools.count(1)
+        if setting.spins:  # a CQ that never spins has nothing of its own to show
+            metrics.watch(self)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -316,6 +321,11 @@ class CompletionQueue:
         return self._setting
 
     @property
+    def name(self) -> str:
+        """The device's name and a number (``rxe0#2``): this CQ's metrics label."""
+        return self._name
+
+    @property
     def spinning(self) -> bool:
         """Whether the CQ is polling now rather than armed and asleep."""
         return self._polling
@@ -336,6 +346,18 @@ class CompletionQueue:
             "spun_seconds": self._spun,
             "window_seconds": policy.window if policy else self._poll,
         }
+
+    def _metric_sources(self) -> Iterator[tuple[dict[str, str], metrics.Stats]]:
+        """For exporters: the waiting counts, labelled ``completion_queue``."""
+        counts = self.waiting()
+        stats = metrics.Stats("completion_queue")
+        for name, key in (("spins", "spins"), ("spin_hits", "hits"), ("spin_misses", "misses"),
+                          ("spins_skipped", "skipped"), ("arms", "arms")):  # fmt: skip
+            stats.counters[name] = int(counts[key])
+        stats.counters["spun_microseconds"] = round(counts["spun_seconds"] * 1e6)
+        stats.gauge_sources.append(lambda: {"spin_window_microseconds": round(
+            counts["window_seconds"] * 1e6)})  # fmt: skip
+        yield {"completion_queue": self._name}, stats
 
     def expect(self) -> None:
         """A two-sided send was posted: its answer (a reply, or the next
@@ -485,6 +507,7 @@ class CompletionQueue:
             with contextlib.suppress(RuntimeError, ValueError, OSError):
                 self._loop.remove_reader(self._fd)
         self._handlers.clear()
+        metrics.unwatch(self)
         self._driver.detach()
         try:
             cq.close()  # acknowledges outstanding events first

@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import contextlib
 import errno
+import itertools
 import mmap
 import resource
 import warnings
@@ -33,6 +34,10 @@ from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, ReceiveSource
 if TYPE_CHECKING:
     from pyverbs.device import Context
     from pyverbs.pd import PD
+
+
+_cq_numbers = itertools.count(1)
+"""Numbers completion queues' metric labels (``rxe0#3``)."""
 
 
 class _RemovalWatcher(Protocol):
@@ -257,7 +262,7 @@ class Device(Closable):
         for cq in cqs:
             if cq.has_room(entries):
                 return cq
-        cq = CompletionQueue(self.context, loop)
+        cq = CompletionQueue(self.context, loop, name=f"{self.name}#{next(_cq_numbers)}")
         cqs.append(cq)
         return cq
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from aiordma.bench import tcp
-from aiordma.bench.command import sizes_for
+from aiordma.bench.command import pace, sizes_for
 from aiordma.bench.perftest import to_result
 from aiordma.bench.report import Progress, ratio, row
-from aiordma.bench.runner import Plan
+from aiordma.bench.runner import Plan, _latencies, machine_busy
 from aiordma.bench.stats import Latency, Result
 
 
@@ -66,6 +66,40 @@ def test_plan_counts_iterations_or_time() -> None:
     by_time = Plan(iterations=1, warmup=0, depth=1, duration=3600.0)
     assert by_time.more(10**9, time.perf_counter())
     assert not Plan(1, 0, 1, duration=0.0).more(0, time.perf_counter())
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("1ms", 1e-3), ("10ms", 1e-2), ("500us", 5e-4),
+                                               ("0.25s", 0.25), ("2", 2.0)])  # fmt: skip
+def test_a_pace_is_read_with_its_unit(text: str, seconds: float) -> None:
+    assert pace(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "0ms", "-1ms", "fast", "infms"])
+def test_a_pace_that_is_no_time_is_refused(text: str) -> None:
+    with pytest.raises(Exception, match=f"not {text!r}"):
+        pace(text)
+
+
+@pytest.mark.asyncio
+async def test_paced_latencies_keep_their_schedule_and_count_the_machine_cpu() -> None:
+    ops = 0
+
+    async def op() -> None:
+        nonlocal ops
+        ops += 1
+
+    begin = time.perf_counter()
+    samples = await _latencies(Plan(5, 1, 1, pace=0.02), op, None)
+    assert len(samples) == 5
+    assert ops == 6
+    assert time.perf_counter() - begin >= 4 * 0.02  # four waits between five starts
+    assert samples.cpu_per_op is not None
+    assert samples.cpu_per_op >= 0
+    assert machine_busy() is not None
+    summary = Latency.of(samples)
+    assert summary.cpu == pytest.approx(samples.cpu_per_op * 1e6)
+    text = row(Result("aiordma", "send_lat", 64, 1, 5, sum(samples), summary))
+    assert f"[machine CPU {summary.cpu:.0f} us/op]" in text
 
 
 def test_progress_prints_one_line_per_step_off_a_terminal() -> None:

@@ -120,6 +120,11 @@ async def test_a_ping_pong_spins_for_answers_and_an_idle_queue_never_does(apart:
     await asyncio.sleep(0.3)  # idle time is the subject
     assert a.completion_queue.waiting() == counts  # no spin, no wake-up, no arming
     assert b.completion_queue.waiting() == idle
+    sources = aiordma.metrics.collect()
+    exported = {labels.get("completion_queue"): stats.counters for labels, stats in sources}
+    mine = exported[a.completion_queue.name]
+    assert (mine["spins"], mine["spin_hits"], mine["arms"]) == (
+        counts["spins"], counts["hits"], counts["arms"])  # fmt: skip
 
 
 @pytest.mark.asyncio
