@@ -79,15 +79,23 @@ class Polling:
 
     @classmethod
     def parse(cls, value: str | float | Polling) -> Polling:
-        """A setting from ``"auto"``, ``"off"``, a number of microseconds (a
-        fixed window; ``0`` is ``off``), or a :class:`Polling`; ValueError
-        naming anything else."""
+        """A setting from ``"auto"`` (``"auto:N"``: spinning at most N
+        microseconds), ``"off"``, a number of microseconds (a fixed window;
+        ``0`` is ``off``), or a :class:`Polling`; ValueError naming anything else."""
         if isinstance(value, Polling):
             return value
         if isinstance(value, str):
             text = value.strip().lower()
             if text == "auto":
                 return cls()
+            if text.startswith("auto:"):
+                try:
+                    cap = cls.parse(text[5:])
+                except ValueError:
+                    cap = cls("off")
+                if cap.mode != "fixed":
+                    raise ValueError(f"polling 'auto:N' takes N > 0 microseconds, not {value!r}")
+                return cls("auto", cap.window)
             if text == "off":
                 return cls("off", 0.0)
             try:

@@ -68,6 +68,7 @@ def test_one_usable_cpu_never_spins() -> None:
     ("value", "expected"),
     [
         ("auto", Polling("auto", AUTO_CAP)),
+        ("auto:1000", Polling("auto", 1e-3)),
         ("off", Polling("off", 0.0)),
         ("0", Polling("off", 0.0)),
         ("300", Polling("fixed", 300e-6)),
@@ -81,7 +82,9 @@ def test_the_setting_reads_auto_off_and_microseconds(value: object, expected: Po
     assert setting.spins is (expected.mode != "off")
 
 
-@pytest.mark.parametrize("value", ["-5", "abc", "inf", "nan", "", -1, float("inf")])
+@pytest.mark.parametrize(
+    "value", ["-5", "abc", "inf", "nan", "", -1, float("inf"), "auto:0", "auto:", "auto:x"]
+)
 def test_a_bad_setting_names_itself(value: object) -> None:
     with pytest.raises(ValueError, match=f"not {value!r}"):
         Polling.parse(value)  # type: ignore[arg-type]
