@@ -611,10 +611,10 @@ class WorkEngine:
         return DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
 
     def _sends_posted(self, works: list[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
-        if any(work.opcode in _ibv.ANSWERED_OPCODES for _, work in works):
-            self.cq.expect()
-        else:
-            self.cq.kick()
+        if self._expect is not None and any(w.opcode in _ibv.ANSWERED_OPCODES for _, w in works):
+            self._expect()
+        elif self._kick is not None:
+            self._kick()
         self.last_send = works[-1][1]
         self._silent.extend(work for _, work in works if work.silent)
         return self._track(works)
@@ -641,9 +641,10 @@ class WorkEngine:
         if rc:
             raise self._refused([(wr_id, work)], self.sq, rc)
         if opcode == _WR_SEND:
-            self.cq.expect()
-        else:
-            self.cq.kick()
+            if self._expect is not None:
+                self._expect()
+        elif self._kick is not None:
+            self._kick()
         self.last_send = work
         if silent:
             self._silent.append(work)
