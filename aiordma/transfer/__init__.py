@@ -16,11 +16,11 @@ from aiordma.transfer.agent import (
     Agent,
     AgentKeywords,
     Notification,
-    Peer,
-    Registration,
     start_agent,
 )
 from aiordma.transfer.descriptors import Descriptor, DescriptorList, RegionInfo
+from aiordma.transfer.peers import Peer
+from aiordma.transfer.registration import Registration
 
 __all__ = [
     "Agent",

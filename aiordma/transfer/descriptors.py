@@ -23,6 +23,7 @@ from typing import Final, NamedTuple, overload
 
 from aiordma._checks import check_bytes_like
 from aiordma.exceptions import ProtocolError
+from aiordma.transfer import _plan
 
 MAGIC: Final = b"ADL1"
 _HEADER: Final = struct.Struct("<4sHHQII")
@@ -241,6 +242,33 @@ class DescriptorList(Sequence[Descriptor]):
     def nbytes(self) -> int:
         """The blocks' total length."""
         return sum(self.lengths)
+
+    # -- checks before a transfer --------------------------------------------
+
+    def check_pairs(self, remote: DescriptorList) -> None:
+        """ValueError unless this list and ``remote`` pair block for block
+        (as many blocks, at least one, each pair of one length)."""
+        count = len(self)
+        if len(remote) != count:
+            raise ValueError(f"{count} local blocks cannot pair with {len(remote)} remote ones")
+        if not count:
+            raise ValueError("the lists are empty: a transfer moves at least one block")
+        bad = _plan.mismatch(self.lengths, remote.lengths, count)
+        if bad >= 0:
+            raise ValueError(f"descriptor {bad}: {self.lengths[bad]} local bytes, "
+                             f"{remote.lengths[bad]} remote")  # fmt: skip
+
+    def check_remote(self, agent: int | None, access: int, what: str) -> None:
+        """ValueError unless this is a peer's list (of ``agent``'s memory,
+        when known) whose every region allows ``access`` (named ``what``)."""
+        if not self.remote:
+            raise ValueError("the remote list must be a peer's (DescriptorList.from_bytes)")
+        if agent is not None and self.agent != agent:
+            raise ValueError(f"the remote list is agent {self.agent:#x}'s memory, "
+                             f"not the peer's ({agent:#x})")  # fmt: skip
+        for info in self.regions:
+            if not info.access & access:
+                raise ValueError(f"the peer's region at {info.base:#x} does not allow {what}")
 
     # -- the packed form -----------------------------------------------------
 

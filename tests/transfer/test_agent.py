@@ -294,20 +294,21 @@ async def test_peers_are_forgotten_when_their_connections_end(lab: Lab) -> None:
                                        remote, notify=b"%d" % i)  # fmt: skip
                     await target.next_notification(b"%d" % i)
                 assert target.stats()["gauges"]["peers"] == 1
-        await until(lambda: not target._peers, "the listener forgot them")
-        assert not target._by_address
+        await until(
+            lambda: target.stats()["gauges"]["known_peers"] == 0, "the listener forgot them"
+        )
         assert target.stats()["gauges"]["peers"] == 0
         # and the dialing side forgets a listener that went away, yet reaches it again
         async with await start_agent() as dialer:
             mine = dialer.alloc(BLOCK)
             peer = dialer.peer(target.metadata())
             async with asyncio.timeout(TIMEOUT):
-                await dialer.write(peer, mine.blocks(BLOCK), remote)
+                await dialer.write(peer, mine.blocks(BLOCK), remote, notify=b"hello")
             assert dialer.stats()["gauges"]["peers"] == 1
-            await until(lambda: target.stats()["gauges"]["peers"] == 1, "the listener knows it")
-            for channel in list(target._channels):
-                channel.close()  # the listener drops it: the dialer's channel ends
-            await until(lambda: not dialer._peers, "the dialer forgot the listener")
+            note = await target.next_notification(timeout=TIMEOUT)
+            note.peer.close()  # the listener drops it: the dialer's channel ends
+            await until(lambda: dialer.stats()["gauges"]["known_peers"] == 0,
+                        "the dialer forgot the listener")  # fmt: skip
             assert dialer.stats()["gauges"]["peers"] == 0
             async with asyncio.timeout(TIMEOUT):
                 await dialer.write(peer, mine.blocks(BLOCK), remote)  # the Peer connects again
