@@ -13,7 +13,8 @@ from aiordma import metrics
 from aiordma._checks import check_type
 from aiordma.cm import _rdmacm
 from aiordma.cm._events import CMEventChannel, CMId
-from aiordma.cm._handshake import (
+from aiordma.cm._rdmacm import Event, EventType
+from aiordma.cm._setup import (
     abandon_setup,
     check_host,
     check_port,
@@ -27,7 +28,6 @@ from aiordma.cm._handshake import (
     resolve_address,
     run_prepare,
 )
-from aiordma.cm._rdmacm import Event, EventType
 from aiordma.cm.auth import (
     MESSAGE_BUFFER,
     VERDICT,

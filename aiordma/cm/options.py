@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Self, TypedDict
 from aiordma._checks import check_int, check_seconds, check_type
 from aiordma._help import fields_in_help
 from aiordma.cm import _rdmacm
-from aiordma.cm._handshake import check_private_data, check_shared_receive
+from aiordma.cm._setup import check_private_data, check_shared_receive
 from aiordma.cm.auth import REQUEST_SIZE, PresharedKey, as_key
 from aiordma.verbs.device import Device
 from aiordma.verbs.queue_pair import QueuePairOptions

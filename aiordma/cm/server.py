@@ -1,18 +1,16 @@
 """The passive side: :func:`start_server` and :class:`Server`, shaped like asyncio's.
 
 A listening cm_id receives connection requests on the loop's rdma_cm
-channel. Each request is handled in its own task: the ``accept`` callback
-decides from the client's address and private data, a queue pair is created
-and brought to RTS with rdma_cm's attributes, ``prepare`` may post receives,
-and only then is the request accepted. Once the client confirms, the
-connection is handed to the server's callback, which runs as its own task;
-the connection is closed when that callback returns.
+channel. Each request is set up in its own task (:mod:`aiordma.cm.accept`:
+``accept`` decides, the queue pair is made ready, ``prepare`` runs, the
+client confirms); the server adopts the connection and hands it to its
+callback, which runs as its own task; the connection is closed when that
+callback returns.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import inspect
 import logging
@@ -23,33 +21,13 @@ from aiordma import metrics
 from aiordma._checks import check_type
 from aiordma.cm import _rdmacm
 from aiordma.cm._events import CMEventChannel, CMId, release_removed_device
-from aiordma.cm._handshake import (
-    abandon_setup,
+from aiordma.cm._rdmacm import Event, EventType
+from aiordma.cm._setup import (
     check_port,
-    check_private_data,
-    conn_params,
-    create_qp_for,
-    expect,
-    handshake_message,
-    move_to_rts,
-    post_handshake_receive,
     rdma_addresses,
     resolve_address,
-    run_prepare,
-    setup_refusal,
 )
-from aiordma.cm._rdmacm import Event, EventType
-from aiordma.cm.auth import (
-    ACCEPT_SIZE,
-    MESSAGE_BUFFER,
-    VERDICT,
-    Binding,
-    Refused,
-    ServerHandshake,
-    explain,
-    failure,
-    refusal,
-)
+from aiordma.cm.accept import RejectConnection, accept
 from aiordma.cm.connection import Connection, Prepare
 from aiordma.cm.options import (
     ConnectionRequest,
@@ -57,9 +35,6 @@ from aiordma.cm.options import (
     ServeOptions,
 )
 from aiordma.exceptions import (
-    AuthenticationError,
-    ConnectionLostError,
-    ConnectionRejectedError,
     DeviceError,
     RdmaError,
     ResourceClosedError,
@@ -68,8 +43,6 @@ from aiordma.exceptions import (
 from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats, merged
 from aiordma.verbs.device import Device
-from aiordma.verbs.memory import MemoryRegion
-from aiordma.verbs.queue_pair import QueuePair
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -79,22 +52,6 @@ log = logging.getLogger(__name__)
 ClientConnected = Callable[[Connection], Awaitable[object] | None]
 """The per-connection callback of :func:`start_server`: a coroutine function
 (run as a task; the connection closes when it returns) or a plain function."""
-
-_DEADLINE_CHECK = 0.5
-"""Seconds before the set-up deadline at which the kernel's queued events are
-read; the deadline then moves to this long after, for their delivery."""
-
-
-class RejectConnection(RdmaError):
-    """Raise from a server's ``accept`` callback to turn a request down.
-
-    ``private_data`` (at most 148 bytes) reaches the client in
-    ``ConnectionRejectedError.private_data``.
-    """
-
-    def __init__(self, private_data: bytes = b"") -> None:
-        super().__init__(private_data)
-        self.private_data = check_private_data(private_data, _rdmacm.MAX_REJECT_DATA, "reject")
 
 
 class Server(Closable):
@@ -111,7 +68,6 @@ class Server(Closable):
     ) -> None:
         self._callback = client_connected_cb
         self._settings = settings
-        self._key = settings.key
         self._prepare = prepare
         self._listeners: list[CMId] = []
         self._addresses: list[tuple[str, int]] = []
@@ -195,85 +151,10 @@ class Server(Closable):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _decide(self, child: CMId, private_data: bytes) -> bytes | None:
-        """Private data to accept with, or None when the request was rejected."""
-        if self._settings.accept is None:
-            return b""
-        request = ConnectionRequest(child.peer_address, child.local_address, private_data)
-        limit = _rdmacm.MAX_ACCEPT_DATA - (ACCEPT_SIZE if self._key is not None else 0)
-        try:
-            reply = self._settings.accept(request)
-            if inspect.isawaitable(reply):
-                reply = await reply
-            return check_private_data(reply or b"", limit, "accept")
-        except RejectConnection as rejection:
-            self._totals.add("connections_rejected")
-            child.reject(rejection.private_data)
-        except Exception:
-            log.exception("accept callback failed; request from %s rejected", request.peer_address)
-            child.reject(b"")
-        return None
-
     async def _handle_request(self, event: Event, child: CMId) -> None:
-        qp: QueuePair | None = None
-        conn: Connection | None = None
-        where = "{}:{}".format(*child.peer_address)
-        handshake: ServerHandshake | None = None
-        accepted = False
-        try:
-            data = event.private_data
-            if self._key is not None:
-                handshake = self._handshake(child, data, where)
-                if handshake is None:
-                    return
-                data = handshake.private_data
-            reply = await self._decide(child, data)
-            if reply is None:
-                child.destroy()
-                return
-            name = child.device_name
-            shared = self._settings.shared_receive
-            device = self._settings.device or (
-                shared.device if shared else Device.shared(name or "")
-            )
-            qp = create_qp_for(child, device, self._settings.options, shared)
-            move_to_rts(qp, child)
-            conn = Connection(child, qp, data)
-            if handshake is None:
-                await run_prepare(self._prepare, conn)
-            else:
-                scratch = conn.alloc(MESSAGE_BUFFER)
-                arrival = await post_handshake_receive(qp, scratch[:])
-                binding = Binding(event.qp_num, qp.qp_num, child.peer_address,
-                                  child.local_address)  # fmt: skip
-                reply = handshake.accept(reply, binding)
-            _rdmacm.accept(child.id, private_data=reply, **conn_params(qp))
-            accepted = True
-            try:
-                async with asyncio.timeout(self._settings.handshake_timeout) as deadline:
-                    await self._established(child, conn, where, deadline)
-                    if handshake is not None:
-                        await self._verify(handshake, conn, child, scratch, arrival, where)
-            except TimeoutError as exc:
-                step = "prove the key" if handshake is not None else "confirm the connection"
-                raise TimeoutError(
-                    f"{where} did not {step} within {self._settings.handshake_timeout} s"
-                ) from exc
-            conn._activate()
-        except BaseException as exc:
-            if not accepted and isinstance(exc, RdmaError | MemoryError) and child.ptr is not None:
-                with contextlib.suppress(OSError):  # the client may be gone already
-                    child.reject(setup_refusal(exc))  # it learns why, not just "rejected"
-            abandon_setup(child, qp, conn)
-            if isinstance(exc, Exception):
-                self._totals.add("auth_failed" if isinstance(exc, AuthenticationError)
-                                 else "setup_failed")  # fmt: skip
-                if isinstance(exc, ConnectionLostError):  # the client gave up: its business
-                    log.info("connection from %s ended during setup: %s", where, exc)
-                else:
-                    log.warning("connection from %s failed during setup: %r", where, exc)
-                return
-            raise
+        conn = await accept(event, child, self._settings, self._prepare, self._totals.add)
+        if conn is None:
+            return
         if self._clients_closing:
             await conn.close()
             return
@@ -285,82 +166,6 @@ class Server(Closable):
         task.add_done_callback(self._handlers.discard)
         # Closed also if the task is cancelled before it runs (at loop shutdown).
         task.add_done_callback(lambda _: conn.close())
-
-    @staticmethod
-    async def _established(
-        child: CMId, conn: Connection, where: str, deadline: asyncio.Timeout
-    ) -> None:
-        """Wait for ``child``'s ESTABLISHED event, unless ``conn`` closes first.
-
-        A connection can close before it is established: the ``prepare``
-        hook's receives may take the client's first packets, and a message
-        channel closes a connection whose packet breaks the protocol. Its
-        cm_id is then gone and no event will come, so stop waiting at once.
-
-        ``deadline`` bounds the client's delay, not ours: once it is near, the
-        events the kernel already holds are read, so a client that confirmed
-        in time while this loop was busy with other clients is not dropped.
-        """
-        loop = asyncio.get_running_loop()
-
-        def check() -> None:  # a callback, so it runs before the deadline's own
-            child.channel.read_pending()
-            deadline.reschedule(loop.time() + _DEADLINE_CHECK)
-
-        when = deadline.when()
-        checking = None if when is None else loop.call_at(when - _DEADLINE_CHECK, check)
-        established = asyncio.ensure_future(expect(child, EventType.ESTABLISHED, where))
-        closed = asyncio.ensure_future(conn.wait_closed())
-        try:
-            await asyncio.wait((established, closed), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if checking is not None:
-                checking.cancel()
-            established.cancel()
-            closed.cancel()
-        if closed.done() and not closed.cancelled():
-            raise ConnectionLostError(f"the connection from {where} closed during set-up")
-        try:
-            established.result()
-        except AuthenticationError:
-            raise
-        except ConnectionRejectedError as exc:  # the client's connect was cancelled or timed out
-            raise ConnectionLostError(
-                f"{where} gave the connection up during set-up (it rejected the accept)"
-            ) from exc
-
-    def _handshake(self, child: CMId, data: bytes, where: str) -> ServerHandshake | None:
-        """The handshake a request starts; None when it started none (it is then rejected)."""
-        assert self._key is not None
-        try:
-            return ServerHandshake(self._key, data)
-        except Refused as refused:
-            self._totals.add("auth_refused")
-            log.warning("connection from %s refused: %s", where, explain(refused.reason))
-            child.reject(refusal(refused.reason))
-            child.destroy()
-            return None
-
-    async def _verify(
-        self, handshake: ServerHandshake, conn: Connection, child: CMId, scratch: MemoryRegion,
-        arrival: asyncio.Future[bytes], where: str,
-    ) -> None:  # fmt: skip
-        """Check the client's proof, then prepare the connection and tell the client.
-
-        Until the proof checks the client has been sent nothing but our own
-        proof: no message, no rkey, and no ``prepare`` has run for it.
-        """
-        proof = await handshake_message(child, arrival)
-        if proof is None:
-            raise ConnectionLostError(f"{where} left during authentication")
-        try:
-            handshake.check_proof(proof)
-        except Refused as refused:
-            raise failure(where, refused.reason) from None
-        await run_prepare(self._prepare, conn)
-        scratch.view()[: len(VERDICT)] = VERDICT
-        await conn.qp.post_send(scratch[: len(VERDICT)])
-        scratch.close()
 
     def _retire(self, conn: Connection) -> None:
         """A connection closed: its counts stay in the server's."""

@@ -490,7 +490,7 @@ class QueuePair(Closable):
         self._connected = True
 
     def _move_to_rts(self, rtr: QPAttr, rtr_mask: int, rts: QPAttr, rts_mask: int) -> None:
-        """Internal entry for rdma_cm set-up (:mod:`aiordma.cm._handshake`): apply the
+        """Internal entry for rdma_cm set-up (:mod:`aiordma.cm._setup`): apply the
         RTR then RTS attributes rdma_cm computed for this connection."""
         for attr, mask, what in ((rtr, rtr_mask, "RTR"), (rts, rts_mask, "RTS")):
             with verbs_errors(f"moving QP {self.qp_num} to {what}"):

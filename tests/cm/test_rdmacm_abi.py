@@ -13,8 +13,8 @@ import errno
 import pytest
 
 from aiordma.cm import _rdmacm
-from aiordma.cm._handshake import check_port, check_private_data, setup_error
 from aiordma.cm._rdmacm import AhAttr, CmEvent, CmIdHead, ConnParam, Event, EventType, QpAttr
+from aiordma.cm._setup import check_port, check_private_data, setup_error
 from aiordma.exceptions import (
     CompletionError,
     ConnectionRejectedError,

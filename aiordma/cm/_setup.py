@@ -1,7 +1,7 @@
-"""The rdma_cm handshake steps both sides share.
+"""The set-up steps both sides of an rdma_cm connection share.
 
-:func:`aiordma.connect` (active side) and :class:`aiordma.Server` (passive
-side) drive the handshake; what they do alike lives here: argument checks,
+:mod:`aiordma.cm.connect` (the active side) and :mod:`aiordma.cm.accept`
+(the passive side) each drive a set-up; what they do alike lives here: argument checks,
 address resolution, creating a queue pair on the route's port, the
 ``rdma_conn_param`` values, moving the QP to RTS with rdma_cm's attributes,
 awaiting an expected event, and the exception a failed setup event means.
