@@ -52,13 +52,8 @@ from aiordma.verbs.completion import CompletionQueue, Opcode, WorkCompletion
 from aiordma.verbs.device import Device, connect_loopback_pair
 from aiordma.verbs.endpoint import Endpoint
 from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
-from aiordma.verbs.queue_pair import (
-    QueuePair,
-    QueuePairOptions,
-    Read,
-    Send,
-    Write,
-)
+from aiordma.verbs.options import QueuePairOptions, Read, Send, Write
+from aiordma.verbs.queue_pair import QueuePair
 from aiordma.verbs.window import MemoryWindow
 
 __all__ = [

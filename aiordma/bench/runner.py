@@ -22,7 +22,7 @@ from aiordma.bench.stats import Latency, Result
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE
 from aiordma.lab.remote import Fabric
 from aiordma.transfer import DescriptorList, start_agent
-from aiordma.verbs.queue_pair import Read, Send, Write
+from aiordma.verbs.options import Read, Send, Write
 
 REMOTE_START_TIMEOUT = 120.0
 """Seconds the peer on the lab's host 2 may take to start listening."""

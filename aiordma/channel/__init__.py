@@ -61,7 +61,7 @@ from aiordma.cm.server import RejectConnection, Server
 from aiordma.verbs.device import Device
 from aiordma.verbs.discovery import find_roce_endpoint
 from aiordma.verbs.memory import Access, MemoryRegion, Segment
-from aiordma.verbs.queue_pair import QueuePairOptions
+from aiordma.verbs.options import QueuePairOptions
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE",

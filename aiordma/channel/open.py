@@ -37,7 +37,7 @@ from aiordma.cm.options import (
 from aiordma.cm.server import Server, serve_with
 from aiordma.exceptions import ConnectionLostError
 from aiordma.lifecycle import is_async_callable
-from aiordma.verbs.queue_pair import QueuePairOptions
+from aiordma.verbs.options import QueuePairOptions
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

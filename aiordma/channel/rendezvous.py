@@ -39,7 +39,7 @@ from aiordma.lifecycle import consume_outcome
 from aiordma.metrics import Stats
 from aiordma.verbs.completion import WorkCompletion
 from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
-from aiordma.verbs.queue_pair import Read
+from aiordma.verbs.options import Read
 from aiordma.verbs.window import MemoryWindow
 
 log = logging.getLogger(__name__)

@@ -39,7 +39,8 @@ from aiordma.verbs.device import Device
 from aiordma.verbs.discovery import known_devices
 from aiordma.verbs.endpoint import gid_to_str
 from aiordma.verbs.memory import Segment
-from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, check_same_device
+from aiordma.verbs.options import QueuePairOptions
+from aiordma.verbs.queue_pair import QueuePair, check_same_device
 from aiordma.verbs.srq import SharedReceiveRing
 
 if TYPE_CHECKING:

@@ -32,7 +32,8 @@ from aiordma.lifecycle import Closable
 from aiordma.metrics import Stats, merged
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
-from aiordma.verbs.queue_pair import QueuePair, SendOp
+from aiordma.verbs.options import SendOp
+from aiordma.verbs.queue_pair import QueuePair
 from aiordma.verbs.window import MemoryWindow
 
 if TYPE_CHECKING:

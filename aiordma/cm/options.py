@@ -28,7 +28,7 @@ from aiordma.cm import _rdmacm
 from aiordma.cm._setup import check_private_data, check_shared_receive
 from aiordma.cm.auth import REQUEST_SIZE, PresharedKey, as_key
 from aiordma.verbs.device import Device
-from aiordma.verbs.queue_pair import QueuePairOptions
+from aiordma.verbs.options import QueuePairOptions
 
 if TYPE_CHECKING:
     from aiordma.verbs.srq import SharedReceiveRing

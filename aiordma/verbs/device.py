@@ -29,7 +29,8 @@ from aiordma.verbs.discovery import (
     lookup,
 )
 from aiordma.verbs.memory import Access, MemoryRegion
-from aiordma.verbs.queue_pair import QueuePair, QueuePairOptions, ReceiveSource
+from aiordma.verbs.options import QueuePairOptions
+from aiordma.verbs.queue_pair import QueuePair, ReceiveSource
 
 if TYPE_CHECKING:
     from pyverbs.device import Context
