@@ -12,8 +12,17 @@ own; it uses no CPU while idle. See the Ray guide (``docs/guides/ray.md``).
 
 from __future__ import annotations
 
+try:
+    import numpy
+    import ray  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "aiordma.ray is a Ray Direct Transport, which needs Ray and numpy: "
+        "pip install 'aiordma[ray]'"
+    ) from exc
+
 from aiordma.channel import PresharedKey
-from aiordma.ray.engine import ArrayEngine, Export
+from aiordma.ray.exchange import ArrayExchange, Export
 from aiordma.ray.manager import (
     NAME,
     AiordmaFetch,
@@ -30,7 +39,7 @@ __all__ = [
     "AiordmaFetch",
     "AiordmaMetadata",
     "AiordmaTransport",
-    "ArrayEngine",
+    "ArrayExchange",
     "ArraySpec",
     "Export",
     "current_manager",
@@ -46,7 +55,6 @@ def register(name: str = NAME, *, auth: PresharedKey | bytes | None = None) -> s
     actors' agents proves (it travels to the actors with the registration,
     inside the cluster). Call it in the driver, before making the actors;
     calling it again with the same name and key does nothing."""
-    import numpy
     from ray.experimental import register_tensor_transport
 
     if not isinstance(name, str) or not name:
@@ -69,3 +77,13 @@ def register(name: str = NAME, *, auth: PresharedKey | bytes | None = None) -> s
 
 _registered: dict[str, bytes | None] = {}
 """The names :func:`register` gave Ray in this process, with their keys."""
+
+
+def __getattr__(name: str) -> object:
+    if name == "ArrayEngine":  # its name until 0.1: "engine" is the verbs layer's word
+        import warnings
+
+        warnings.warn("aiordma.ray.ArrayEngine is now ArrayExchange", DeprecationWarning,
+                      stacklevel=2)  # fmt: skip
+        return ArrayExchange
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,8 @@
-"""The Ray side: a ``TensorTransportManager`` over :class:`~aiordma.ray.engine.ArrayEngine`.
+"""The Ray side: a ``TensorTransportManager`` over :class:`~aiordma.ray.exchange.ArrayExchange`.
 
 Ray makes one manager per process (by calling the registered class) and calls
 it synchronously from its own threads; every call goes to the process's
-engine, which runs the transfer agent on its own loop thread.
+exchange, which runs the transfer agent on its own loop thread.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ray.experimental.rdt.tensor_transport_manager import (
     TensorTransportMetadata,
 )
 
-from aiordma.ray.engine import ArrayEngine, Arrays, Export
+from aiordma.ray.exchange import ArrayExchange, Arrays, Export
 from aiordma.ray.specs import ArraySpec
 
 NAME = "AIORDMA"
@@ -39,7 +39,7 @@ class AiordmaMetadata(TensorTransportMetadata):
     descriptors: bytes = b""
 
     def export(self) -> Export:
-        """The engine's view of this metadata."""
+        """The exchange's view of this metadata."""
         return Export(
             self.agent,
             self.descriptors,
@@ -88,8 +88,17 @@ class AiordmaTransport(TensorTransportManager):
 
     def __init__(self) -> None:
         global _current
-        self.engine = ArrayEngine(auth=self.auth)
+        self.exchange = ArrayExchange(auth=self.auth)
         _current = self
+
+    @property
+    def engine(self) -> ArrayExchange:
+        """Deprecated: :attr:`exchange` (its name until 0.1)."""
+        import warnings
+
+        warnings.warn("AiordmaTransport.engine is now .exchange", DeprecationWarning,
+                      stacklevel=2)  # fmt: skip
+        return self.exchange
 
     def tensor_transport_backend(self) -> str:
         """The name this class was registered under."""
@@ -123,7 +132,7 @@ class AiordmaTransport(TensorTransportManager):
     ) -> AiordmaMetadata:
         """Register the arrays for remote reads (no copy of C-contiguous ones) and
         describe them: shapes, dtypes, this agent, the descriptor list."""
-        export = self.engine.export(obj_id, rdt_object)
+        export = self.exchange.export(obj_id, rdt_object)
         return AiordmaMetadata(
             tensor_meta=[s.as_ray() for s in export.specs],
             tensor_device="cpu",
@@ -163,7 +172,7 @@ class AiordmaTransport(TensorTransportManager):
         """Start reading the object's arrays, bounded by Ray's fetch timeout;
         :meth:`wait_fetch_complete` gives them."""
         meta = _ours(tensor_transport_metadata)
-        future = self.engine.fetch(
+        future = self.exchange.fetch(
             obj_id, meta.export(), timeout=fetch_timeout(), targets=target_buffers
         )
         return AiordmaFetch(obj_id=obj_id, tensors=[], future=future)
@@ -174,7 +183,7 @@ class AiordmaTransport(TensorTransportManager):
         if not isinstance(fetch_request, AiordmaFetch) or fetch_request.future is None:
             return list(fetch_request.tensors)
         wait = None if timeout is None or timeout < 0 else timeout
-        fetch_request.tensors = self.engine.wait(fetch_request.obj_id, fetch_request.future, wait)
+        fetch_request.tensors = self.exchange.wait(fetch_request.obj_id, fetch_request.future, wait)
         fetch_request.future = None
         return list(fetch_request.tensors)
 
@@ -193,11 +202,11 @@ class AiordmaTransport(TensorTransportManager):
         self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors: list[Any]
     ) -> None:
         """Unregister the object's arrays: a late reader gets a TransferError, never the memory."""
-        self.engine.free(obj_id)
+        self.exchange.free(obj_id)
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
         """Cancel this process's fetches of the object; returns once their posted work completed."""
-        self.engine.abort(obj_id)
+        self.exchange.abort(obj_id)
 
 
 _current: AiordmaTransport | None = None

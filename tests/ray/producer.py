@@ -1,17 +1,17 @@
 """The producer process of the Ray transport's lab tests: ``python -m tests.ray.producer``.
 
-Arguments: ``[--engine]``. It drives the transport as Ray drives it in a producer actor: on each
+Arguments: ``[--exchange]``. It drives the transport as Ray drives it in a producer actor: on each
 command line read from stdin it answers one line on stdout.
 
 - ``export ID SEED SIZE...``: one object of arrays of SIZE bytes each
   (:func:`arrays`, seeded), extracted (``extract_tensor_transport_metadata``);
-  answers ``meta HEX``, the pickled metadata (``--engine``: the engine's
+  answers ``meta HEX``, the pickled metadata (``--exchange``: the exchange's
   :class:`~aiordma.ray.Export`) as hex.
 - ``free ID``: ``garbage_collect`` of the object; answers ``freed``.
 - ``exported``: answers ``exported N``, the objects held now.
-- ``exit``: closes the engine and exits.
+- ``exit``: closes the exchange and exits.
 
-With ``--engine`` it uses :class:`~aiordma.ray.ArrayEngine` without Ray (its
+With ``--exchange`` it uses :class:`~aiordma.ray.ArrayExchange` without Ray (its
 start takes seconds, not Ray's import); it prints ``ready`` first.
 """
 
@@ -50,18 +50,18 @@ def digests(values: list[numpy.ndarray[Any, Any]]) -> list[str]:
 
 
 def main() -> None:
-    engine_only = "--engine" in sys.argv
-    if engine_only:
-        from aiordma.ray import ArrayEngine
+    exchange_only = "--exchange" in sys.argv
+    if exchange_only:
+        from aiordma.ray import ArrayExchange
 
-        engine = ArrayEngine()
+        exchange = ArrayExchange()
         manager = None
-        engine.metadata  # noqa: B018  (starts it: the agent listens before "ready")
+        exchange.metadata  # noqa: B018  (starts it: the agent listens before "ready")
     else:
         from aiordma.ray import AiordmaTransport
 
         manager = AiordmaTransport()
-        engine = manager.engine
+        exchange = manager.exchange
     print("ready", flush=True)
     held: dict[str, list[numpy.ndarray[Any, Any]]] = {}
     metas: dict[str, Any] = {}
@@ -73,23 +73,23 @@ def main() -> None:
             obj_id, seed, sizes = words[1], int(words[2]), [int(w) for w in words[3:]]
             held[obj_id] = values = arrays(seed, sizes)
             if manager is None:
-                meta: Any = engine.export(obj_id, values)
+                meta: Any = exchange.export(obj_id, values)
             else:
                 meta = manager.extract_tensor_transport_metadata(obj_id, values)
             metas[obj_id] = meta
             print("meta", pickle.dumps(meta).hex(), flush=True)
         elif words[0] == "free":
             if manager is None:
-                engine.free(words[1])
+                exchange.free(words[1])
             else:
                 manager.garbage_collect(words[1], metas[words[1]], held[words[1]])
             held.pop(words[1], None)
             print("freed", flush=True)
         elif words[0] == "exported":
-            print("exported", engine.exported, flush=True)
+            print("exported", exchange.exported, flush=True)
         elif words[0] == "exit":
             break
-    engine.close()
+    exchange.close()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 A producer process (``tests.ray.producer``) extracts and frees objects; this
 process receives them through the manager's methods, from threads other
-than the engine's, as Ray's ``_ray_system`` thread and ``ray.get`` do.
+than the exchange's, as Ray's ``_ray_system`` thread and ``ray.get`` do.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 from ray.experimental.rdt.tensor_transport_manager import CommunicatorMetadata
 
 from aiordma import RemoteAccessError, TransferError
-from aiordma.ray import AiordmaFetch, AiordmaMetadata, AiordmaTransport, ArrayEngine, Export
+from aiordma.ray import AiordmaFetch, AiordmaMetadata, AiordmaTransport, ArrayExchange, Export
 from aiordma.ray.loop_thread import default_loop_factory
 from tests.conftest import PEER_TIMEOUT, ROOT, Lab
 from tests.ray.producer import arrays, digests
@@ -129,7 +129,7 @@ def consumer(lab: Lab) -> Iterator[AiordmaTransport]:
     try:
         yield manager
     finally:
-        manager.engine.close()
+        manager.exchange.close()
 
 
 def in_thread(call: Callable[[], Any]) -> Any:
@@ -164,15 +164,17 @@ def test_an_object_arrives_byte_for_byte(
 
 
 @pytest.mark.parametrize("loop", sorted(LOOPS))
-def test_the_engine_runs_on_either_loop(producer: Producer, lab: Lab, loop: str) -> None:
+def test_the_exchange_runs_on_either_loop(producer: Producer, lab: Lab, loop: str) -> None:
     meta = producer.export(f"loop-{loop}", 3, [MIB, 4 * KIB])
-    engine = ArrayEngine(loop_factory=LOOPS[loop])
+    exchange = ArrayExchange(loop_factory=LOOPS[loop])
     try:
-        got = in_thread(lambda: engine.receive(f"loop-{loop}", meta.export(), timeout=PEER_TIMEOUT))
+        got = in_thread(
+            lambda: exchange.receive(f"loop-{loop}", meta.export(), timeout=PEER_TIMEOUT)
+        )
         assert digests(got) == digests(arrays(3, [MIB, 4 * KIB]))
-        assert engine.fetching == 0
+        assert exchange.fetching == 0
     finally:
-        engine.close()
+        exchange.close()
         producer.free(f"loop-{loop}")
 
 
@@ -216,7 +218,7 @@ def test_a_freed_object_read_late_fails_cleanly(
     producer.free("after-late")
 
 
-def test_abort_stops_a_fetch_and_leaves_the_engine_usable(
+def test_abort_stops_a_fetch_and_leaves_the_exchange_usable(
     producer: Producer, consumer: AiordmaTransport
 ) -> None:
     small = producer.export("abort-warm", 1, [4 * KIB])
@@ -224,7 +226,7 @@ def test_abort_stops_a_fetch_and_leaves_the_engine_usable(
     meta = producer.export("abort", 2, [64 * MIB])
     request = consumer.fetch_multiple_tensors("abort", meta, COMM)
     in_thread(lambda: consumer.abort_transport("abort", COMM))
-    assert consumer.engine.fetching == 0  # abort returned after the posted work completed
+    assert consumer.exchange.fetching == 0  # abort returned after the posted work completed
     with pytest.raises(TransferError, match="aborted"):
         consumer.wait_fetch_complete(request)
     assert digests(recv(consumer, "abort", meta)) == digests(arrays(2, [64 * MIB]))
@@ -234,76 +236,76 @@ def test_abort_stops_a_fetch_and_leaves_the_engine_usable(
 
 
 def test_a_killed_producer_fails_the_fetch_promptly(lab: Lab, consumer: AiordmaTransport) -> None:
-    doomed = Producer("--engine")
+    doomed = Producer("--exchange")
     try:
         warm = doomed.export("warm", 1, [4 * KIB])
         meta = doomed.export("dead", 2, [16 * MIB])
-        engine = consumer.engine
+        exchange = consumer.exchange
         assert digests(
-            in_thread(lambda: engine.receive("warm", warm, timeout=PEER_TIMEOUT))
+            in_thread(lambda: exchange.receive("warm", warm, timeout=PEER_TIMEOUT))
         ) == digests(arrays(1, [4 * KIB]))
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(timeout=PEER_TIMEOUT)
         with pytest.raises((TransferError, ConnectionError)) as caught:
-            in_thread(lambda: engine.receive("dead", meta, timeout=PEER_TIMEOUT))
+            in_thread(lambda: exchange.receive("dead", meta, timeout=PEER_TIMEOUT))
         assert not isinstance(caught.value, TimeoutError)
         assert isinstance(caught.value, ConnectionError | TransferError)
-        assert engine.fetching == 0
+        assert exchange.fetching == 0
     finally:
         doomed.close()
 
 
 def test_an_object_of_this_process_is_copied(lab: Lab) -> None:
-    engine = ArrayEngine()
+    exchange = ArrayExchange()
     try:
         values = arrays(9, [64 * KIB, 12])
-        export = engine.export("mine", values)
-        got = engine.receive("mine", export, timeout=PEER_TIMEOUT)
+        export = exchange.export("mine", values)
+        got = exchange.receive("mine", export, timeout=PEER_TIMEOUT)
         assert digests(got) == digests(values)
         assert all(not numpy.shares_memory(g, v) for g, v in zip(got, values, strict=True))
-        engine.free("mine")
-        assert engine.exported == 0
+        exchange.free("mine")
+        assert exchange.exported == 0
     finally:
-        engine.close()
+        exchange.close()
 
 
 def test_the_same_array_twice_is_registered_once(lab: Lab) -> None:
-    engine = ArrayEngine()
+    exchange = ArrayExchange()
     try:
         value = arrays(4, [MIB])[0]
-        first, second = engine.export("a", [value]), engine.export("b", [value])
+        first, second = exchange.export("a", [value]), exchange.export("b", [value])
         assert first.descriptors == second.descriptors  # one registration, one rkey
-        engine.free("a")
-        assert engine.receive("b", second, timeout=PEER_TIMEOUT)[0].tobytes() == value.tobytes()
-        engine.free("b")
-        third = engine.export("c", [value])
+        exchange.free("a")
+        assert exchange.receive("b", second, timeout=PEER_TIMEOUT)[0].tobytes() == value.tobytes()
+        exchange.free("b")
+        third = exchange.export("c", [value])
         assert third.descriptors != first.descriptors  # registered anew once all were freed
-        engine.free("c")
+        exchange.free("c")
     finally:
-        engine.close()
+        exchange.close()
 
 
 def test_bad_input_is_refused_before_anything_is_registered(lab: Lab) -> None:
-    engine = ArrayEngine()
+    exchange = ArrayExchange()
     try:
         with pytest.raises(TypeError, match="numpy arrays, not list"):
-            engine.export("x", [[1, 2, 3]])
+            exchange.export("x", [[1, 2, 3]])
         with pytest.raises(TypeError, match="Python objects"):
-            engine.export("x", [numpy.array([object()])])
-        engine.export("x", [numpy.zeros(4)])
+            exchange.export("x", [numpy.array([object()])])
+        exchange.export("x", [numpy.zeros(4)])
         with pytest.raises(ValueError, match="exported already"):
-            engine.export("x", [numpy.zeros(4)])
-        assert engine.exported == 1
+            exchange.export("x", [numpy.zeros(4)])
+        assert exchange.exported == 1
         with pytest.raises(TypeError, match="AiordmaMetadata"):
             AiordmaTransport.fetch_multiple_tensors(AiordmaTransport(), "x", object(), COMM)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=r"export must be an aiordma.ray.Export .* not None"):
-            engine.receive("x", None, timeout=PEER_TIMEOUT)  # type: ignore[arg-type]
+            exchange.receive("x", None, timeout=PEER_TIMEOUT)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="timeout must be a number of seconds"):
-            engine.receive("x", engine.export("z", [numpy.zeros(4)]), timeout="5")  # type: ignore[arg-type]
+            exchange.receive("x", exchange.export("z", [numpy.zeros(4)]), timeout="5")  # type: ignore[arg-type]
     finally:
-        engine.close()
+        exchange.close()
     with pytest.raises(Exception, match="closed"):
-        engine.export("y", [numpy.zeros(4)])
+        exchange.export("y", [numpy.zeros(4)])
 
 
 def test_a_wait_names_whose_timeout_passed() -> None:
@@ -312,21 +314,21 @@ def test_a_wait_names_whose_timeout_passed() -> None:
     own: concurrent.futures.Future[Any] = concurrent.futures.Future()
     own.set_exception(TimeoutError("connecting to the producer timed out after 0 s"))
     with pytest.raises(TimeoutError, match="timed out after 0 s"):
-        ArrayEngine.wait("x", own)
+        ArrayExchange.wait("x", own)
     running: concurrent.futures.Future[Any] = concurrent.futures.Future()
     with pytest.raises(TimeoutError, match=r"object x is not done after 0\.01 s"):
-        ArrayEngine.wait("x", running, 0.01)
+        ArrayExchange.wait("x", running, 0.01)
 
 
-def test_the_engine_uses_its_own_thread(lab: Lab) -> None:
-    engine = ArrayEngine()
+def test_the_exchange_uses_its_own_thread(lab: Lab) -> None:
+    exchange = ArrayExchange()
     try:
-        export = engine.export("t", [numpy.arange(10)])
+        export = exchange.export("t", [numpy.arange(10)])
         names = {t.name for t in threading.enumerate()}
         assert "aiordma-ray" in names
         assert isinstance(export, Export)
     finally:
-        engine.close()
+        exchange.close()
     assert "aiordma-ray" not in {t.name for t in threading.enumerate()}
     assert os.getpid() > 0
 
@@ -345,17 +347,17 @@ def test_a_wait_that_times_out_leaves_the_fetch_running(
     producer.free("wait-warm")
 
 
-def test_closing_the_engine_stops_its_fetches(producer: Producer, lab: Lab) -> None:
+def test_closing_the_exchange_stops_its_fetches(producer: Producer, lab: Lab) -> None:
     warm = producer.export("closing-warm", 1, [4 * KIB])
     meta = producer.export("closing", 4, [64 * MIB])
-    engine = ArrayEngine()
+    exchange = ArrayExchange()
     try:
-        engine.receive("closing-warm", warm.export(), timeout=PEER_TIMEOUT)  # connected
-        fetch = engine.fetch("closing", meta.export(), timeout=PEER_TIMEOUT)
+        exchange.receive("closing-warm", warm.export(), timeout=PEER_TIMEOUT)  # connected
+        fetch = exchange.fetch("closing", meta.export(), timeout=PEER_TIMEOUT)
     finally:
-        engine.close()
+        exchange.close()
     with pytest.raises(TransferError, match="aborted"):
-        ArrayEngine.wait("closing", fetch)
-    assert engine.fetching == 0
+        ArrayExchange.wait("closing", fetch)
+    assert exchange.fetching == 0
     producer.free("closing")
     producer.free("closing-warm")

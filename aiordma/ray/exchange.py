@@ -4,7 +4,7 @@ The producer *exports* an object's arrays (registers them for remote reads,
 no copy) and hands out an :class:`Export`; a consumer *fetches* them with
 one descriptor-list READ into memory it then owns; the producer *frees* the
 object when no reference is left. Every method may be called from any thread
-but the engine's own; each runs on the engine's loop and the caller waits.
+but the exchange's own; each runs on the exchange's loop and the caller waits.
 
 Contract: ``export`` → (any number of ``fetch`` in other processes) → ``free``;
 ``abort`` any time; ``close`` last.
@@ -55,10 +55,10 @@ class _Pin:
         self.holders = 0
 
 
-class ArrayEngine:
+class ArrayExchange:
     """A process's transfer agent for arrays, started on first use (see the module).
 
-    ``auth``: the key every connection between engines proves. ``host``:
+    ``auth``: the key every connection between exchanges proves. ``host``:
     where the agent listens (the first active RoCE port's IPv4 address when
     None). ``loop_factory``: the loop the agent runs on (uvloop when
     installed). ``reuse``: share one registration between objects exporting
@@ -90,14 +90,14 @@ class ArrayEngine:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "started" if self._agent else "not started"
-        return f"<ArrayEngine {state} exports={len(self._exports)}>"
+        return f"<ArrayExchange {state} exports={len(self._exports)}>"
 
     # -- start and stop --------------------------------------------------------
 
     def _started(self) -> tuple[LoopThread, Agent]:
         with self._start_lock:
             if self._closed:
-                raise ResourceClosedError("this array engine is closed")
+                raise ResourceClosedError("this array exchange is closed")
             if self._thread is None or self._agent is None:
                 thread = LoopThread(self._loop_factory, name="aiordma-ray")
                 try:
@@ -123,12 +123,12 @@ class ArrayEngine:
 
     @property
     def metadata(self) -> bytes:
-        """This process's agent metadata (starts the engine)."""
+        """This process's agent metadata (starts the exchange)."""
         return self._started()[1].metadata()
 
     @property
     def thread_id(self) -> int | None:
-        """The kernel's id of the engine's loop thread (None before it started)."""
+        """The kernel's id of the exchange's loop thread (None before it started)."""
         thread = self._thread
         return None if thread is None else thread.native_id
 
@@ -255,7 +255,7 @@ class ArrayEngine:
         """Start reading ``export``'s arrays (into ``targets`` when given,
         else into new arrays the caller owns); the future gives them.
         ``timeout`` (seconds; None: no bound) bounds the connection and the read."""
-        check_type("export", export, Export, "an aiordma.ray.Export (ArrayEngine.export's)")
+        check_type("export", export, Export, "an aiordma.ray.Export (ArrayExchange.export's)")
         timeout = check_seconds("timeout", timeout, expired=True)
         if targets is not None:
             if len(targets) != len(export.specs):
@@ -374,9 +374,9 @@ class ArrayEngine:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _close_at_exit(engine: weakref.ref[ArrayEngine]) -> None:
-    """Close an engine still open when the interpreter exits (a Ray worker
+def _close_at_exit(exchange: weakref.ref[ArrayExchange]) -> None:
+    """Close an exchange still open when the interpreter exits (a Ray worker
     ending): its memory is unregistered and its connections closed in order."""
-    alive = engine()
+    alive = exchange()
     if alive is not None:
         alive.close()
