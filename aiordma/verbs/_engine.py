@@ -44,13 +44,12 @@ from pyverbs.wr import SendWR
 from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, QueuePairError, ResourceClosedError
-from aiordma.lifecycle import check_loop
+from aiordma.lifecycle import check_loop, consume_outcome
 from aiordma.metrics import Stats, record
 from aiordma.verbs import _driver
 from aiordma.verbs._bulk import BulkRun, Starved
 from aiordma.verbs._bulk import Done as BulkDone
 from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
-from aiordma.verbs._driver.pure import RECV_WR_CACHE
 from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
 from aiordma.verbs._room import QueueRoom
 from aiordma.verbs.completion import completion_error
@@ -86,20 +85,13 @@ _WR_WRITE_IMM = cython.declare(cython.int, _ibv.WR_RDMA_WRITE_WITH_IMM)
 _WR_READ = cython.declare(cython.int, _ibv.WR_RDMA_READ)
 _LOCAL_WRITE = cython.declare(cython.int, int(Access.LOCAL_WRITE))
 _SUCCESS = cython.declare(cython.int, _ibv.WC_SUCCESS)
-__all__ = ["RECV_WR_CACHE", "SIGNAL_FRACTION", "SendRequest", "WorkEngine", "closed_error",
+__all__ = ["ID_BLOCK", "SIGNAL_FRACTION", "SendRequest", "WorkEngine", "closed_error",
            "total_length"]  # fmt: skip
-__all__ = ["ID_BLOCK", "RECV_WR_CACHE", "SIGNAL_FRACTION", "SendRequest", "WorkEngine",
-           "closed_error", "total_length"]  # fmt: skip
 
 
 def closed_error() -> BaseException:
     """The error pending and later work gets once its queue pair is closed."""
     return ResourceClosedError("queue pair is closed")
-
-
-def _retrieve(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 @cython.cfunc
@@ -730,7 +722,7 @@ class WorkEngine:
         assert self._scratch is not None
         marker_request = SendRequest(_ibv.WR_RDMA_WRITE, (self._scratch.segment(0, 0),), 0)
         (marker,) = self.post_sends([marker_request])
-        marker.add_done_callback(_retrieve)  # maybe nobody awaits it; a flush is no news
+        marker.add_done_callback(consume_outcome)  # maybe nobody awaits it; a flush is no news
         return marker
 
     def _report_silent_tail(self) -> None:

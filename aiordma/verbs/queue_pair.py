@@ -23,11 +23,10 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from aiordma import _ibv
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
-from aiordma.lifecycle import Closable
+from aiordma.lifecycle import Closable, consume_outcome
 from aiordma.verbs._bulk import BulkRun
 from aiordma.verbs._bulk import Done as BulkDone
 from aiordma.verbs._engine import (
-    RECV_WR_CACHE,
     SIGNAL_FRACTION,
     Done,
     SendRequest,
@@ -96,7 +95,6 @@ class ReceiveSource(Protocol):
 
 __all__ = [
     "FLUSH_TIMEOUT",
-    "RECV_WR_CACHE",
     "SIGNAL_FRACTION",
     "Endpoint",
     "QueuePair",
@@ -129,12 +127,6 @@ def check_same_device(what: str, theirs: Owner, ours: Owner) -> None:
         f"own. Make both with one Device (Device.shared({ours.name!r}), or pass the same "
         "object as device=)"
     )
-
-
-def _retrieve_quietly(task: asyncio.Task[Any]) -> None:
-    """A background task's error was handed on already: mark it seen."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _operand(value: int, name: str) -> int:
@@ -533,7 +525,7 @@ class QueuePair(Closable):
 
         def starved(n: int) -> None:
             task = loop.create_task(room(n))
-            task.add_done_callback(_retrieve_quietly)
+            task.add_done_callback(consume_outcome)  # its error was handed on already
 
         opcode = _ibv.WR_RDMA_WRITE if write else _ibv.WR_RDMA_READ
         self._stats.add("ops:bulk_write" if write else "ops:bulk_read")

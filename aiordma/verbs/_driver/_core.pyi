@@ -1,5 +1,6 @@
 # Type stub of the compiled driver (aiordma/verbs/_driver/_core.pyx); the
-# interface it implements is aiordma/verbs/_driver/base.py.
+# interface it implements is aiordma/verbs/_driver/base.py, and
+# tests/verbs/test_driver_stub.py holds the three equal (names and parameters).
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,6 +43,9 @@ class QPDriver:
     srq_address: int
     def __init__(self, address: int) -> None: ...
     def post_sends(self, requests: Sequence[tuple[Any, ...]]) -> int: ...
+    def post_table(
+        self, first_id: int, ring: int, opcode: int, table: Any, start: int, count: int
+    ) -> int: ...
     def post_send(
         self,
         wr_id: int,

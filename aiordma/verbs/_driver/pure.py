@@ -246,17 +246,13 @@ class PureQPDriver:
                 wr = SendWR(wr_id=wr_id, opcode=opcode, num_sge=len(sges), sg=sges,
                             send_flags=flags, imm_data=imm)  # fmt: skip
                 if wrs:
-                    wrs[-1].next_wr = wr
+                    wrs[-1].next_wr = wr  # appended below, after its remote part
             if opcode in _ibv.ATOMIC_OPCODES:
                 wr.set_wr_atomic(rkey, remote_addr, compare_add, swap)
             elif opcode not in _ibv.SEND_OPCODES:
                 wr.set_wr_rdma(rkey, remote_addr)
             wrs.append(wr)
-        try:
-            qp.post_send(first if chain is not None else wrs[0])
-        except PyverbsRDMAError as exc:
-            return exc.error_code or errno.EINVAL
-        return 0
+        return _posted(qp.post_send, first if chain is not None else wrs[0])
 
     def post_table(
         self, first_id: int, ring: int, opcode: int, table: Any, start: int, count: int
@@ -273,14 +269,8 @@ class PureQPDriver:
             wr = SendWR(wr_id=first_id + r % ring, opcode=opcode, num_sge=1, sg=[sge],
                         send_flags=_ibv.SEND_SIGNALED if r == start + count - 1 else 0)  # fmt: skip
             wr.set_wr_rdma(rec.rkey, rec.remote_addr)
-            if wrs:
-                wrs[-1].next_wr = wr
-            wrs.append(wr)
-        try:
-            qp.post_send(wrs[0])
-        except PyverbsRDMAError as exc:
-            return exc.error_code or errno.EINVAL
-        return 0
+            _link(wrs, wr)
+        return _posted(qp.post_send, wrs[0])
 
     def post_send(
         self,
@@ -312,12 +302,7 @@ class PureQPDriver:
         return rc, 0 if rc else len(requests)
 
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
-        qp = self._live()
-        try:
-            qp.post_recv(self._recvs.get(wr_id, addr, length, lkey))
-        except PyverbsRDMAError as exc:
-            return exc.error_code or errno.EINVAL
-        return 0
+        return _posted(self._live().post_recv, self._recvs.get(wr_id, addr, length, lkey))
 
     def post_recvs(self, requests: Sequence[tuple[int, Sequence[Any]]]) -> int:
         if len(requests) == 1 and len(requests[0][1]) == 1:
@@ -327,15 +312,8 @@ class PureQPDriver:
         wrs: list[RecvWR] = []
         for wr_id, segments in requests:
             sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
-            wr = RecvWR(wr_id=wr_id, num_sge=len(sges), sg=sges)
-            if wrs:
-                wrs[-1].next_wr = wr
-            wrs.append(wr)
-        try:
-            qp.post_recv(wrs[0])
-        except PyverbsRDMAError as exc:
-            return exc.error_code or errno.EINVAL
-        return 0
+            _link(wrs, RecvWR(wr_id=wr_id, num_sge=len(sges), sg=sges))
+        return _posted(qp.post_recv, wrs[0])
 
     def detach(self) -> None:
         self._qp = None
@@ -353,11 +331,24 @@ class PureSRQDriver:
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
         if self._srq is None:
             raise ValueError("the shared receive queue driver was detached")
-        try:
-            self._srq.post_recv(self._recvs.get(wr_id, addr, length, lkey))
-        except PyverbsRDMAError as exc:
-            return exc.error_code or errno.EINVAL
-        return 0
+        return _posted(self._srq.post_recv, self._recvs.get(wr_id, addr, length, lkey))
 
     def detach(self) -> None:
         self._srq = None
+
+
+def _link(wrs: list[Any], wr: Any) -> None:
+    """Append ``wr`` to the chain ``wrs`` (the previous one points at it)."""
+    if wrs:
+        wrs[-1].next_wr = wr
+    wrs.append(wr)
+
+
+def _posted(post: Callable[[Any], object], wr: Any) -> int:
+    """0 once ``post(wr)`` took the chain, else the provider's errno: the
+    one place a refusal from pyverbs becomes the driver's return code."""
+    try:
+        post(wr)
+    except PyverbsRDMAError as exc:
+        return exc.error_code or errno.EINVAL
+    return 0
