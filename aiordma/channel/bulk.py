@@ -44,7 +44,7 @@ def start_bulk(
     Raises :class:`~aiordma.ResourceClosedError` or ``ConnectionError``
     if the channel's queue pair can no longer post."""
     window = bulk_window_for(window, channel.loopback)
-    return channel.conn.qp.start_bulk(write, table, count, mrs, done, window=window)
+    return channel.link.qp.start_bulk(write, table, count, mrs, done, window=window)
 
 
 def post_block(
@@ -55,7 +55,7 @@ def post_block(
     to (from) the peer's ``remote_addr`` under ``rkey``, posted now if the
     queue pair has room (its future returned); else None, having done
     nothing (use :func:`start_bulk`)."""
-    return channel.conn.qp.post_block(write, mr, addr, length, remote_addr, rkey)
+    return channel.link.qp.post_block(write, mr, addr, length, remote_addr, rkey)
 
 
 __all__ = ["BulkDone", "RunningBulk", "post_block", "start_bulk"]

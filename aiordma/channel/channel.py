@@ -125,9 +125,9 @@ class MessageChannel(Closable):
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
         self._stats = Stats("channel", self._gauges)
-        slots = open_packet_path(conn, options, self._stats, self._on_event, self._fail)
-        self._packets, self._shared, self._hello = slots.packets, slots.shared, slots.layout.hello
-        self._regions = slots.regions  # the link deregisters them while they live
+        path = open_packet_path(conn, options, self._stats, self._on_event, self._fail)
+        self._packets, self._shared, self._hello = path.packets, path.shared, path.layout.hello
+        self._regions = path.regions  # the link deregisters them while they live
         # Kept registrations of the application's buffers: local only for
         # reads into them; a window exposes a kept one being sent.
         cache = options.registration_cache
@@ -135,7 +135,7 @@ class MessageChannel(Closable):
         self._kept_from = RegistrationCache(conn, Access.MW_BIND, cache, self._stats)
         self._sender = Sender(self._packets, qp, self._stats, self._check)
         self._exposures = Exposures(
-            conn, slots.layout.max_exposed, options.exposure_timeout, self._stats,
+            conn, path.layout.max_exposed, options.exposure_timeout, self._stats,
             check=self._check, changed=self._changed, wake=self._packets.wake,
             send_control=self._sender.control_soon, cache=self._kept_from,
         )  # fmt: skip

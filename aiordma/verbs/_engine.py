@@ -71,7 +71,7 @@ else:
 
 SIGNAL_FRACTION = 4
 """However many unsignalled requests are posted, at least every
-``send_depth // SIGNAL_FRACTION``-th is signalled, so their send-queue slots
+``send_depth // SIGNAL_FRACTION``-th is signalled, so their send-queue entries
 come back."""
 ID_BLOCK = 4096
 """Work request ids an engine claims from its CQ at once (one Python call per block)."""
@@ -229,8 +229,8 @@ class _Work:
 class WorkEngine:
     """Posts, tracks and completes the work requests of one pyverbs ``QP``.
 
-    ``sq`` and ``rq`` count free send- and receive-queue slots: callers take
-    slots (waiting if they must) before :meth:`post_sends` /
+    ``sq`` and ``rq`` count free send- and receive-queue entries: callers take
+    them (waiting if they must) before :meth:`post_sends` /
     :meth:`post_recvs`, and completions give them back. ``alloc(size)``
     registers local scratch memory (atomic results and the marker write of
     :meth:`post_marker`) on first need. ``pd`` is the protection domain the
@@ -373,7 +373,7 @@ class WorkEngine:
     # -- send side ---------------------------------------------------------
 
     def ensure_scratch(self) -> None:
-        """Register the scratch memory atomics land in (one 8-byte word per send slot)."""
+        """Register the scratch memory atomics land in (one 8-byte word per send-queue entry)."""
         if self._scratch is None:
             self._scratch = self._alloc(8 * self.sq.size)
             self._scratch_free = list(range(0, 8 * self.sq.size, 8))
@@ -387,7 +387,7 @@ class WorkEngine:
         future, when everything is plain: the queue pair usable from here,
         the region open and registered in its protection domain (writable,
         for a read), ``remote`` a :class:`RemoteBuffer` it fits (for writes
-        and reads), ``imm`` None or 32 bits, and a send-queue slot free.
+        and reads), ``imm`` None or 32 bits, and a send-queue entry free.
         Sends and writes that fit ``max_inline`` go inline. Returns None,
         having done nothing, otherwise: the caller takes the checked path,
         which waits for room and raises what is wrong. ``kind`` names the
@@ -434,7 +434,7 @@ class WorkEngine:
         ``mr``, to or from the peer's ``raddr`` (all checked by the caller, as
         for :meth:`start_bulk`) and return its future, when the queue pair is
         usable from here, ``mr`` open (writable, for a read) and a send-queue
-        slot free; None otherwise, having done nothing. ``counter`` counts it."""
+        entry free; None otherwise, having done nothing. ``counter`` counts it."""
         if mr._mr is None or not self._usable_now():
             return None
         if opcode == _WR_READ and not int(mr.access) & _LOCAL_WRITE:
@@ -523,7 +523,7 @@ class WorkEngine:
         rkey: cython.uint, kind: str | None,
     ) -> asyncio.Future[WorkCompletion] | None:  # fmt: skip
         """The posting of the quick paths (everything checked): a future, or
-        None when the send queue has no free slot."""
+        None when the send queue has no free entry."""
         if not self.sq.try_acquire(1):
             return None
         fut = self._loop.create_future()
@@ -547,11 +547,11 @@ class WorkEngine:
     def post_sends(
         self, chunk: Sequence[SendRequest], kind: str | None = None
     ) -> list[asyncio.Future[WorkCompletion]]:
-        """Post ``chunk`` (its send-queue slots already taken) as one linked list.
+        """Post ``chunk`` (its send-queue entries already taken) as one linked list.
 
         Atomics need :meth:`ensure_scratch` to have been called. Returns one
         future per request (a single awaited verb's counted and timed as
-        ``kind``). Raises (giving the slots back, posting nothing) when the
+        ``kind``). Raises (giving the entries back, posting nothing) when the
         queue pair is not usable or the provider refuses.
         """
         try:
@@ -594,10 +594,10 @@ class WorkEngine:
         flags = b.flags if silent else _ibv.SEND_SIGNALED | b.flags
         return self._register(work), work, flags
 
-    def _refused(self, works: Sequence[tuple[int, _Work]], pool: QueueRoom, rc: int) -> DeviceError:
+    def _refused(self, works: Sequence[tuple[int, _Work]], room: QueueRoom, rc: int) -> DeviceError:
         """Undo work whose post the provider refused; the error to raise."""
-        self._unpost(works, pool)
-        if pool is self.sq:
+        self._unpost(works, room)
+        if room is self.sq:
             self._silent_run = 0
             return DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
         return DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
@@ -614,7 +614,7 @@ class WorkEngine:
     def post_packet(
         self, seg: Segment, signaled: bool, done: Done, opcode: int = _ibv.WR_SEND
     ) -> None:
-        """Post one send of ``seg`` (its send-queue slot already taken) whose
+        """Post one send of ``seg`` (its send-queue entry already taken) whose
         outcome goes to ``done`` from the drain: the message channel's path,
         with no future, no request object and no per-post validation beyond
         the queue pair's state. ``opcode`` may also be a zero-length RDMA
@@ -647,7 +647,7 @@ class WorkEngine:
         self, mw: MW, seg: Segment, access: int, kind: int
     ) -> tuple[asyncio.Future[WorkCompletion], int]:
         """Post a signalled bind of memory window ``mw`` (of type ``kind``)
-        over ``seg`` (its send-queue slot already taken); returns the bind's
+        over ``seg`` (its send-queue entry already taken); returns the bind's
         future and the rkey the window will have. Always through pyverbs: a
         bind is rare, and type 1 binds go through ``ibv_bind_mw``."""
         from pyverbs.mr import MWBind, MWBindInfo
@@ -683,7 +683,7 @@ class WorkEngine:
         return self._sends_posted([(wr_id, work)])[0], rkey
 
     def post_probe(self, done: Done) -> None:
-        """Post a signalled zero-length RDMA write (its send-queue slot
+        """Post a signalled zero-length RDMA write (its send-queue entry
         already taken) whose acknowledgement, or failure, goes to ``done``."""
         try:
             self.ensure_scratch()
@@ -694,7 +694,7 @@ class WorkEngine:
         self.post_packet(self._scratch.segment(0, 0), True, done, _ibv.WR_RDMA_WRITE)
 
     def post_packet_recv(self, seg: Segment, done: Done) -> None:
-        """Post one receive into ``seg`` (its receive-queue slot already
+        """Post one receive into ``seg`` (its receive-queue entry already
         taken) whose outcome goes to ``done`` from the drain."""
         try:
             self.check_usable()
@@ -715,7 +715,7 @@ class WorkEngine:
         return last is not None and bool(self._silent) and self._silent[-1] is last
 
     def post_marker(self) -> asyncio.Future[WorkCompletion]:
-        """Post a signalled zero-length RDMA write (its send-queue slot already
+        """Post a signalled zero-length RDMA write (its send-queue entry already
         acquired): it touches no remote memory, and its completion settles
         every unsignalled request before it."""
         self.ensure_scratch()
@@ -741,7 +741,7 @@ class WorkEngine:
         :class:`MemoryRegion` or :class:`Segment`) and return their futures,
         when everything is plain: the queue pair usable from here, every
         region open, writable and registered in its protection domain, and
-        receive-queue slots free for all. Returns None, having done nothing,
+        receive-queue entries free for all. Returns None, having done nothing,
         otherwise (the caller takes the checked path)."""
         if type(locals_) is not list and type(locals_) is not tuple:
             return None
@@ -782,7 +782,7 @@ class WorkEngine:
     def post_recvs(
         self, chunk: Sequence[tuple[Segment, ...]]
     ) -> list[asyncio.Future[WorkCompletion]]:
-        """Post one receive per scatter list (receive-queue slots already taken)."""
+        """Post one receive per scatter list (receive-queue entries already taken)."""
         try:
             self.check_usable()
         except BaseException:
@@ -814,7 +814,7 @@ class WorkEngine:
             futures.append(work.future)
         return futures
 
-    def _unpost(self, works: Sequence[tuple[int, _Work]], pool: QueueRoom) -> None:
+    def _unpost(self, works: Sequence[tuple[int, _Work]], room: QueueRoom) -> None:
         """Undo the bookkeeping of a chain the provider refused.
 
         Everything is validated before posting, so what remains to fail is the
@@ -830,7 +830,7 @@ class WorkEngine:
             if work.future is not None:
                 work.future.cancel()
             work.reported = True  # the caller gets the error
-        pool.release(len(works))
+        room.release(len(works))
 
     # -- completions -------------------------------------------------------
 

@@ -33,11 +33,11 @@ else:
 
 @cython.cclass
 class QueueRoom:
-    """``size`` slots; :meth:`acquire` waits (FIFO) until enough are free."""
+    """``size`` entries of room; :meth:`acquire` waits (FIFO) until enough are free."""
 
     def __init__(self, size: int) -> None:
         if size <= 0:
-            raise ValueError("a slot pool needs at least one slot")
+            raise ValueError(f"a queue's room is at least one entry, not {size}")
         self.size = size
         self.free = size
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
@@ -46,7 +46,7 @@ class QueueRoom:
 
     @cython.ccall
     def try_acquire(self, n: cython.int) -> cython.bint:
-        """Take ``n`` slots if they are free now and nobody is queued ahead."""
+        """Take ``n`` entries if they are free now and nobody is queued ahead."""
         if self._failure is not None:
             raise again(self._failure, self._failure_tb)  # not grown by each raise
         if not self._waiters and self.free >= n:
@@ -56,14 +56,14 @@ class QueueRoom:
 
     @cython.ccall
     def can_acquire(self, n: cython.int) -> cython.bint:
-        """Whether :meth:`try_acquire` would take ``n`` slots now (a failed
-        pool says yes: the taking then raises its failure)."""
+        """Whether :meth:`try_acquire` would take ``n`` entries now (failed
+        room says yes: the taking then raises its failure)."""
         return self._failure is not None or (not self._waiters and self.free >= n)
 
     async def acquire(self, n: int = 1) -> None:
-        """Take ``n`` slots, waiting behind earlier callers until they are free."""
+        """Take ``n`` entries, waiting behind earlier callers until they are free."""
         if not 0 < n <= self.size:
-            raise ValueError(f"cannot take {n} of {self.size} slots at once")
+            raise ValueError(f"cannot take {n} of {self.size} entries at once")
         if self.try_acquire(n):
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
