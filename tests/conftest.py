@@ -144,7 +144,7 @@ async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
         pytest.fail(f"the event loop's exception handler was called: {reports}", pytrace=False)
 
 
-def _open_fds() -> collections.Counter[str]:
+def open_fds() -> collections.Counter[str]:
     """This process's open descriptors, counted by what they are (inode
     numbers left out: a device re-created by a test gets new ones)."""
     kinds: collections.Counter[str] = collections.Counter()
@@ -180,7 +180,7 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     _process_singletons(os.environ.get("AIORDMA_ADDR", ""))
-    before, fds = rdma_counts(device), _open_fds()
+    before, fds = rdma_counts(device), open_fds()
     yield
     aiordma.verbs.device._close_shared()  # devices opened by connect()/start_server() on demand
     gc.collect()
@@ -192,7 +192,7 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
             break
         time.sleep(0.1)
     assert not leaked, f"{request.module.__name__} left RDMA resources behind: {leaked}"
-    opened = dict(_open_fds() - fds)
+    opened = dict(open_fds() - fds)
     assert not opened, f"{request.module.__name__} left descriptors open: {opened}"
 
 
@@ -242,8 +242,18 @@ async def device(lab: Lab) -> AsyncIterator[aiordma.Device]:
         yield dev
 
 
+async def echo_messages(channel: aiordma.MessageChannel) -> None:
+    """A channel server's handler that sends every message back."""
+    async for message in channel:
+        await channel.send_message(message)
+
+
+Pair = tuple[aiordma.QueuePair, aiordma.QueuePair]
+"""What the :func:`pair` fixture gives: two connected queue pairs."""
+
+
 @pytest_asyncio.fixture
-async def pair(device: aiordma.Device) -> tuple[aiordma.QueuePair, aiordma.QueuePair]:
+async def pair(device: aiordma.Device) -> Pair:
     """Two queue pairs on the lab device, connected to each other."""
     return await aiordma.connect_loopback_pair(device)
 

@@ -9,7 +9,7 @@ import logging
 import os
 import random
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +25,7 @@ from aiordma.channel.rendezvous import STAGED_READ_LIMIT
 from aiordma.channel.wire import Header, Kind
 from aiordma.exceptions import BufferTooSmallError, MessageTooLargeError, ProtocolError
 from aiordma.metrics import Stats
-from tests.conftest import Lab, rdma_counts, start_peer_server
+from tests.conftest import Lab, echo_messages, rdma_counts
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -132,11 +132,6 @@ async def test_send_messages_refuses_a_bad_batch_before_sending_any(lab: Lab) ->
         await channel.send_messages([b"only"])
         await asyncio.wait_for(arrived.wait(), 30)
     assert got == [b"only"]
-
-
-@pytest.fixture(scope="module")
-def checksum_server(lab: Lab) -> Iterator[int]:
-    yield from start_peer_server(lab, "checksums")
 
 
 def _sizes(count: int, seed: int) -> list[int]:
@@ -631,11 +626,7 @@ async def test_closed_channels_unmap_their_regions_without_a_garbage_collection(
     # cycles is about 45 KiB a cycle, both sides together.
     cycles, per_cycle = 40, 200  # KiB; regions left mapped made it about 680
 
-    async def echo(channel: aiordma.MessageChannel) -> None:
-        async for message in channel:
-            await channel.send_message(message)
-
-    async with await aiordma.start_channel_server(echo, lab.addr, 0) as server:
+    async with await aiordma.start_channel_server(echo_messages, lab.addr, 0) as server:
         port = server.addresses[0][1]
 
         async def cycle() -> None:

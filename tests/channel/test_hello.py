@@ -10,15 +10,8 @@ import pytest
 
 import aiordma
 from aiordma import rpc, streams
-from aiordma.channel.channel import MessageChannel
 from tests.channel.test_channel import _payload
-from tests.conftest import Lab
-
-
-async def echo(channel: MessageChannel) -> None:
-    async for message in channel:
-        await channel.send_message(message)
-
+from tests.conftest import Lab, echo_messages
 
 SERVER_PATIENCE = 2.0
 """The servers' handshake_timeout in these tests."""
@@ -39,7 +32,7 @@ async def open_and_close(host: str, port: int) -> None:
 @pytest.mark.asyncio
 async def test_a_client_the_server_gave_up_on_is_never_told_it_is_connected(lab: Lab) -> None:
     async with await aiordma.start_channel_server(
-        echo, lab.addr, 0, handshake_timeout=SERVER_PATIENCE
+        echo_messages, lab.addr, 0, handshake_timeout=SERVER_PATIENCE
     ) as server:
         port = server.addresses[0][1]
         async with asyncio.timeout(30):
@@ -53,7 +46,7 @@ async def test_concurrent_clients_either_work_or_get_a_typed_error(lab: Lab) -> 
     """Half the clients are too slow for the server's set-up timeout: each of
     those fails in connect; each client that connects has a working channel."""
     async with await aiordma.start_channel_server(
-        echo, lab.addr, 0, handshake_timeout=SERVER_PATIENCE
+        echo_messages, lab.addr, 0, handshake_timeout=SERVER_PATIENCE
     ) as server:
         port = server.addresses[0][1]
 
@@ -82,7 +75,7 @@ async def test_sides_with_different_buffer_sizes_exchange_every_size(
 ) -> None:
     sizes = [0, 100, 900, 1000, 1024, 3000, 8000, 8192, 20_000, 100_000]
     async with await aiordma.start_channel_server(
-        echo, lab.addr, 0, buffer_size=server_size
+        echo_messages, lab.addr, 0, buffer_size=server_size
     ) as server:
         port = server.addresses[0][1]
         async with await aiordma.open_channel(lab.addr, port, buffer_size=client_size) as channel:
@@ -97,7 +90,9 @@ async def test_sides_with_different_buffer_sizes_exchange_every_size(
 async def test_a_default_client_of_a_pool_with_smaller_buffers(lab: Lab) -> None:
     async with (
         aiordma.SharedReceiveQueue(buffers=64, buffer_size=4096) as pool,
-        await aiordma.start_channel_server(echo, lab.addr, 0, shared_receive=pool) as server,
+        await aiordma.start_channel_server(
+            echo_messages, lab.addr, 0, shared_receive=pool
+        ) as server,
         await aiordma.open_channel(lab.addr, server.addresses[0][1]) as channel,
     ):
         for i, size in enumerate([4000, 4056, 4057, 6000, 8000, 8152]):
@@ -144,11 +139,7 @@ async def test_an_rpc_client_of_a_plain_channel_server_is_told_it_speaks_plain_m
     # Issue 41: the call failed with "RPC frame of 0 bytes is too short". A
     # plain channel accepts any peer (rpc.Service.serve may run on one), so
     # the client learns of the mismatch from the first answer that is not RPC.
-    async def echo(channel: aiordma.MessageChannel) -> None:
-        async for message in channel:
-            await channel.send_message(message)
-
-    async with await aiordma.start_channel_server(echo, lab.addr, 0) as server:
+    async with await aiordma.start_channel_server(echo_messages, lab.addr, 0) as server:
         port = server.addresses[0][1]
         async with asyncio.timeout(30), await rpc.connect(lab.addr, port) as client:
             assert client._channel.peer_protocol == ""

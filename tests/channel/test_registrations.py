@@ -11,7 +11,6 @@ import array
 import asyncio
 import hashlib
 import weakref
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,15 +21,10 @@ from aiordma.channel.open import prepare_channel
 from aiordma.channel.registrations import RegistrationCache
 from aiordma.verbs.memory import buffer_span
 from tests.channel.test_channel import _payload, _recording_registrations, channel_to, echo
-from tests.conftest import Lab, start_peer_server
+from tests.conftest import Lab
 
 SIZE = 512 << 10
 """Above the medium limit: these messages go by rendezvous."""
-
-
-@pytest.fixture(scope="module")
-def checksum_server(lab: Lab) -> Iterator[int]:
-    yield from start_peer_server(lab, "checksums")
 
 
 class _Region:

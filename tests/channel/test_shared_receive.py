@@ -13,19 +13,14 @@ from aiordma import MessageChannel, SharedReceiveQueue, metrics, rpc
 from aiordma.channel.credits import SharedDataCredits
 from aiordma.exceptions import ConnectionLostError
 from tests.channel.test_channel import _payload, _rnr_counters
-from tests.conftest import Lab
+from tests.conftest import Lab, echo_messages
 
 pytestmark = pytest.mark.rdma
 
 
-async def echo(channel: MessageChannel) -> None:
-    async for message in channel:
-        await channel.send_message(message)
-
-
 @asynccontextmanager
 async def pool_server(
-    lab: Lab, handler: Callable[[MessageChannel], Awaitable[None]] = echo, **pool: int
+    lab: Lab, handler: Callable[[MessageChannel], Awaitable[None]] = echo_messages, **pool: int
 ) -> AsyncIterator[tuple[SharedReceiveQueue, int, list[MessageChannel]]]:
     """A channel server whose clients' channels share one pool; yields it,
     the port, and the server's side of each channel as it is served."""
@@ -231,7 +226,7 @@ async def test_pool_arguments_are_checked(lab: Lab) -> None:
         async with SharedReceiveQueue(device, buffers=16) as srq:
             with pytest.raises(ValueError, match="buffer_size"):
                 await aiordma.start_channel_server(
-                    echo, lab.addr, 0, shared_receive=srq, buffer_size=4096
+                    echo_messages, lab.addr, 0, shared_receive=srq, buffer_size=4096
                 )
         assert srq.closed
 

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 
 import pytest
 
 import aiordma
-from tests.conftest import Lab, rdma_counts
+from tests.conftest import Lab, open_fds, rdma_counts
 
 CYCLES = 500
-
-
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 @pytest.mark.asyncio
@@ -57,10 +52,10 @@ async def test_connect_close_cycles_leave_nothing_behind(lab: Lab) -> None:
 
         await cycle(port)  # opens the shared device and this loop's completion queue
         await settle(1)
-        fds, counts = _open_fds(), rdma_counts(lab.device)
+        fds, counts = open_fds(), rdma_counts(lab.device)
         for _ in range(CYCLES):
             await cycle(port)
         await settle(1 + CYCLES)
         assert not server.connections
-        assert _open_fds() == fds
+        assert open_fds() == fds
         assert rdma_counts(lab.device) == counts

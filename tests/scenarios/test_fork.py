@@ -20,9 +20,7 @@ from pyverbs.fork import is_fork_initialized
 
 import aiordma
 from aiordma import Access
-from tests.conftest import Lab
-
-Pair = tuple[aiordma.QueuePair, aiordma.QueuePair]
+from tests.conftest import Lab, Pair
 
 
 def test_the_kernel_makes_fork_safe_without_ibv_fork_init(lab: Lab) -> None:

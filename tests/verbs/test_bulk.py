@@ -9,10 +9,10 @@ from array import array
 import pytest
 
 import aiordma
-from aiordma import Access, QueuePair, RemoteAccessError
+from aiordma import Access, RemoteAccessError
 from aiordma.bulk_table import RECORD_WORDS, RKEY_TAG, Record
+from tests.conftest import Pair
 
-Pair = tuple[QueuePair, QueuePair]
 BLOCK = 4096
 
 

@@ -13,9 +13,7 @@ import pytest_asyncio
 import aiordma
 from aiordma import Access
 from aiordma.verbs.completion import CompletionQueue, set_polling
-from tests.conftest import Lab, rdma_counts
-
-Pair = tuple[aiordma.QueuePair, aiordma.QueuePair]
+from tests.conftest import Lab, Pair, rdma_counts
 
 
 @pytest.mark.asyncio

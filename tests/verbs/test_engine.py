@@ -8,10 +8,9 @@ import asyncio
 import pytest
 
 import aiordma
-from aiordma import Access, Opcode, QueuePair, Send
+from aiordma import Access, Opcode, Send
 from aiordma.verbs._engine import ID_BLOCK
-
-Pair = tuple[QueuePair, QueuePair]
+from tests.conftest import Pair
 
 
 @pytest.mark.asyncio

@@ -13,8 +13,8 @@ import pytest
 import aiordma
 from aiordma import QueuePair
 from aiordma.verbs._lane import PacketLane
+from tests.conftest import Pair
 
-Pair = tuple[QueuePair, QueuePair]
 SLOT = 64
 
 

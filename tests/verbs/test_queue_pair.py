@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 import aiordma
-from aiordma import Access, Opcode, QueuePair, Read, Send, Write
+from aiordma import Access, Opcode, Read, Send, Write
+from tests.conftest import Pair
 
-Pair = tuple[QueuePair, QueuePair]
 REMOTE_ALL = Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
 
 

@@ -8,9 +8,8 @@ import pytest
 
 import aiordma
 from aiordma import Access
-from tests.conftest import rdma_counts
+from tests.conftest import Pair, rdma_counts
 
-Pair = tuple[aiordma.QueuePair, aiordma.QueuePair]
 BIND = Access.LOCAL_WRITE | Access.MW_BIND
 
 
