@@ -33,8 +33,8 @@ from aiordma.channel import (
     ServeTuningKeywords,
     body_length,
     open_channel_with,
-    serve_channels_with,
     split_keywords,
+    start_channel_server_with,
 )
 from aiordma.exceptions import RdmaError
 
@@ -302,4 +302,4 @@ async def start_stream_server(
         await transport.closed
 
     settings, options = split_keywords(ServeOptions, keywords, protocol=PROTOCOL)
-    return await serve_channels_with(handle, host, port, settings, options, prepare)
+    return await start_channel_server_with(handle, host, port, settings, options, prepare)

@@ -35,14 +35,14 @@ from aiordma.channel.open import (
     ServeChannelKeywords,
     ServeTuningKeywords,
     channel_factory,
+    channel_factory_with,
     channel_of,
-    factory_with,
     open_channel,
     open_channel_with,
     prepare_channel,
-    serve_channels_with,
     split_keywords,
     start_channel_server,
+    start_channel_server_with,
 )
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE, ChannelKeywords, ChannelOptions
 from aiordma.channel.shared_receive import SharedReceiveQueue
@@ -98,9 +98,9 @@ __all__ = [
     "buffer_length",
     "buffer_view",
     "channel_factory",
+    "channel_factory_with",
     "channel_of",
     "check_into",
-    "factory_with",
     "find_roce_endpoint",
     "give_back_memory",
     "open_channel",
@@ -108,8 +108,24 @@ __all__ = [
     "post_block",
     "prepare_channel",
     "read_piece_for",
-    "serve_channels_with",
     "split_keywords",
     "start_bulk",
     "start_channel_server",
+    "start_channel_server_with",
 ]
+
+_RENAMED = {
+    "serve_channels_with": "start_channel_server_with",
+    "factory_with": "channel_factory_with",
+}
+"""Names before 0.1 (one rule now: ``X`` and ``X_with``), kept for one release."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _RENAMED:
+        import warnings
+
+        new = _RENAMED[name]
+        warnings.warn(f"aiordma.channel.{name} is now {new}", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,7 +34,7 @@ from aiordma.cm.options import (
     ServeKeywords,
     ServeOptions,
 )
-from aiordma.cm.server import Server, serve_with
+from aiordma.cm.server import Server, start_server_with
 from aiordma.exceptions import ConnectionLostError
 from aiordma.lifecycle import is_async_callable
 from aiordma.verbs.options import QueuePairOptions
@@ -85,10 +85,10 @@ def channel_factory(
     The options are checked now, once, not per connection (those that
     depend on the queue pair's sizes only when a connection has one).
     """
-    return factory_with(ChannelOptions.of(options), then)
+    return channel_factory_with(ChannelOptions.of(options), then)
 
 
-def factory_with(
+def channel_factory_with(
     options: ChannelOptions, then: Prepare | None = None
 ) -> Callable[[Connection], Awaitable[MessageChannel]]:
     """:func:`~aiordma.channel_factory` with the options made already."""
@@ -217,7 +217,7 @@ async def open_channel_with(
     timeout = settings.timeout
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
-    conn = await connect_with(host, port, settings, factory_with(options, prepare))
+    conn = await connect_with(host, port, settings, channel_factory_with(options, prepare))
     channel = channel_of(conn)
     try:
         async with asyncio.timeout_at(deadline):
@@ -266,10 +266,12 @@ async def start_channel_server(
     closed when it returns): anything else raises ``TypeError`` here.
     """
     settings, options = split_keywords(ServeOptions, keywords)
-    return await serve_channels_with(client_connected_cb, host, port, settings, options, prepare)
+    return await start_channel_server_with(
+        client_connected_cb, host, port, settings, options, prepare
+    )
 
 
-async def serve_channels_with(
+async def start_channel_server_with(
     client_connected_cb: Callable[[MessageChannel], Awaitable[object] | None],
     host: str | None, port: int, settings: ServeOptions, options: ChannelOptions,
     prepare: Prepare | None = None,
@@ -283,7 +285,9 @@ async def serve_channels_with(
     def handle(conn: Connection) -> Awaitable[object] | None:
         return client_connected_cb(channel_of(conn))
 
-    return await serve_with(handle, host, port, settings, factory_with(options, prepare))
+    return await start_server_with(
+        handle, host, port, settings, channel_factory_with(options, prepare)
+    )
 
 
 def _check_handler(client_connected_cb: object) -> None:

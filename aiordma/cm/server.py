@@ -362,10 +362,12 @@ async def start_server(
             f"client_connected_cb must be callable (a coroutine function taking the "
             f"connection), not {client_connected_cb!r}"
         )
-    return await serve_with(client_connected_cb, host, port, ServeOptions(**settings), prepare)
+    return await start_server_with(
+        client_connected_cb, host, port, ServeOptions(**settings), prepare
+    )
 
 
-async def serve_with(
+async def start_server_with(
     client_connected_cb: ClientConnected, host: str | None, port: int, settings: ServeOptions,
     prepare: Prepare | None = None,
 ) -> Server:  # fmt: skip
@@ -388,4 +390,14 @@ def _is_wildcard(host: str) -> bool:
     return host.split("%")[0] in ("0.0.0.0", "::")
 
 
-__all__ = ["ConnectionRequest", "RejectConnection", "Server", "serve_with", "start_server"]
+__all__ = ["ConnectionRequest", "RejectConnection", "Server", "start_server", "start_server_with"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "serve_with":  # its name before 0.1 (one rule now: X and X_with)
+        import warnings
+
+        warnings.warn("aiordma.cm.server.serve_with is now start_server_with",
+                      DeprecationWarning, stacklevel=2)  # fmt: skip
+        return start_server_with
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

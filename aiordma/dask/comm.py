@@ -32,7 +32,7 @@ from aiordma.channel import (
     RejectConnection,
     Server,
     open_channel_with,
-    serve_channels_with,
+    start_channel_server_with,
 )
 from aiordma.dask import wire
 from aiordma.dask.addresses import rdma_host
@@ -371,7 +371,7 @@ class RdmaListener(BaseListener):
         """
         host = self.ip or None
         config = self._config = settings()
-        self._server = await serve_channels_with(
+        self._server = await start_channel_server_with(
             self._on_channel, host, self.port, config.serve_options(self._accept),
             config.channel_options(),
         )  # fmt: skip

@@ -21,8 +21,8 @@ from aiordma.channel import (
     ServeTuningKeywords,
     channel_of,
     give_back_memory,
-    serve_channels_with,
     split_keywords,
+    start_channel_server_with,
 )
 from aiordma.exceptions import (
     CompletionError,
@@ -266,4 +266,4 @@ async def start_server(
     if not isinstance(service, Service):
         raise TypeError(f"service must be an rpc.Service, not {type(service).__name__}")
     settings, options = split_keywords(ServeOptions, keywords, protocol=PROTOCOL)
-    return await serve_channels_with(service.serve, host, port, settings, options, prepare)
+    return await start_channel_server_with(service.serve, host, port, settings, options, prepare)

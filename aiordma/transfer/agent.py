@@ -35,7 +35,7 @@ from aiordma.channel import (
     PresharedKey,
     ServeOptions,
     Server,
-    serve_channels_with,
+    start_channel_server_with,
 )
 from aiordma.exceptions import MemoryLimitError, ResourceClosedError
 from aiordma.lifecycle import check_loop
@@ -218,7 +218,7 @@ class Agent:
         self._check_open()
         if self._server is not None:
             raise RuntimeError("this agent listens already")
-        self._server = await serve_channels_with(
+        self._server = await start_channel_server_with(
             self._peers.accepted, host, port, self._serving, self._channel_options
         )
         bound_port = self._server.addresses[0][1]

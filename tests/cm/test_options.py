@@ -123,7 +123,7 @@ def test_take_splits_a_functions_keywords_and_checks_its_share() -> None:
 
 
 def test_the_channel_layer_checks_both_values_before_connecting() -> None:
-    from aiordma.channel import open_channel_with, serve_channels_with, split_keywords
+    from aiordma.channel import open_channel_with, split_keywords, start_channel_server_with
 
     settings, options = split_keywords(ConnectOptions, {"timeout": 1.0, "window": 8}, protocol="p")
     assert (settings.timeout, options.window, options.protocol) == (1.0, 8, "p")
@@ -137,14 +137,14 @@ def test_the_channel_layer_checks_both_values_before_connecting() -> None:
         pass
 
     with pytest.raises(ValueError, match="exceeds the queue pair's receive depth"):
-        asyncio.run(serve_channels_with(handler, None, 0, ServeOptions(), too_wide))
+        asyncio.run(start_channel_server_with(handler, None, 0, ServeOptions(), too_wide))
 
 
 def test_the_with_functions_name_a_value_of_the_wrong_kind() -> None:
     """Issue 62: each once answered with an AttributeError of its insides."""
-    from aiordma.channel import open_channel_with, serve_channels_with
+    from aiordma.channel import open_channel_with, start_channel_server_with
     from aiordma.cm.connect import connect_with
-    from aiordma.cm.server import serve_with
+    from aiordma.cm.server import start_server_with
 
     async def handler(channel: aiordma.MessageChannel) -> None:
         pass
@@ -159,13 +159,13 @@ def test_the_with_functions_name_a_value_of_the_wrong_kind() -> None:
          "options must be an aiordma.ChannelOptions, not dict"),
         (open_channel_with("192.0.2.1", 9, ConnectOptions(), None),  # type: ignore[arg-type]
          "options must be an aiordma.ChannelOptions, not None"),
-        (serve_channels_with(handler, None, 0, ConnectOptions(), options),  # type: ignore[arg-type]
+        (start_channel_server_with(handler, None, 0, ConnectOptions(), options),  # type: ignore[arg-type]
          "settings must be an aiordma.ServeOptions, not ConnectOptions"),
-        (serve_channels_with(handler, None, 0, ServeOptions(), None),  # type: ignore[arg-type]
+        (start_channel_server_with(handler, None, 0, ServeOptions(), None),  # type: ignore[arg-type]
          "options must be an aiordma.ChannelOptions, not None"),
         (connect_with("192.0.2.1", 9, ServeOptions()),  # type: ignore[arg-type]
          "settings must be an aiordma.ConnectOptions, not ServeOptions"),
-        (serve_with(handler, None, 0, ConnectOptions()),  # type: ignore[arg-type]
+        (start_server_with(handler, None, 0, ConnectOptions()),  # type: ignore[arg-type]
          "settings must be an aiordma.ServeOptions, not ConnectOptions"),
     ]  # fmt: skip
     for call, says in calls:
