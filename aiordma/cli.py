@@ -76,7 +76,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         if two:
             from aiordma.lab.fabric import FabricConfig, run_on_fabric
 
-            fabric = FabricConfig(cfg.cpus, cfg.memory, (args.mtu[0], args.mtu[-1]))
+            fabric = FabricConfig(cfg.cpus, cfg.memory, (args.mtu[0], args.mtu[-1]), args.link)
             return run_on_fabric(cmd, cfg, fabric, timeout=args.timeout)
         return run_in_lab(cmd, cfg, force_guest=args.vm, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -156,6 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[None],
         metavar="BYTES",
         help="with --hosts 2: the link cards' MTU (one value for both, or host 1's and host 2's)",
+    )
+    p.add_argument(
+        "--link",
+        choices=["stream", "dgram"],
+        default=os.environ.get("AIORDMA_LAB_LINK", "stream"),
+        help="with --hosts 2: what joins the guests: a TCP stream (no loss: a frame waits "
+        "until the other side takes it) or UDP datagrams (dropped when the other side "
+        "cannot take them in time); default stream, or $AIORDMA_LAB_LINK",
     )
     p.add_argument(
         "--kvm",

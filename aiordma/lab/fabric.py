@@ -1,8 +1,14 @@
 """The two-host lab: two QEMU guests joined by one point-to-point Ethernet link.
 
-Each guest gets a virtio network card whose backend is a UDP datagram
-socket on the host's loopback address, the two sockets pointed at each
-other, so the guests reach each other and nothing else. Each brings up rxe
+Each guest gets a virtio network card whose backend is one end of a link
+on the host's loopback address, so the guests reach each other and nothing
+else. The link is a TCP stream by default (QEMU's ``-netdev stream``:
+host 1's QEMU listens, host 2's connects, again after each reboot): a
+guest that cannot take a frame yet holds the sender back, so the link
+loses nothing that ``tc netem`` does not take away, as a lossless (PFC)
+RoCE fabric. ``link="dgram"`` joins two UDP sockets instead, which drop
+what the receiving QEMU cannot take in time, as a congested lossy fabric
+(decision record 0020 measures both). Each brings up rxe
 on its card: host 1 at 192.0.2.1 / 2001:db8::1, host 2 at 192.0.2.2 /
 2001:db8::2. Host 1 runs the command; host 2 runs the agent
 (:mod:`aiordma.lab.agent`), which runs what host 1 asks through a control
@@ -66,6 +72,20 @@ class FabricConfig:
     memory: str = "2G"
     mtu: tuple[int | None, int | None] = (None, None)
     """Each host's NIC MTU (None: QEMU's default, 1500)."""
+    link: str = "stream"
+    """``"stream"`` (TCP: back-pressure, no loss) or ``"dgram"`` (UDP: drops
+    what the receiving side cannot take in time)."""
+
+    def __post_init__(self) -> None:
+        if self.link not in LINKS:
+            raise LabError(f"the link is one of {', '.join(LINKS)}, not {self.link!r}")
+
+
+LINKS = ("stream", "dgram")
+"""The kinds of link between the two guests (see the module's docstring)."""
+
+LISTEN_TIMEOUT = 60.0
+"""Seconds host 1's QEMU has to listen on the stream link before host 2 starts."""
 
 
 def _free_udp_port() -> int:
@@ -75,13 +95,39 @@ def _free_udp_port() -> int:
         return port
 
 
-def _link_opts(host: int, local: int, remote: int) -> tuple[str, ...]:
-    """QEMU options for the host's end of the link (loopback only)."""
-    return (
-        f"-netdev dgram,id=link,local.type=inet,local.host=127.0.0.1,local.port={local},"
-        f"remote.type=inet,remote.host=127.0.0.1,remote.port={remote}",
-        f"-device virtio-net-pci,netdev=link,mac=52:54:00:00:01:{host:02x}",
-    )
+def _free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _link_opts(link: str, host: int, local: int, remote: int) -> tuple[str, ...]:
+    """QEMU options for the host's end of the link (loopback only): for a
+    stream, host 1 listens on ``local`` and host 2 connects to ``remote``."""
+    if link == "stream":
+        end = "server=on" if host == 1 else "server=off"
+        port = local if host == 1 else remote
+        netdev = f"-netdev stream,id=link,{end},addr.type=inet,addr.host=127.0.0.1,addr.port={port}"
+    else:
+        netdev = (
+            f"-netdev dgram,id=link,local.type=inet,local.host=127.0.0.1,local.port={local},"
+            f"remote.type=inet,remote.host=127.0.0.1,remote.port={remote}"
+        )
+    return (netdev, f"-device virtio-net-pci,netdev=link,mac=52:54:00:00:01:{host:02x}")
+
+
+def listening(port: int, tables: tuple[str, ...] = ("/proc/net/tcp",)) -> bool:
+    """Whether something listens on 127.0.0.1:``port`` (read from the
+    kernel's table: a probe connection would be taken for the peer)."""
+    want = f"0100007F:{port:04X}"
+    for table in tables:
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in rows:
+                fields = row.split()
+                if len(fields) > 3 and fields[1] == want and fields[3] == "0A":
+                    return True
+    return False
 
 
 def host_environment(host: int, control: Path) -> dict[str, str]:
@@ -116,7 +162,11 @@ class _Fabric:
         rwdirs = list(dict.fromkeys([cwd, self.control, *guest.rwdirs]))
         self.guest = GuestConfig(cfg.cpus, cfg.memory, self.kvm, rwdirs, self.kernel)
         self.cfg = cfg
-        self.ports = (_free_udp_port(), _free_udp_port())
+        if cfg.link == "stream":
+            port = _free_tcp_port()
+            self.ports = (port, port)
+        else:
+            self.ports = (_free_udp_port(), _free_udp_port())
         self.cmd = cmd
         self.host2: subprocess.Popen[bytes] | None = None
         self.host2_log = self.control / "host2.log"
@@ -135,7 +185,7 @@ class _Fabric:
             "env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd,
         ]  # fmt: skip
         local, remote = self.ports if host == 1 else self.ports[::-1]
-        opts = _link_opts(host, local, remote)
+        opts = _link_opts(self.cfg.link, host, local, remote)
         command = guest_script(inner, self.control / f"host{host}.sh")
         return vng_argv(self.vng, self.kernel, self.guest, self.kvm, command, opts)
 
@@ -155,6 +205,19 @@ class _Fabric:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
+
+    def _boot_host2_when_listening(self) -> None:
+        deadline = time.monotonic() + LISTEN_TIMEOUT
+        while not listening(self.ports[0]):
+            if self._done.is_set():
+                return
+            if time.monotonic() > deadline:
+                log(f"host 1's QEMU did not listen on 127.0.0.1:{self.ports[0]} within "
+                    f"{LISTEN_TIMEOUT:.0f} s; host 2 is not booted")  # fmt: skip
+                return
+            time.sleep(0.05)
+        if not self._done.is_set():
+            self.boot_host2()
 
     def kill_host2(self) -> None:
         """Kill host 2's QEMU at once (a machine that died: nothing is sent)."""
@@ -192,12 +255,17 @@ class _Fabric:
                     self.boot_host2()
                 (requests / f"{request.stem}.done").write_text(action)
 
+    def _link_text(self) -> str:
+        if self.cfg.link == "stream":
+            return f"linked by a TCP stream (host 1 listens on 127.0.0.1:{self.ports[0]})"
+        return f"linked by UDP 127.0.0.1:{self.ports[0]} <-> 127.0.0.1:{self.ports[1]}"
+
     def run(self, timeout: float | None) -> int:
         mode = "KVM" if self.kvm else "TCG, software emulation"
         log(
             f"booting two {self.kernel.name} guests ({mode}, {self.guest.cpus} CPU and "
-            f"{self.guest.memory} each), linked by UDP 127.0.0.1:{self.ports[0]} <-> "
-            f"127.0.0.1:{self.ports[1]}; {GUEST_DEVICE} on host 1 at {HOST_ADDRS[1][0]} and "
+            f"{self.guest.memory} each), {self._link_text()}; "
+            f"{GUEST_DEVICE} on host 1 at {HOST_ADDRS[1][0]} and "
             f"{HOST_ADDRS[1][1]}, host 2 at {HOST_ADDRS[2][0]} and {HOST_ADDRS[2][1]}"
         )
         log(f"control directory: {self.control}; host 2's console: {self.host2_log}")
@@ -205,7 +273,11 @@ class _Fabric:
         server = threading.Thread(target=self.serve_requests, name="aiordma-fabric", daemon=True)
         rc = 1
         try:
-            self.boot_host2()
+            if self.cfg.link == "stream":  # host 2 connects once host 1's QEMU listens
+                threading.Thread(target=self._boot_host2_when_listening,
+                                 name="aiordma-fabric-boot", daemon=True).start()  # fmt: skip
+            else:
+                self.boot_host2()
             server.start()
             waited = [
                 "sh", "-c",
