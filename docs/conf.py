@@ -57,6 +57,8 @@ nitpick_ignore_regex = [
     ("py:meth", r"BulkRun\..*"),
     # The transfer agents' wire identity; the stdlib's array (no inventory here).
     ("py:class", r"(aiordma\.transfer\.wire\.)?Identity|array"),
+    # An agent's directory of peers: internal, its own module documents it.
+    ("py:class", r"(aiordma\.transfer\.peers\.)?Peers"),
 ]
 
 html_theme = "furo"

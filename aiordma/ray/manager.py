@@ -93,7 +93,7 @@ class AiordmaTransport(TensorTransportManager):
 
     @property
     def engine(self) -> ArrayExchange:
-        """Deprecated: :attr:`exchange` (its name until 0.1)."""
+        """Deprecated: ``exchange`` (its name until 0.1)."""
         import warnings
 
         warnings.warn("AiordmaTransport.engine is now .exchange", DeprecationWarning,

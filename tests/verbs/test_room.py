@@ -83,7 +83,7 @@ async def test_impossible_requests_are_rejected() -> None:
     pool = QueueRoom(4)
     with pytest.raises(ValueError, match="cannot take 5 of 4"):
         await pool.acquire(5)
-    with pytest.raises(ValueError, match="at least one slot"):
+    with pytest.raises(ValueError, match="at least one entry"):
         QueueRoom(0)
 
 
