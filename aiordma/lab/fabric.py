@@ -88,15 +88,9 @@ LISTEN_TIMEOUT = 60.0
 """Seconds host 1's QEMU has to listen on the stream link before host 2 starts."""
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _free_tcp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def _free_port(kind: socket.SocketKind) -> int:
+    """A loopback port free now for a socket of ``kind`` (UDP or TCP)."""
+    with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
@@ -163,10 +157,10 @@ class _Fabric:
         self.guest = GuestConfig(cfg.cpus, cfg.memory, self.kvm, rwdirs, self.kernel)
         self.cfg = cfg
         if cfg.link == "stream":
-            port = _free_tcp_port()
+            port = _free_port(socket.SOCK_STREAM)
             self.ports = (port, port)
         else:
-            self.ports = (_free_udp_port(), _free_udp_port())
+            self.ports = (_free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_DGRAM))
         self.cmd = cmd
         self.host2: subprocess.Popen[bytes] | None = None
         self.host2_log = self.control / "host2.log"
