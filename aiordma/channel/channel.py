@@ -60,6 +60,9 @@ from aiordma.verbs.memory import Access
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from aiordma.verbs.memory import MemoryRegion
+    from aiordma.verbs.window import MemoryWindow
+
 log = logging.getLogger(__name__)
 
 Deliver = Callable[[bytes, memoryview], bool]
@@ -217,6 +220,31 @@ class MessageChannel(Closable):
     def exposed_bytes(self) -> int:
         """Bytes of large messages currently exposed to the peer by this side."""
         return self._exposures.ledger.exposed_bytes
+
+    @property
+    def read_piece(self) -> int:
+        """Bytes of each RDMA read that fetches a large message from the peer."""
+        return self._reader.piece
+
+    def watch_exposures(
+        self, watcher: Callable[[MemoryRegion | MemoryWindow], None]
+    ) -> Callable[[], None]:
+        """Call ``watcher`` with what grants the peer read access to each large
+        message this side exposes from now on (a registration of exactly its
+        bytes, or a memory window over them), for auditing remote exposure;
+        returns a callable that stops watching."""
+        watchers = self._exposures.watchers
+
+        def told(exposure: Exposure) -> None:
+            watcher(exposure.key)
+
+        watchers.append(told)
+
+        def stop() -> None:
+            if told in watchers:
+                watchers.remove(told)
+
+        return stop
 
     # -- HELLO -------------------------------------------------------------
 

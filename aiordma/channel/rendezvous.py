@@ -358,9 +358,6 @@ class Reader:
         self._reads: set[asyncio.Future[WorkCompletion]] = set()
         """RDMA reads in flight (those of cancelled receives too)."""
         self._staging: MemoryRegion | None = None
-        self.before_read: Callable[[RemoteBuffer], Awaitable[None]] | None = None
-        """Awaited with each message's remote buffer before it is read (a
-        seam for tests and tracing)."""
 
     def let_go(self) -> None:
         """The channel failed: nothing is answered any more when reads end."""
@@ -384,8 +381,6 @@ class Reader:
 
     async def _read(self, target: Into, remote: RemoteBuffer, keep: bool) -> None:
         """RDMA-read ``remote`` into the start of ``target``."""
-        if self.before_read is not None:
-            await self.before_read(remote)
         own: MemoryRegion | None = None
         if isinstance(target, MemoryRegion):
             segment = target.segment(0, remote.length)

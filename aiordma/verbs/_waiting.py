@@ -14,15 +14,22 @@ miss that woke through the slow path never inflates the window (the
 "latency shelving" trap of estimators fed with overslept samples):
 
 - a hit trims the window to twice the running mean of the waits that hit
-  (at least :data:`FLOOR`, at most the cap);
-- a miss at a trimmed window tries the cap on the next expectation;
-- a miss at the cap stops spinning for the next ``2**k - 1``
+  (at least :data:`FLOOR`, at most the limit);
+- a miss at a trimmed window tries the limit on the next expectation;
+- a miss at the limit stops spinning for the next ``2**k - 1``
   expectations (``k`` counts misses in a row, up to :data:`MAX_BACKOFF`),
-  then probes at the cap again; a hit ends the backoff.
+  then probes at the limit again; a hit ends the backoff;
+- the limit starts at :data:`AUTO_START` and moves between it and the
+  setting's cap as KVM's halt-polling window does: an answer that came
+  *late* (after a miss, through the sleeping path) but within the cap
+  grows the limit to half as much again as that wait and cancels the
+  backoff the miss began; one later than the cap takes the limit back to
+  its start. So the window fits a machine whose round trips are slower
+  than the starting limit, and only the cap bounds what one spin may cost.
 
 So a ping-pong whose answers come within the cap spins on both sides,
 while a paced or idle exchange probes once in up to 128 expectations.
-Call order: ``start -> (hit | miss)``, per expectation.
+Call order: ``start -> (hit | miss [-> late])``, per expectation.
 """
 
 from __future__ import annotations
@@ -32,11 +39,17 @@ import os
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["AUTO_CAP", "DEFAULT", "FLOOR", "MAX_BACKOFF", "Polling", "WaitPolicy", "usable_cpus"]
+__all__ = ["AUTO_CAP", "AUTO_START", "DEFAULT", "FLOOR", "MAX_BACKOFF", "Polling", "WaitPolicy",
+           "usable_cpus"]  # fmt: skip
 
-AUTO_CAP: Final = 300e-6
-"""Seconds ``auto`` spins at most for one expected answer: a little more
-than a 64 B round trip between two spinning peers on Soft-RoCE (record 0019)."""
+AUTO_CAP: Final = 2e-3
+"""Seconds ``auto`` spins at most for one expected answer: longer spins paid
+for themselves in the lab's emulated guests, where sleeping and waking
+costs more CPU than a spin of that length (record 0019)."""
+AUTO_START: Final = 300e-6
+"""Seconds of ``auto``'s first spins, before late answers grow the limit: a
+little more than a 64 B round trip between two spinning peers on Soft-RoCE
+in a quiet boot (record 0014)."""
 FLOOR: Final = 50e-6
 """The shortest window ``auto`` trims to."""
 MAX_BACKOFF: Final = 7
@@ -51,9 +64,9 @@ class Polling:
     """How completion queues wait for completions (``AIORDMA_POLL`` or
     :func:`aiordma.verbs.completion.set_polling`).
 
-    ``auto`` spins up to ``window`` seconds where an answer is expected soon
-    and learns per queue when that pays; ``off`` (the default, see
-    ``DEFAULT``) always arms the channel and sleeps; ``fixed`` polls for
+    ``auto`` (the default, see ``DEFAULT``) spins up to ``window`` seconds
+    where an answer is expected soon and learns per queue when that pays;
+    ``off`` always arms the channel and sleeps; ``fixed`` polls for
     ``window`` seconds after any post or completion, whatever the work.
     """
 
@@ -135,9 +148,8 @@ class Polling:
         return DEFAULT
 
 
-DEFAULT: Final = Polling("off", 0.0)
-"""The setting when none is given: ``off`` until ``auto`` is measured to meet
-issue 63's targets in a quiet lab boot (record 0019)."""
+DEFAULT: Final = Polling("auto", AUTO_CAP)
+"""The setting when none is given (record 0019)."""
 
 
 def usable_cpus() -> int:
@@ -151,11 +163,14 @@ def usable_cpus() -> int:
 class WaitPolicy:
     """``auto``'s decision for one completion queue (see the module's text)."""
 
-    __slots__ = ("_backoff", "_cap", "_cpus", "_current", "_mean", "_skip", "hits", "misses",
-                 "skipped", "spins", "window")  # fmt: skip
+    __slots__ = ("_backoff", "_cap", "_cpus", "_current", "_mean", "_skip", "_start", "hits",
+                 "late", "limit", "misses", "skipped", "spins", "window")  # fmt: skip
 
     def __init__(self, cap: float = AUTO_CAP, cpus: int | None = None) -> None:
         self._cap = cap
+        self._start = min(AUTO_START, cap)
+        self.limit = self._start
+        """The longest spin now: from :data:`AUTO_START` up to the cap."""
         self._cpus = usable_cpus() if cpus is None else cpus
         self._mean = 0.0
         self._backoff = 0
@@ -171,6 +186,8 @@ class WaitPolicy:
         """Spins whose window ran out."""
         self.skipped = 0
         """Expectations not spun for during a backoff."""
+        self.late = 0
+        """Misses whose answer came within the cap (each grew the limit)."""
 
     @property
     def enabled(self) -> bool:
@@ -186,7 +203,7 @@ class WaitPolicy:
             self.skipped += 1
             return 0.0
         self.spins += 1
-        self._current = self.window or self._cap
+        self._current = self.window or self.limit
         return self._current
 
     def hit(self, waited: float) -> None:
@@ -195,14 +212,29 @@ class WaitPolicy:
         self._backoff = 0
         mean = self._mean
         self._mean = waited if mean == 0 else mean + (waited - mean) * _EWMA_WEIGHT
-        self.window = min(self._cap, max(FLOOR, 2 * self._mean))
+        self.window = min(self.limit, max(FLOOR, 2 * self._mean))
 
     def miss(self) -> None:
         """The window ran out before the answer."""
         self.misses += 1
-        if self._current < self._cap:
-            self.window = self._cap  # try the cap next time before backing off
+        if self._current < self.limit:
+            self.window = self.limit  # try the limit next time before backing off
             return
         self.window = 0.0
         self._backoff = min(self._backoff + 1, MAX_BACKOFF)
         self._skip = (1 << self._backoff) - 1
+
+    def answered(self, waited: float) -> None:
+        """The answer a miss gave up on came ``waited`` seconds after its spin
+        began: within the cap it grows the limit (and forgives the miss),
+        beyond it takes the limit back to its start."""
+        if waited > self._cap:
+            self.limit = self._start
+            return
+        if waited <= self.limit:
+            return  # a trimmed window's miss: the limit gets its try next
+        self.late += 1
+        self.limit = min(self._cap, max(1.5 * waited, 2 * self.limit))
+        self.window = 0.0
+        self._backoff = max(0, self._backoff - 1)
+        self._skip = 0

@@ -26,6 +26,7 @@ import errno
 import itertools
 import logging
 import os
+import time
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
@@ -47,6 +48,10 @@ from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
 from aiordma.verbs._driver.base import ACK_BATCH, POLL_BATCH
 from aiordma.verbs._driver.handles import create_with_fd
 from aiordma.verbs._waiting import Polling, WaitPolicy
+
+_now = time.monotonic
+"""The spin's clock: uvloop's ``loop.time()`` counts whole milliseconds,
+longer than the windows it would time."""
 
 if TYPE_CHECKING:
     from pyverbs.cq import WC
@@ -165,6 +170,8 @@ class CompletionQueue:
         self._polling = False
         self._expecting = False
         self._spin_from = 0.0
+        self._late = False  # a missed answer is being timed by _on_late
+        self._window = 0.0
         self._received_before = 0
         self._spun = 0.0
         self._drain_scheduled = False
@@ -332,19 +339,23 @@ class CompletionQueue:
 
     def waiting(self) -> dict[str, float]:
         """What the waiting policy did: expectations spun for (``spins``),
-        ended by a receive (``hits``) or by the window (``misses``), not spun
+        ended by a receive (``hits``) or by the window (``misses``), misses
+        whose answer came soon enough to grow the limit (``late``), not spun
         for while backing off (``skipped``), the CQ's armings (``arms``),
-        the seconds spent spinning (``spun_seconds``) and the current window
-        (``window_seconds``; 0 until the first hit)."""
+        the seconds spent spinning (``spun_seconds``), the current window
+        (``window_seconds``; 0 until the first hit) and the longest spin
+        now (``limit_seconds``)."""
         policy = self._policy
         return {
             "spins": policy.spins if policy else 0,
             "hits": policy.hits if policy else 0,
             "misses": policy.misses if policy else 0,
+            "late": policy.late if policy else 0,
             "skipped": policy.skipped if policy else 0,
             "arms": self._driver.arms,
             "spun_seconds": self._spun,
             "window_seconds": policy.window if policy else self._poll,
+            "limit_seconds": policy.limit if policy else self._poll,
         }
 
     def _metric_sources(self) -> Iterator[tuple[dict[str, str], metrics.Stats]]:
@@ -352,11 +363,13 @@ class CompletionQueue:
         counts = self.waiting()
         stats = metrics.Stats("completion_queue")
         for name, key in (("spins", "spins"), ("spin_hits", "hits"), ("spin_misses", "misses"),
-                          ("spins_skipped", "skipped"), ("arms", "arms")):  # fmt: skip
+                          ("spins_late", "late"), ("spins_skipped", "skipped"),
+                          ("arms", "arms")):  # fmt: skip
             stats.counters[name] = int(counts[key])
         stats.counters["spun_microseconds"] = round(counts["spun_seconds"] * 1e6)
-        stats.gauge_sources.append(lambda: {"spin_window_microseconds": round(
-            counts["window_seconds"] * 1e6)})  # fmt: skip
+        stats.gauge_sources.append(lambda: {
+            "spin_window_microseconds": round(counts["window_seconds"] * 1e6),
+            "spin_limit_microseconds": round(counts["limit_seconds"] * 1e6)})  # fmt: skip
         yield {"completion_queue": self._name}, stats
 
     def expect(self) -> None:
@@ -369,7 +382,10 @@ class CompletionQueue:
         policy = self._policy
         if policy is None or self._cq is None:
             return
-        now = self._loop.time()
+        now = _now()
+        if self._late:  # the missed answer came by another path, or not yet
+            came = self._driver.received != self._received_before
+            self._end_late(now - self._spin_from if came else None)
         if self._expecting:
             if self._driver.received == self._received_before:
                 return  # the answer to an earlier send is still awaited
@@ -382,7 +398,8 @@ class CompletionQueue:
         self._expecting = True
         self._spin_from = now
         self._received_before = self._driver.received
-        self._poll_until = now + window
+        self._window = window
+        self._poll_until = 0.0  # the window starts with the first round of spinning
         if not self._polling:
             self._polling = True
             self._driver.polling = True
@@ -399,34 +416,57 @@ class CompletionQueue:
             self._polling = False
             return
         if self._expecting:
-            now = loop.time()
+            now = _now()
+            if not self._poll_until:
+                self._poll_until = now + self._window
             left = self._poll_until - now
             if left > 0:
                 driver.spin(min(SPIN_SLICE, left))
-                self._spun += loop.time() - now
+                self._spun += _now() - now
             self._drain(arm=False)
             if self._cq is None:
                 self._polling = False
                 return
             if driver.received != self._received_before:
                 self._expecting = False
-                self._policy.hit(loop.time() - self._spin_from)  # type: ignore[union-attr]
+                self._policy.hit(_now() - self._spin_from)  # type: ignore[union-attr]
                 loop.call_soon(self._spin_step)  # the turn the woken task may post in
                 return
-            if loop.time() < self._poll_until:
+            if _now() < self._poll_until:
                 loop.call_soon(self._spin_step)
                 return
             self._expecting = False
             self._policy.miss()  # type: ignore[union-attr]
+            self._late = True
+            loop.add_reader(self._fd, self._on_late)
         self._polling = False
         driver.polling = False
         driver.serve(False)  # drain, arm, drain again
+        if self._late and driver.received != self._received_before:
+            self._end_late(_now() - self._spin_from)
+
+    def _on_late(self) -> None:
+        """The reader while a missed answer is awaited: times its arrival,
+        so the policy can tell a near miss from a long wait."""
+        now = _now()
+        driver = self._driver
+        driver.on_readable()
+        if self._cq is not None and driver.received != self._received_before:
+            self._end_late(now - self._spin_from)
+
+    def _end_late(self, waited: float | None) -> None:
+        """Stop timing a missed answer; ``waited``: when it came (None: unknown)."""
+        self._late = False
+        if self._cq is not None:
+            self._loop.add_reader(self._fd, self._driver.on_readable)
+        if waited is not None:
+            self._policy.answered(waited)  # type: ignore[union-attr]
 
     def kick(self) -> None:
         """Work was posted: poll for its completion for a fixed window."""
         if self._poll > 0 and not self._polling and self._cq is not None:
             self._polling = True
-            self._poll_until = self._loop.time() + self._poll
+            self._poll_until = _now() + self._poll
             self._loop.call_soon(self._poll_step)
 
     def _poll_step(self) -> None:
@@ -435,10 +475,10 @@ class CompletionQueue:
             self._polling = False
             return
         # The compiled driver spins in C, with no Python per empty poll.
-        self._driver.spin(min(SPIN_SLICE, max(0.0, self._poll_until - self._loop.time())))
+        self._driver.spin(min(SPIN_SLICE, max(0.0, self._poll_until - _now())))
         if self._drain(arm=False):
-            self._poll_until = self._loop.time() + self._poll
-        if self._handlers and self._loop.time() < self._poll_until:
+            self._poll_until = _now() + self._poll
+        if self._handlers and _now() < self._poll_until:
             self._loop.call_soon(self._poll_step)
             return
         self._polling = False

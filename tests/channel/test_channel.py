@@ -654,23 +654,11 @@ async def test_a_slice_of_a_readable_pool_exposes_only_its_bytes_and_only_until_
 ) -> None:
     slot = 64 << 10
     seen: dict[str, object] = {}
+    probed = asyncio.Event()
 
     async def receive(conn: aiordma.Connection) -> None:
         channel: MessageChannel = conn.prepared
-
-        async def probe(remote: aiordma.RemoteBuffer) -> None:
-            seen["remote"] = remote
-            seen["inside"] = await _prober_read(remote, lab)
-            for name, outside in (
-                ("before", aiordma.RemoteBuffer(remote.addr - 1, 1, remote.rkey)),
-                ("after", aiordma.RemoteBuffer(remote.addr + remote.length, 1, remote.rkey)),
-            ):
-                try:
-                    seen[name] = await _prober_read(outside, lab)
-                except aiordma.RemoteAccessError as exc:
-                    seen[name] = exc
-
-        channel._reader.before_read = probe
+        await probed.wait()  # the message stays exposed, unread, while it is probed
         seen["message"] = bytes(await channel.recv_message())
         await channel.send_message(b"ok")
 
@@ -678,16 +666,38 @@ async def test_a_slice_of_a_readable_pool_exposes_only_its_bytes_and_only_until_
         pool = channel.conn.alloc(4 * slot, Access.REMOTE_READ)
         for i in range(4):
             pool.view()[i * slot : (i + 1) * slot] = bytes([i + 1]) * slot
-        await asyncio.wait_for(channel.send_message(pool[slot : 2 * slot]), 60)
+        exposed: list[aiordma.MemoryRegion | aiordma.MemoryWindow] = []
+        told = asyncio.Event()
+
+        def watch(key: aiordma.MemoryRegion | aiordma.MemoryWindow) -> None:
+            exposed.append(key)
+            told.set()
+
+        channel.watch_exposures(watch)
+        send = asyncio.ensure_future(channel.send_message(pool[slot : 2 * slot]))
+        await asyncio.wait_for(told.wait(), 60)
+        (key,) = exposed
+        assert isinstance(key, aiordma.MemoryRegion)
+        remote = key.remote()
+        inside = await _prober_read(remote, lab)
+        outside: dict[str, object] = {}
+        for name, where in (
+            ("before", aiordma.RemoteBuffer(remote.addr - 1, 1, remote.rkey)),
+            ("after", aiordma.RemoteBuffer(remote.addr + remote.length, 1, remote.rkey)),
+        ):
+            try:
+                outside[name] = await _prober_read(where, lab)
+            except aiordma.RemoteAccessError as exc:
+                outside[name] = exc
+        probed.set()
+        await asyncio.wait_for(send, 60)
         assert await asyncio.wait_for(channel.recv_message(), 60) == b"ok"
-        remote = seen["remote"]
-        assert isinstance(remote, aiordma.RemoteBuffer)
         # The advertised rkey is not the pool's, and covers the message alone.
         assert remote.rkey != pool.rkey
         assert (remote.addr, remote.length) == (pool.addr + slot, slot)
-        assert seen["inside"] == bytes([2]) * slot
-        assert isinstance(seen["before"], aiordma.RemoteAccessError), seen["before"]
-        assert isinstance(seen["after"], aiordma.RemoteAccessError), seen["after"]
+        assert inside == bytes([2]) * slot
+        assert isinstance(outside["before"], aiordma.RemoteAccessError), outside["before"]
+        assert isinstance(outside["after"], aiordma.RemoteAccessError), outside["after"]
         assert seen["message"] == bytes([2]) * slot
         # DONE ended the exposure: the same rkey is refused now.
         assert channel.exposed_bytes == 0
@@ -720,11 +730,6 @@ async def test_bindable_memory_is_exposed_through_a_window_until_done(lab: Lab) 
 
     async def receive(conn: aiordma.Connection) -> None:
         channel: MessageChannel = conn.prepared
-
-        async def record(remote: aiordma.RemoteBuffer) -> None:
-            seen["remote"] = remote
-
-        channel._reader.before_read = record
         seen["message"] = bytes(await channel.recv_message())
         await channel.send_message(b"ok")
         await reread.wait()
@@ -741,6 +746,12 @@ async def test_bindable_memory_is_exposed_through_a_window_until_done(lab: Lab) 
         region = conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
         region.view()[:] = _payload(5, size)
         registered = _recording_registrations(conn)
+
+        def record(key: aiordma.MemoryRegion | aiordma.MemoryWindow) -> None:
+            assert isinstance(key, aiordma.MemoryWindow)
+            seen["remote"] = key.remote  # what the peer is given
+
+        channel.watch_exposures(record)
         await asyncio.wait_for(channel.send_message(region), 60)
         assert await asyncio.wait_for(channel.recv_message(), 60) == b"ok"
         assert seen["message"] == _payload(5, size)
@@ -794,7 +805,7 @@ async def test_a_cancelled_send_revokes_its_window(lab: Lab) -> None:
     async with channel_to(lab, slow, medium_limit=0) as channel:  # rendezvous
         region = channel.conn.alloc(size, Access.LOCAL_WRITE | Access.MW_BIND)
         exposed: list[object] = []
-        channel._exposures.watchers.append(lambda exposure: exposed.append(exposure.key))
+        channel.watch_exposures(exposed.append)
         send = asyncio.ensure_future(channel.send_message(region))
         await asyncio.wait_for(announced.wait(), 60)
         (window,) = exposed
@@ -831,7 +842,7 @@ async def test_registered_memory_up_to_the_medium_limit_is_copied_not_exposed(
         length = len(body)
         region.view()[:length] = _payload(7, length)
         exposed: list[object] = []
-        channel._exposures.watchers.append(lambda exposure: exposed.append(exposure.key))
+        channel.watch_exposures(exposed.append)
         registered = _recording_registrations(conn)
         await asyncio.wait_for(channel.send_message(body), 60)
         region.view()[:] = bytes(2 * size)  # what went was copied
@@ -886,7 +897,7 @@ async def test_unread_large_messages_are_bounded_then_revoked_on_both_sides(lab:
         port = server.addresses[0][1]
         async with await aiordma.connect(lab.addr, port, prepare=prepare) as conn:
             channel: MessageChannel = conn.prepared
-            channel._exposures.watchers.append(lambda _: peak.append(channel.exposed_bytes))
+            channel.watch_exposures(lambda _: peak.append(channel.exposed_bytes))
             before = rdma_counts(lab.device)["mr"]
             sends = [channel.send_message(bytes([i]) * size) for i in range(5)]
             results = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 60)

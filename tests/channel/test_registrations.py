@@ -218,7 +218,7 @@ async def test_a_buffer_sent_again_is_exposed_through_windows_over_a_local_regis
             pytest.skip("the device has no memory windows")
         registered = _recording_registrations(conn)
         exposed: list[object] = []
-        channel._exposures.watchers.append(lambda exposure: exposed.append(exposure.key))
+        channel.watch_exposures(exposed.append)
         source = bytearray(SIZE)
         for i in range(3):
             source[:] = _payload(i, SIZE)  # what the peer reads is what is there now

@@ -91,7 +91,7 @@ async def test_pieces_and_reads_follow_the_configuration(lab: Lab) -> None:
             channel = comm.channel
             assert channel is not None
             assert channel.max_message == 1 << 20
-            assert channel._reader.piece == 128 << 10
+            assert channel.read_piece == 128 << 10
             try:
                 await comm.write({"a": to_serialize(array)})
                 back = await asyncio.wait_for(comm.read(), TIMEOUT)

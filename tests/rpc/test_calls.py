@@ -449,9 +449,7 @@ async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
         async with await aiordma.open_channel(lab.addr, port) as channel:
             (server_channel,) = channels  # prepared before the connection was accepted
             peaks: list[int] = []
-            server_channel._exposures.watchers.append(
-                lambda _: peaks.append(server_channel.exposed_bytes)
-            )
+            server_channel.watch_exposures(lambda _: peaks.append(server_channel.exposed_bytes))
             for call_id in range(1, 6):
                 await channel.send_message(
                     b"", head=Frame(FrameKind.REQUEST, call_id, "big").pack()
@@ -504,9 +502,7 @@ async def test_a_client_that_floods_large_requests_makes_the_server_hold_at_most
                 return gauges["requests_held_bytes"], gauges["results_held_bytes"]
 
             peaks: list[tuple[int, int, int]] = []  # (requests, results, calls started)
-            server_channel._exposures.watchers.append(
-                lambda _: peaks.append((*held(), len(started)))
-            )
+            server_channel.watch_exposures(lambda _: peaks.append((*held(), len(started))))
             body = bytes(size)
 
             async def post_all() -> None:  # posting waits for the client's exposure room
@@ -566,7 +562,7 @@ async def test_replies_a_frozen_client_never_took_count_against_max_held(lab: La
                 return exposed, gauges["requests_held_bytes"], gauges["results_held_bytes"]
 
             seen: list[tuple[int, int, int]] = [held()]
-            server_channel._exposures.watchers.append(lambda _: seen.append(held()))
+            server_channel.watch_exposures(lambda _: seen.append(held()))
             await asyncio.wait_for(all_started.wait(), TIMEOUT * 2)
         finally:
             client.kill()

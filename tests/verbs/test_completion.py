@@ -12,6 +12,7 @@ import pytest_asyncio
 
 import aiordma
 from aiordma import Access
+from aiordma.verbs._waiting import AUTO_START
 from aiordma.verbs.completion import CompletionQueue, set_polling
 from tests.conftest import Lab, Pair, rdma_counts
 
@@ -89,6 +90,7 @@ async def _ping_pong(pair: Pair, rounds: int, think: float = 0.0) -> None:
     for _ in range(rounds):
         request = asyncio.ensure_future(b.post_recv(bbuf))
         reply = asyncio.ensure_future(a.post_recv(abuf))
+        await asyncio.sleep(0)  # both receives posted before the send: no RNR retry
         await a.post_send(abuf)
         await asyncio.wait_for(request, 30)
         if think:
@@ -152,6 +154,27 @@ async def test_answers_that_come_late_turn_spinning_off(apart: Pair) -> None:
     assert counts["window_seconds"] == 0
 
 
+@pytest.mark.asyncio
+async def test_answers_a_little_late_grow_the_spin_until_it_meets_them(lab: Lab) -> None:
+    """Replies 5 ms after each request, with a cap of 50 ms: the first spin
+    (at the starting limit) misses, its late answer grows the limit, and
+    later spins meet the replies without backing off."""
+    set_polling("auto:50000")
+    try:
+        async with aiordma.Device(lab.device) as one, aiordma.Device(lab.device) as two:
+            a, b = one.create_qp(), two.create_qp()
+            a.connect(b.local_endpoint)
+            b.connect(a.local_endpoint)
+            await _ping_pong((a, b), 12, think=0.005)
+            counts = await _settled(a.completion_queue)
+    finally:
+        set_polling(None)
+    assert counts["late"] >= 1
+    assert counts["hits"] >= 1
+    assert counts["skipped"] == 0
+    assert counts["limit_seconds"] > AUTO_START
+
+
 ONE_CPU = """
 import asyncio, os, sys
 import aiordma
@@ -167,6 +190,7 @@ async def main() -> None:
         for _ in range(10):
             request = asyncio.ensure_future(b.post_recv(bbuf))
             reply = asyncio.ensure_future(a.post_recv(abuf))
+            await asyncio.sleep(0)
             await a.post_send(abuf)
             await request
             await b.post_send(bbuf)

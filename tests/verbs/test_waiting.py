@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from aiordma.verbs._waiting import AUTO_CAP, DEFAULT, FLOOR, MAX_BACKOFF, Polling, WaitPolicy
+from aiordma.verbs._waiting import (
+    AUTO_CAP,
+    AUTO_START,
+    DEFAULT,
+    FLOOR,
+    MAX_BACKOFF,
+    Polling,
+    WaitPolicy,
+)
 
 
 def test_an_answer_that_keeps_coming_soon_keeps_the_spin_and_trims_the_window() -> None:
     policy = WaitPolicy(cpus=2)
-    assert policy.start() == AUTO_CAP  # the first spin probes at the cap
+    assert policy.start() == AUTO_START  # the first spin probes at the starting limit
     policy.hit(40e-6)
     assert policy.window == pytest.approx(max(FLOOR, 80e-6))
     for _ in range(50):
@@ -23,16 +31,17 @@ def test_a_miss_at_a_trimmed_window_retries_at_the_cap_before_backing_off() -> N
     policy = WaitPolicy(cpus=2)
     policy.start()
     policy.hit(30e-6)
-    assert policy.start() < AUTO_CAP
+    assert policy.start() < AUTO_START
     policy.miss()
-    assert policy.start() == AUTO_CAP  # no skip: the cap gets its try first
+    policy.answered(200e-6)  # within the limit: nothing to grow
+    assert policy.start() == AUTO_START  # no skip: the limit gets its try first
     policy.hit(30e-6)
     assert policy.skipped == 0
 
 
-def test_misses_at_the_cap_back_off_exponentially_and_a_hit_ends_it() -> None:
+def test_misses_at_the_limit_back_off_exponentially_and_a_hit_ends_it() -> None:
     policy = WaitPolicy(cpus=2)
-    assert policy.start() == AUTO_CAP
+    assert policy.start() == AUTO_START
     policy.miss()
     gaps = []
     for _ in range(MAX_BACKOFF + 2):
@@ -55,6 +64,46 @@ def test_misses_at_the_cap_back_off_exponentially_and_a_hit_ends_it() -> None:
         pass
     policy.hit(100e-6)
     assert policy.start() > 0  # spinning again at once
+
+
+def test_late_answers_within_the_cap_grow_the_limit_and_forgive_the_miss() -> None:
+    policy = WaitPolicy(cpus=2)
+    assert policy.start() == AUTO_START
+    policy.miss()
+    policy.answered(500e-6)  # a near miss: the answer came before the cap
+    assert policy.limit == pytest.approx(max(2 * AUTO_START, 750e-6))
+    assert policy.late == 1
+    assert policy.start() == policy.limit  # no backoff: spinning again, longer
+    policy.miss()
+    policy.answered(900e-6)
+    assert policy.limit == AUTO_CAP  # never past the cap
+    assert policy.start() == AUTO_CAP
+    policy.hit(800e-6)
+    assert policy.start() == AUTO_CAP  # twice the hits' mean is beyond the cap
+    assert (policy.spins, policy.hits, policy.misses, policy.skipped) == (4, 1, 2, 0)
+
+
+def test_an_answer_later_than_the_cap_backs_off_and_resets_the_limit() -> None:
+    policy = WaitPolicy(cpus=2)
+    policy.start()
+    policy.miss()
+    policy.answered(600e-6)
+    assert policy.limit > AUTO_START
+    policy.start()
+    policy.miss()
+    policy.answered(10e-3)  # a paced peer: a long wait is not a near miss
+    assert policy.limit == AUTO_START
+    assert policy.late == 1
+    assert policy.start() == 0  # the miss's backoff stands
+    assert policy.skipped == 1
+
+
+def test_a_cap_below_the_start_bounds_the_limit() -> None:
+    policy = WaitPolicy(cap=100e-6, cpus=2)
+    assert policy.start() == 100e-6
+    policy.miss()
+    policy.answered(90e-6)
+    assert policy.limit == 100e-6
 
 
 def test_one_usable_cpu_never_spins() -> None:
@@ -102,7 +151,7 @@ def test_a_setting_of_the_wrong_kind_is_a_type_error() -> None:
 def test_the_environment_chooses_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIORDMA_POLL", raising=False)
     monkeypatch.delenv("AIORDMA_POLL_US", raising=False)
-    assert Polling.from_environment() == DEFAULT == Polling("off")
+    assert Polling.from_environment() == DEFAULT == Polling("auto")
     monkeypatch.setenv("AIORDMA_POLL_US", "300")  # the older name: a fixed window
     assert Polling.from_environment() == Polling("fixed", 300e-6)
     monkeypatch.setenv("AIORDMA_POLL", "off")  # the newer one wins
