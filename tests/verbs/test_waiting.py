@@ -67,7 +67,8 @@ def test_misses_at_the_limit_back_off_exponentially_and_a_hit_ends_it() -> None:
 
 
 def test_late_answers_within_the_cap_grow_the_limit_and_forgive_the_miss() -> None:
-    policy = WaitPolicy(cpus=2)
+    cap = 1e-3
+    policy = WaitPolicy(cap=cap, cpus=2)
     assert policy.start() == AUTO_START
     policy.miss()
     policy.answered(500e-6)  # a near miss: the answer came before the cap
@@ -76,10 +77,10 @@ def test_late_answers_within_the_cap_grow_the_limit_and_forgive_the_miss() -> No
     assert policy.start() == policy.limit  # no backoff: spinning again, longer
     policy.miss()
     policy.answered(900e-6)
-    assert policy.limit == AUTO_CAP  # never past the cap
-    assert policy.start() == AUTO_CAP
+    assert policy.limit == cap  # never past the cap
+    assert policy.start() == cap
     policy.hit(800e-6)
-    assert policy.start() == AUTO_CAP  # twice the hits' mean is beyond the cap
+    assert policy.start() == cap  # twice the hits' mean is beyond the cap
     assert (policy.spins, policy.hits, policy.misses, policy.skipped) == (4, 1, 2, 0)
 
 
@@ -91,7 +92,7 @@ def test_an_answer_later_than_the_cap_backs_off_and_resets_the_limit() -> None:
     assert policy.limit > AUTO_START
     policy.start()
     policy.miss()
-    policy.answered(10e-3)  # a paced peer: a long wait is not a near miss
+    policy.answered(AUTO_CAP + 10e-3)  # a paced peer: a long wait is not a near miss
     assert policy.limit == AUTO_START
     assert policy.late == 1
     assert policy.start() == 0  # the miss's backoff stands
