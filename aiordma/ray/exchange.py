@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import functools
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,7 +266,8 @@ class ArrayExchange:
                 for i, (t, s) in enumerate(zip(targets, export.specs, strict=True))
             ]
         thread, agent = self._started()
-        return thread.submit(self._fetch_task(agent, obj_id, export, timeout, targets))
+        read = functools.partial(self._read, agent, obj_id, export, timeout, targets)
+        return thread.submit(self._tracked(obj_id, read))
 
     def receive(
         self,
@@ -296,20 +298,14 @@ class ArrayExchange:
         except concurrent.futures.CancelledError:
             raise TransferError(f"the fetch of object {obj_id} was aborted") from None
 
-    async def _fetch_task(
-        self,
-        agent: Agent,
-        obj_id: str,
-        export: Export,
-        seconds: float | None,
-        targets: Arrays | None,
-    ) -> Arrays:
+    async def _tracked(self, obj_id: str, fetch: Callable[[], Awaitable[Arrays]]) -> Arrays:
+        """Run ``fetch()`` as one of ``obj_id``'s fetches (those an abort cancels)."""
         task = asyncio.current_task()
         assert task is not None
         running = self._fetches.setdefault(obj_id, set())
         running.add(task)
         try:
-            return await self._read(agent, obj_id, export, seconds, targets)
+            return await fetch()
         finally:
             running.discard(task)
             if not running:

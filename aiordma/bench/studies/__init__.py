@@ -7,10 +7,13 @@ decision record in ``docs/decisions/`` that cites it says what was decided.
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
 import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def names() -> list[str]:
@@ -44,3 +47,20 @@ def lab_address() -> str:
     if endpoint is None:
         raise SystemExit("no RoCE device with an IPv4 address (run it in 'aiordma lab')")
     return str(endpoint.address)
+
+
+def study_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A study's command line: described by its docstring's first line, with
+    ``--json`` (print the figures as JSON) and the hidden ``--serve HOST``
+    (run as the study's own peer process)."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--serve", metavar="HOST", help=argparse.SUPPRESS)
+    return parser
+
+
+def printed_json(args: argparse.Namespace, figures: Any) -> bool:
+    """Print ``figures`` as JSON if ``--json`` was given; whether it was."""
+    if args.json:
+        print(json.dumps(figures))
+    return bool(args.json)

@@ -17,14 +17,12 @@ counted in full, spread over the connections.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 
 import aiordma
 from aiordma.bench.peer import StudyPeer, answer, requests
-from aiordma.bench.studies import lab_address
+from aiordma.bench.studies import lab_address, printed_json, study_parser
 from aiordma.channel.options import DEFAULT_BUFFER, DEFAULT_CONTROL_WINDOW, DEFAULT_WINDOW
 from aiordma.verbs.discovery import find_roce_endpoint
 
@@ -129,22 +127,19 @@ async def measure(host: str, count: int, batch: int, shared: int) -> dict[str, f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = study_parser(__doc__)
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument(
         "--shared", type=int, default=0, metavar="N",
         help="channels on each side draw on one shared receive queue of N buffers",
     )  # fmt: skip
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--serve", metavar="HOST", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         asyncio.run(serve(args.serve, args.shared))
         return
     row = asyncio.run(measure(lab_address(), args.count, args.batch, args.shared))
-    if args.json:
-        print(json.dumps(row))
+    if printed_json(args, row):
         return
     kib = 1024
     how = f"sharing {args.shared} receive buffers a side" if args.shared else "own buffers"

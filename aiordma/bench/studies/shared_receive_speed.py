@@ -12,16 +12,14 @@ counts them.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import time
 
 import aiordma
 from aiordma.bench.peer import StudyPeer, requests
 from aiordma.bench.stats import Latency
-from aiordma.bench.studies import lab_address
+from aiordma.bench.studies import lab_address, printed_json, study_parser
 
 POOL = 1024
 
@@ -113,22 +111,19 @@ async def measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = study_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument(
         "--send-slots", type=int, default=None,
         help="send slots of the channels on the pool (default: theirs, 8)",
     )  # fmt: skip
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--serve", metavar="HOST", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         asyncio.run(serve(args.serve, args.send_slots))
         return
     rows = asyncio.run(measure(lab_address(), args.rounds, args.count, args.send_slots))
-    if args.json:
-        print(json.dumps(rows))
+    if printed_json(args, rows):
         return
     print(
         f"{'round':>5} {'buffers':>8} {'64 B round trip (us)':>22} {'64 B msg/s':>12} "
