@@ -611,14 +611,14 @@ class WorkEngine:
         self._silent.extend(work for _, work in works if work.silent)
         return self._track(works)
 
-    def post_packet(
+    def post_send_to(
         self, seg: Segment, signaled: bool, done: Done, opcode: int = _ibv.WR_SEND
     ) -> None:
         """Post one send of ``seg`` (its send-queue entry already taken) whose
-        outcome goes to ``done`` from the drain: the message channel's path,
-        with no future, no request object and no per-post validation beyond
-        the queue pair's state. ``opcode`` may also be a zero-length RDMA
-        write (a probe: no remote address or key is needed for zero bytes)."""
+        outcome goes to ``done`` from the drain, with no future, no request
+        object and no per-post validation beyond the queue pair's state.
+        ``opcode`` may also be a zero-length RDMA write (a probe: no remote
+        address or key is needed for zero bytes)."""
         try:
             self.check_usable()
         except BaseException:
@@ -691,9 +691,9 @@ class WorkEngine:
             self.sq.release(1)
             raise
         assert self._scratch is not None
-        self.post_packet(self._scratch.segment(0, 0), True, done, _ibv.WR_RDMA_WRITE)
+        self.post_send_to(self._scratch.segment(0, 0), True, done, _ibv.WR_RDMA_WRITE)
 
-    def post_packet_recv(self, seg: Segment, done: Done) -> None:
+    def post_recv_to(self, seg: Segment, done: Done) -> None:
         """Post one receive into ``seg`` (its receive-queue entry already
         taken) whose outcome goes to ``done`` from the drain."""
         try:

@@ -452,7 +452,7 @@ class QueuePair(Closable):
         if not engine.rq.try_acquire(1):
             engine.check_usable()
             raise ResourceBusyError("receive queue is full")
-        engine.post_packet_recv(local, done)
+        engine.post_recv_to(local, done)
 
     def open_lane(
         self, send_mr: MemoryRegion, sends: int, recv_mr: MemoryRegion | None, recvs: int,
