@@ -12,10 +12,11 @@ client connection that is open (or was, for servers, until it closed) and
 yields them as metric families:
 
 - ``aiordma_<counter>_total`` for each counter, labelled ``server``,
-  ``peer`` or ``pool`` (a :class:`~aiordma.SharedReceiveQueue`; when a
-  process has several kinds, each sample has all three labels, the others
-  empty); counters of a kind (``ops:rdma_read``, ``errors:<status>``)
-  become one family with an ``op`` or ``status`` label;
+  ``peer``, ``pool`` (a :class:`~aiordma.SharedReceiveQueue`) or
+  ``completion_queue`` (one that may spin: the default); when a process has
+  several kinds, each sample has all their labels, the others empty;
+  counters of a kind (``ops:rdma_read``, ``errors:<status>``) become one
+  family with an ``op`` or ``status`` label;
 - ``aiordma_<name>_seconds`` histograms for latencies (awaited verbs, RPC
   calls and handlers);
 - ``aiordma_<gauge>`` gauges (connections, exposed bytes, a pool's free
