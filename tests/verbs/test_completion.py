@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -66,11 +67,11 @@ def test_resources_dropped_unclosed_are_collected_without_a_crash(lab: Lab) -> N
 # -- how a CQ waits (the default, ``auto``) --------------------------------------
 
 
-@pytest_asyncio.fixture
-async def apart(lab: Lab) -> AsyncIterator[Pair]:
+@contextlib.asynccontextmanager
+async def _apart(lab: Lab, polling: str) -> AsyncIterator[Pair]:
     """Two connected queue pairs on two ``Device`` objects: each side has a
-    completion queue of its own, as two processes would, made with ``auto``."""
-    set_polling("auto")
+    completion queue of its own, as two processes would, made with ``polling``."""
+    set_polling(polling)
     try:
         async with aiordma.Device(lab.device) as one, aiordma.Device(lab.device) as two:
             a, b = one.create_qp(), two.create_qp()
@@ -80,6 +81,13 @@ async def apart(lab: Lab) -> AsyncIterator[Pair]:
             yield a, b
     finally:
         set_polling(None)
+
+
+@pytest_asyncio.fixture
+async def apart(lab: Lab) -> AsyncIterator[Pair]:
+    """:func:`_apart` with ``auto``."""
+    async with _apart(lab, "auto") as pair:
+        yield pair
 
 
 async def _ping_pong(pair: Pair, rounds: int, think: float = 0.0) -> None:
@@ -159,16 +167,9 @@ async def test_answers_a_little_late_grow_the_spin_until_it_meets_them(lab: Lab)
     """Replies 5 ms after each request, with a cap of 50 ms: the first spin
     (at the starting limit) misses, its late answer grows the limit, and
     later spins meet the replies without backing off."""
-    set_polling("auto:50000")
-    try:
-        async with aiordma.Device(lab.device) as one, aiordma.Device(lab.device) as two:
-            a, b = one.create_qp(), two.create_qp()
-            a.connect(b.local_endpoint)
-            b.connect(a.local_endpoint)
-            await _ping_pong((a, b), 12, think=0.005)
-            counts = await _settled(a.completion_queue)
-    finally:
-        set_polling(None)
+    async with _apart(lab, "auto:50000") as (a, b):
+        await _ping_pong((a, b), 12, think=0.005)
+        counts = await _settled(a.completion_queue)
     assert counts["late"] >= 1
     assert counts["hits"] >= 1
     assert counts["skipped"] == 0
