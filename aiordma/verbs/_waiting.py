@@ -17,8 +17,15 @@ miss that woke through the slow path never inflates the window (the
   (at least :data:`FLOOR`, at most the limit);
 - a miss at a trimmed window tries the limit on the next expectation;
 - a miss at the limit stops spinning for the next ``2**k - 1``
-  expectations (``k`` counts misses in a row, up to :data:`MAX_BACKOFF`),
-  then probes at the limit again; a hit ends the backoff;
+  expectations (``k`` grows by one a miss, up to :data:`MAX_BACKOFF`),
+  then probes at the limit again;
+- a hit ends the backoff while most spins hit, and halves ``k`` while most
+  miss (a running share of the spins, :data:`HIT_SHARE`): a
+  spin pays when the wake-up it saves, times the chance of a hit, outweighs
+  the spin lost on a miss, and with windows about as long as a wake-up
+  that is when more spins hit than miss. So answers that come soon only
+  now and then (a slow responder, a mixed pace) cost a probe in up to 128
+  expectations, not a spin after every lucky hit;
 - the limit starts at :data:`AUTO_START` and moves between it and the
   setting's cap as KVM's halt-polling window does: an answer that came
   *late* (after a miss, through the sleeping path) but within the cap
@@ -39,8 +46,8 @@ import os
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["AUTO_CAP", "AUTO_START", "DEFAULT", "FLOOR", "MAX_BACKOFF", "Polling", "WaitPolicy",
-           "usable_cpus"]  # fmt: skip
+__all__ = ["AUTO_CAP", "AUTO_START", "DEFAULT", "FLOOR", "HIT_SHARE", "MAX_BACKOFF", "Polling",
+           "WaitPolicy", "usable_cpus"]  # fmt: skip
 
 AUTO_CAP: Final = 2e-3
 """Seconds ``auto`` spins at most for one expected answer: longer spins paid
@@ -53,7 +60,10 @@ in a quiet boot (record 0014)."""
 FLOOR: Final = 50e-6
 """The shortest window ``auto`` trims to."""
 MAX_BACKOFF: Final = 7
-"""After this many misses in a row ``auto`` probes once in ``2**7`` expectations."""
+"""At most, ``auto`` backs off to probing once in ``2**7`` expectations."""
+HIT_SHARE: Final = 0.5
+"""While fewer than this share of recent spins hit, a hit halves the backoff
+instead of ending it."""
 _EWMA_WEIGHT: Final = 1 / 8
 
 Mode = Literal["auto", "off", "fixed"]
@@ -163,8 +173,9 @@ def usable_cpus() -> int:
 class WaitPolicy:
     """``auto``'s decision for one completion queue (see the module's text)."""
 
-    __slots__ = ("_backoff", "_cap", "_cpus", "_current", "_mean", "_skip", "_start", "hits",
-                 "late", "limit", "misses", "skipped", "spins", "window")  # fmt: skip
+    __slots__ = ("_backoff", "_cap", "_cpus", "_current", "_forgiven", "_mean", "_share", "_skip",
+                 "_start", "hits", "late", "limit", "misses", "skipped", "spins",
+                 "window")  # fmt: skip
 
     def __init__(self, cap: float = AUTO_CAP, cpus: int | None = None) -> None:
         self._cap = cap
@@ -173,6 +184,8 @@ class WaitPolicy:
         """The longest spin now: from :data:`AUTO_START` up to the cap."""
         self._cpus = usable_cpus() if cpus is None else cpus
         self._mean = 0.0
+        self._share = 1.0  # of recent spins that hit: optimistic until spins miss
+        self._forgiven = 1.0  # the share before the last miss, for a late answer
         self._backoff = 0
         self._skip = 0
         self._current = 0.0
@@ -209,7 +222,8 @@ class WaitPolicy:
     def hit(self, waited: float) -> None:
         """The expected answer came after ``waited`` seconds of spinning."""
         self.hits += 1
-        self._backoff = 0
+        share = self._share = self._share + (1 - self._share) * _EWMA_WEIGHT
+        self._backoff = 0 if share >= HIT_SHARE else self._backoff // 2
         mean = self._mean
         self._mean = waited if mean == 0 else mean + (waited - mean) * _EWMA_WEIGHT
         self.window = min(self.limit, max(FLOOR, 2 * self._mean))
@@ -217,6 +231,8 @@ class WaitPolicy:
     def miss(self) -> None:
         """The window ran out before the answer."""
         self.misses += 1
+        self._forgiven = self._share
+        self._share -= self._share * _EWMA_WEIGHT
         if self._current < self.limit:
             self.window = self.limit  # try the limit next time before backing off
             return
@@ -236,5 +252,6 @@ class WaitPolicy:
         self.late += 1
         self.limit = min(self._cap, max(1.5 * waited, 2 * self.limit))
         self.window = 0.0
+        self._share = self._forgiven
         self._backoff = max(0, self._backoff - 1)
         self._skip = 0

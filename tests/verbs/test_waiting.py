@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from aiordma.verbs._waiting import (
@@ -9,6 +11,7 @@ from aiordma.verbs._waiting import (
     AUTO_START,
     DEFAULT,
     FLOOR,
+    HIT_SHARE,
     MAX_BACKOFF,
     Polling,
     WaitPolicy,
@@ -64,6 +67,36 @@ def test_misses_at_the_limit_back_off_exponentially_and_a_hit_ends_it() -> None:
         pass
     policy.hit(100e-6)
     assert policy.start() > 0  # spinning again at once
+
+
+def _spun_share(policy: WaitPolicy, hits: Callable[[int], bool], expectations: int = 4000) -> float:
+    """Share of ``expectations`` spun for, when ``hits(n)`` says whether the
+    n-th spin hits; the other spins' answers come later than the cap."""
+    spun = 0
+    for _ in range(expectations):
+        if policy.start():
+            spun += 1
+            if hits(spun):
+                policy.hit(100e-6)
+            else:
+                policy.miss()
+                policy.answered(AUTO_CAP + 1e-3)
+    return spun / expectations
+
+
+def test_answers_that_come_soon_only_now_and_then_keep_the_backoff() -> None:
+    # one spin in five hits: most spins miss, so a hit halves the backoff
+    # rather than ending it, and the queue mostly sleeps, probing (a hit
+    # that ended the backoff kept it spinning for 31% of the expectations)
+    assert HIT_SHARE > 1 / 5
+    assert _spun_share(WaitPolicy(cpus=2), lambda n: n % 5 == 0) < 0.15
+    assert _spun_share(WaitPolicy(cpus=2), lambda n: n % 10 == 0) < 0.02
+
+
+def test_answers_that_mostly_come_soon_keep_the_spin() -> None:
+    # four spins in five hit: a hit ends the backoff, so a miss costs one
+    # skipped expectation
+    assert _spun_share(WaitPolicy(cpus=2), lambda n: n % 5 != 0) > 0.8
 
 
 def test_late_answers_within_the_cap_grow_the_limit_and_forgive_the_miss() -> None:
