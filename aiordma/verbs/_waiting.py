@@ -173,9 +173,8 @@ def usable_cpus() -> int:
 class WaitPolicy:
     """``auto``'s decision for one completion queue (see the module's text)."""
 
-    __slots__ = ("_backoff", "_cap", "_cpus", "_current", "_forgiven", "_mean", "_share", "_skip",
-                 "_start", "hits", "late", "limit", "misses", "skipped", "spins",
-                 "window")  # fmt: skip
+    __slots__ = ("_backoff", "_cap", "_cpus", "_current", "_mean", "_share", "_skip", "_start",
+                 "hits", "late", "limit", "misses", "skipped", "spins", "window")  # fmt: skip
 
     def __init__(self, cap: float = AUTO_CAP, cpus: int | None = None) -> None:
         self._cap = cap
@@ -185,7 +184,6 @@ class WaitPolicy:
         self._cpus = usable_cpus() if cpus is None else cpus
         self._mean = 0.0
         self._share = 1.0  # of recent spins that hit: optimistic until spins miss
-        self._forgiven = 1.0  # the share before the last miss, for a late answer
         self._backoff = 0
         self._skip = 0
         self._current = 0.0
@@ -231,7 +229,6 @@ class WaitPolicy:
     def miss(self) -> None:
         """The window ran out before the answer."""
         self.misses += 1
-        self._forgiven = self._share
         self._share -= self._share * _EWMA_WEIGHT
         if self._current < self.limit:
             self.window = self.limit  # try the limit next time before backing off
@@ -252,6 +249,6 @@ class WaitPolicy:
         self.late += 1
         self.limit = min(self._cap, max(1.5 * waited, 2 * self.limit))
         self.window = 0.0
-        self._share = self._forgiven
+        self._share /= 1 - _EWMA_WEIGHT  # the share the miss took, given back
         self._backoff = max(0, self._backoff - 1)
         self._skip = 0
