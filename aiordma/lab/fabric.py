@@ -1,14 +1,17 @@
 """The two-host lab: two QEMU guests joined by one point-to-point Ethernet link.
 
 Each guest gets a virtio network card whose backend is one end of a link
-on the host's loopback address, so the guests reach each other and nothing
-else. The link is a TCP stream by default (QEMU's ``-netdev stream``:
-host 1's QEMU listens, host 2's connects, again after each reboot): a
-guest that cannot take a frame yet holds the sender back, so the link
-loses nothing that ``tc netem`` does not take away, as a lossless (PFC)
-RoCE fabric. ``link="dgram"`` joins two UDP sockets instead, which drop
-what the receiving QEMU cannot take in time, as a congested lossy fabric
-(decision record 0020 measures both). Each brings up rxe
+on the host, so the guests reach each other and nothing else. The link is
+a stream by default (QEMU's ``-netdev stream`` on a Unix socket in the
+control directory: host 1's QEMU listens, host 2's connects, again after
+each reboot): a guest that cannot take a frame yet holds the sender back,
+so the link loses nothing that ``tc netem`` does not take away, as a
+lossless (PFC) RoCE fabric. A Unix socket, not TCP: QEMU leaves Nagle's
+algorithm on, which held a small frame sent behind another for the peer's
+delayed acknowledgement, about 40 ms (decision record 0021).
+``link="dgram"`` joins two UDP sockets on the loopback address instead,
+which drop what the receiving QEMU cannot take in time, as a congested
+lossy fabric (decision record 0020 measures both). Each brings up rxe
 on its card: host 1 at 192.0.2.1 / 2001:db8::1, host 2 at 192.0.2.2 /
 2001:db8::2. Host 1 runs the command; host 2 runs the agent
 (:mod:`aiordma.lab.agent`), which runs what host 1 asks through a control
@@ -40,6 +43,7 @@ from pathlib import Path
 from aiordma.exceptions import LabError
 from aiordma.lab.vm import (
     GUEST_DEVICE,
+    LAB_MTU,
     PASSTHROUGH,
     GuestConfig,
     check_host_tools,
@@ -71,9 +75,9 @@ class FabricConfig:
     cpus: int = 1
     memory: str = "2G"
     mtu: tuple[int | None, int | None] = (None, None)
-    """Each host's NIC MTU (None: QEMU's default, 1500)."""
+    """Each host's NIC MTU (None: :data:`~aiordma.lab.vm.LAB_MTU`)."""
     link: str = "stream"
-    """``"stream"`` (TCP: back-pressure, no loss) or ``"dgram"`` (UDP: drops
+    """``"stream"`` (a stream socket: back-pressure, no loss) or ``"dgram"`` (UDP: drops
     what the receiving side cannot take in time)."""
 
     def __post_init__(self) -> None:
@@ -88,39 +92,47 @@ LISTEN_TIMEOUT = 60.0
 """Seconds host 1's QEMU has to listen on the stream link before host 2 starts."""
 
 
-def _free_port(kind: socket.SocketKind) -> int:
-    """A loopback port free now for a socket of ``kind`` (UDP or TCP)."""
-    with socket.socket(socket.AF_INET, kind) as s:
+def _free_port() -> int:
+    """A loopback UDP port free now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
 
 
-def _link_opts(link: str, host: int, local: int, remote: int) -> tuple[str, ...]:
-    """QEMU options for the host's end of the link (loopback only): for a
-    stream, host 1 listens on ``local`` and host 2 connects to ``remote``."""
-    if link == "stream":
-        end = "server=on" if host == 1 else "server=off"
-        port = local if host == 1 else remote
-        netdev = f"-netdev stream,id=link,{end},addr.type=inet,addr.host=127.0.0.1,addr.port={port}"
-    else:
-        netdev = (
-            f"-netdev dgram,id=link,local.type=inet,local.host=127.0.0.1,local.port={local},"
-            f"remote.type=inet,remote.host=127.0.0.1,remote.port={remote}"
-        )
-    return (netdev, f"-device virtio-net-pci,netdev=link,mac=52:54:00:00:01:{host:02x}")
+def _card(host: int) -> str:
+    return f"-device virtio-net-pci,netdev=link,mac=52:54:00:00:01:{host:02x}"
 
 
-def listening(port: int, tables: tuple[str, ...] = ("/proc/net/tcp",)) -> bool:
-    """Whether something listens on 127.0.0.1:``port`` (read from the
-    kernel's table: a probe connection would be taken for the peer)."""
-    want = f"0100007F:{port:04X}"
-    for table in tables:
-        with contextlib.suppress(OSError), open(table) as rows:
-            for row in rows:
-                fields = row.split()
-                if len(fields) > 3 and fields[1] == want and fields[3] == "0A":
-                    return True
+def _stream_opts(host: int, path: Path) -> tuple[str, ...]:
+    """QEMU options for the host's end of a stream link: host 1 listens on
+    the Unix socket ``path``, host 2 connects to it."""
+    end = "server=on" if host == 1 else "server=off"
+    return (f"-netdev stream,id=link,{end},addr.type=unix,addr.path={path}", _card(host))
+
+
+def _dgram_opts(host: int, local: int, remote: int) -> tuple[str, ...]:
+    """QEMU options for the host's end of a datagram link: UDP from the
+    loopback port ``local`` to ``remote``."""
+    netdev = (
+        f"-netdev dgram,id=link,local.type=inet,local.host=127.0.0.1,local.port={local},"
+        f"remote.type=inet,remote.host=127.0.0.1,remote.port={remote}"
+    )
+    return (netdev, _card(host))
+
+
+_ACCEPTING = 0x10000
+"""``__SO_ACCEPTCON`` in ``/proc/net/unix``'s flags: the socket listens."""
+
+
+def listening(path: Path, table: str = "/proc/net/unix") -> bool:
+    """Whether a Unix socket listens at ``path`` (read from the kernel's
+    table: a probe connection would be taken for the peer)."""
+    with contextlib.suppress(OSError), open(table) as rows:
+        for row in rows:
+            fields = row.split()
+            if len(fields) == 8 and fields[7] == str(path) and int(fields[3], 16) & _ACCEPTING:
+                return True
     return False
 
 
@@ -156,11 +168,10 @@ class _Fabric:
         rwdirs = list(dict.fromkeys([cwd, self.control, *guest.rwdirs]))
         self.guest = GuestConfig(cfg.cpus, cfg.memory, self.kvm, rwdirs, self.kernel)
         self.cfg = cfg
-        if cfg.link == "stream":
-            port = _free_port(socket.SOCK_STREAM)
-            self.ports = (port, port)
-        else:
-            self.ports = (_free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_DGRAM))
+        self.socket = self.control / "link.sock"
+        """The stream link's Unix socket (host 1's QEMU listens on it)."""
+        self.ports = (_free_port(), _free_port())
+        """The datagram link's UDP ports (host 1's, host 2's)."""
         self.cmd = cmd
         self.host2: subprocess.Popen[bytes] | None = None
         self.host2_log = self.control / "host2.log"
@@ -170,16 +181,19 @@ class _Fabric:
     def _argv(self, host: int, cmd: list[str]) -> list[str]:
         env = {k: v for k, v in os.environ.items() if PASSTHROUGH.match(k)}
         env |= host_environment(host, self.control)
-        mtu = self.cfg.mtu[host - 1]
+        mtu = self.cfg.mtu[host - 1] or LAB_MTU
         addr, addr6 = HOST_ADDRS[host]
         init = resources.files("aiordma.lab") / "guest-init.sh"
         inner = [
-            "sh", str(init), GUEST_DEVICE, f"nic:{mtu}" if mtu else "nic", f"{addr}/24",
+            "sh", str(init), GUEST_DEVICE, f"nic:{mtu}", f"{addr}/24",
             f"{addr6}/64", str(self.cwd), "--",
             "env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd,
         ]  # fmt: skip
-        local, remote = self.ports if host == 1 else self.ports[::-1]
-        opts = _link_opts(self.cfg.link, host, local, remote)
+        if self.cfg.link == "stream":
+            opts = _stream_opts(host, self.socket)
+        else:
+            local, remote = self.ports if host == 1 else self.ports[::-1]
+            opts = _dgram_opts(host, local, remote)
         command = guest_script(inner, self.control / f"host{host}.sh")
         return vng_argv(self.vng, self.kernel, self.guest, self.kvm, command, opts)
 
@@ -202,11 +216,11 @@ class _Fabric:
 
     def _boot_host2_when_listening(self) -> None:
         deadline = time.monotonic() + LISTEN_TIMEOUT
-        while not listening(self.ports[0]):
+        while not listening(self.socket):
             if self._done.is_set():
                 return
             if time.monotonic() > deadline:
-                log(f"host 1's QEMU did not listen on 127.0.0.1:{self.ports[0]} within "
+                log(f"host 1's QEMU did not listen on {self.socket} within "
                     f"{LISTEN_TIMEOUT:.0f} s; host 2 is not booted")  # fmt: skip
                 return
             time.sleep(0.05)
@@ -251,7 +265,7 @@ class _Fabric:
 
     def _link_text(self) -> str:
         if self.cfg.link == "stream":
-            return f"linked by a TCP stream (host 1 listens on 127.0.0.1:{self.ports[0]})"
+            return f"linked by a stream (host 1 listens on {self.socket})"
         return f"linked by UDP 127.0.0.1:{self.ports[0]} <-> 127.0.0.1:{self.ports[1]}"
 
     def run(self, timeout: float | None) -> int:

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs inside the lab guest as its only command: brings up Soft-RoCE on a
-# dummy interface (single-host lab) or on the guest's network card (NETDEV
-# "nic" or "nic:MTU", two-host lab), then runs the user's command in the
-# user's directory.
+# dummy interface (single-host lab: NETDEV "NAME[:MTU]") or on the guest's
+# network card (two-host lab: NETDEV "nic[:MTU]"), then runs the user's
+# command in the user's directory.
 #   guest-init.sh DEVICE NETDEV ADDR4/PREFIX ADDR6/PREFIX CWD -- CMD...
 set -eu
 device="$1" netdev="$2" addr4="$3" addr6="$4" cwd="$5"
@@ -13,9 +13,10 @@ fail() { echo "aiordma lab (guest): $*" >&2; exit 97; }
 
 modprobe rdma_rxe || fail "modprobe rdma_rxe failed: this kernel has no Soft-RoCE"
 ip link set lo up
+mtu=""
+case "$netdev" in *:*) mtu="${netdev#*:}"; netdev="${netdev%%:*}" ;; esac
 case "$netdev" in
-  nic*)
-    mtu="${netdev#nic}"; mtu="${mtu#:}"
+  nic)
     modprobe virtio_net 2>/dev/null || true
     netdev=""
     for tries in $(seq 100); do
@@ -27,11 +28,13 @@ case "$netdev" in
         sleep 0.05
     done
     [ -n "$netdev" ] || fail "the guest has no network card for the two-host link"
-    [ -z "$mtu" ] || ip link set "$netdev" mtu "$mtu" || fail "cannot set MTU $mtu on $netdev"
     export AIORDMA_NIC="$netdev"  # the link the two-host tests act on
     ;;
   *) ip link add "$netdev" type dummy ;;
 esac
+# rxe's packets carry the largest RoCE MTU (256 to 4096 bytes) that fits the
+# card's MTU; set before rxe binds.
+[ -z "$mtu" ] || ip link set "$netdev" mtu "$mtu" || fail "cannot set MTU $mtu on $netdev"
 ip addr add "$addr4" dev "$netdev"
 ip -6 addr add "$addr6" dev "$netdev" nodad
 ip link set "$netdev" up

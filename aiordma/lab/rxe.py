@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from aiordma.exceptions import LabError
+from aiordma.lab.vm import LAB_MTU
 
 
 def _run(*argv: str) -> None:
@@ -27,8 +28,9 @@ def rxe_up(netdev: str, name: str = "rxe0", dummy_address: str | None = None) ->
     """Load ``rdma_rxe`` and bind a Soft-RoCE device ``name`` to ``netdev``.
 
     With ``dummy_address`` (``ADDR/PREFIX``) a dummy interface called
-    ``netdev`` is created first and given that address: a self-contained
-    setup for learning and tests that needs no real NIC. Idempotent: an
+    ``netdev`` is created first (at :data:`~aiordma.lab.vm.LAB_MTU`, as
+    in the lab's guests) and given that address: a self-contained setup for
+    learning and tests that needs no real NIC. Idempotent: an
     existing device of that name is left alone.
     """
     if Path("/sys/class/infiniband", name).exists():
@@ -43,7 +45,7 @@ def rxe_up(netdev: str, name: str = "rxe0", dummy_address: str | None = None) ->
     if dummy_address is not None:
         iface = ipaddress.ip_interface(dummy_address)
         if not _netdev_exists(netdev):
-            _run("ip", "link", "add", netdev, "type", "dummy")
+            _run("ip", "link", "add", netdev, "type", "dummy", "mtu", str(LAB_MTU))
         _run("ip", "addr", "replace", str(iface), "dev", netdev)
         _run("ip", "link", "set", netdev, "up")
     elif not _netdev_exists(netdev):

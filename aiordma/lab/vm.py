@@ -30,6 +30,10 @@ from aiordma.exceptions import LabError
 
 GUEST_DEVICE = "rxe0"
 GUEST_NETDEV = "dummy0"
+LAB_MTU = 9000
+"""The MTU of the lab's cards (the dummy one, and the two hosts' link):
+jumbo frames, so rxe sends 4096-byte packets as RoCE fabrics are set up,
+not the 1024 an Ethernet default leaves it (decision record 0021)."""
 # Documentation ranges (RFC 5737, RFC 3849): never routed anywhere real.
 GUEST_ADDR4 = "192.0.2.1"
 GUEST_ADDR6 = "2001:db8::1"
@@ -350,8 +354,9 @@ def run_in_guest(
     env |= lab_environment()
     init = resources.files("aiordma.lab") / "guest-init.sh"
     inner = [
-        "sh", str(init), GUEST_DEVICE, GUEST_NETDEV, f"{GUEST_ADDR4}/24", f"{GUEST_ADDR6}/64",
-        str(cwd), "--", "env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd,
+        "sh", str(init), GUEST_DEVICE, f"{GUEST_NETDEV}:{LAB_MTU}", f"{GUEST_ADDR4}/24",
+        f"{GUEST_ADDR6}/64", str(cwd), "--",
+        "env", *(f"{k}={v}" for k, v in sorted(env.items())), *cmd,
     ]  # fmt: skip
     mode = "KVM" if kvm else "TCG, software emulation"
     log(

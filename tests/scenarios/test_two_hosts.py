@@ -20,6 +20,7 @@ import aiordma
 from aiordma import Access, RemoteBuffer, rpc
 from aiordma.channel.open import prepare_channel
 from aiordma.lab.remote import Fabric
+from aiordma.lab.vm import LAB_MTU
 from tests.conftest import PEER_TIMEOUT, ROOT, remote_server
 from tests.peer import blob, digest_each
 
@@ -120,17 +121,18 @@ def _active_mtu(devinfo: str) -> int:
 
 @pytest.mark.asyncio
 async def test_hosts_with_different_mtus_transfer_intact(fabric: Fabric) -> None:
-    """Host 2's card at 9000 bytes (rxe: 4096-byte packets), host 1's at
+    """Host 1's card at 9000 bytes (rxe: 4096-byte packets), host 2's at
     1500 (1024): each side as client and as server."""
     sizes = [1, 1000, 1024, 4096, 5000, 70_000, 1 << 20]
-    await fabric.set_mtu(9000)
+    await fabric.set_mtu(9000, host=1)
+    await fabric.set_mtu(1500)
     try:
         rc, theirs = await fabric.run(["ibv_devinfo", "-d", "rxe0"])
         ours = await asyncio.to_thread(
             subprocess.run, ["ibv_devinfo", "-d", "rxe0"], capture_output=True, text=True
         )
         assert rc == 0, theirs
-        assert (_active_mtu(ours.stdout), _active_mtu(theirs)) == (1024, 4096)
+        assert (_active_mtu(ours.stdout), _active_mtu(theirs)) == (4096, 1024)
         async with remote_server(fabric, "checksums", fabric.peer_addr) as port:
             channel = await aiordma.open_channel(fabric.peer_addr, port, max_message=1 << 20)
             async with channel:
@@ -147,5 +149,6 @@ async def test_hosts_with_different_mtus_transfer_intact(fabric: Fabric) -> None
                 rc = await proc.wait()
             assert (rc, proc.output().strip()) == (0, "ok")
             server.close_clients()
-    finally:
-        await fabric.set_mtu(1500)
+    finally:  # both back to the lab's own
+        await fabric.set_mtu(LAB_MTU, host=1)
+        await fabric.set_mtu(LAB_MTU)
