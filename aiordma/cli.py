@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--link",
         choices=["stream", "dgram"],
         default=os.environ.get("AIORDMA_LAB_LINK", "stream"),
-        help="with --hosts 2: what joins the guests: a TCP stream (no loss: a frame waits "
+        help="with --hosts 2: what joins the guests: a stream (no loss: a frame waits "
         "until the other side takes it) or UDP datagrams (dropped when the other side "
         "cannot take them in time); default stream, or $AIORDMA_LAB_LINK",
     )
