@@ -170,8 +170,8 @@ class _Fabric:
         self.cfg = cfg
         self.socket = self.control / "link.sock"
         """The stream link's Unix socket (host 1's QEMU listens on it)."""
-        self.ports = (_free_port(), _free_port())
-        """The datagram link's UDP ports (host 1's, host 2's)."""
+        self.ports = (_free_port(), _free_port()) if cfg.link == "dgram" else (0, 0)
+        """The datagram link's UDP ports (host 1's, host 2's); unused by a stream."""
         self.cmd = cmd
         self.host2: subprocess.Popen[bytes] | None = None
         self.host2_log = self.control / "host2.log"
