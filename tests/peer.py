@@ -34,6 +34,9 @@ first message (printing ``holding`` once it came), then echoes every
 further message until a receive fails, and prints ``failed NAME SECONDS``:
 the exception that ended it and how long after the last message it came.
 
+``calls METHOD COUNT``: an RPC client making COUNT calls to METHOD one
+after another, each with a 64-byte payload it checks comes back; prints ``ok``.
+
 ``requests METHOD COUNT SIZE``: a raw RPC client posting COUNT requests of
 SIZE bytes (its own memory, read by the server) to METHOD without reading a
 reply; prints ``posted`` once all are announced, then waits to be stopped
@@ -242,6 +245,14 @@ async def digests(addr: str, port: int, *sizes: str) -> None:
     print("ok", flush=True)
 
 
+async def calls(addr: str, port: int, method: str, count: str) -> None:
+    payload = bytes(range(64))
+    async with await rpc.connect(addr, port) as client:
+        for _ in range(int(count)):
+            assert await client.call(method, payload) == payload
+    print("ok", flush=True)
+
+
 async def hold(addr: str, port: int, keepalive: str) -> None:
     options = aiordma.QueuePairOptions(keepalive=float(keepalive))
     channel = await aiordma.open_channel(addr, port, options=options)
@@ -285,6 +296,7 @@ if __name__ == "__main__":
         "rpc": rpc_server,
         "region": region,
         "digests": digests,
+        "calls": calls,
         "hold": hold,
         "requests": raw_requests,
     }

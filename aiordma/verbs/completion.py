@@ -171,6 +171,8 @@ class CompletionQueue:
         self._expecting = False
         self._spin_from = 0.0
         self._late = False  # a missed answer is being timed by _on_late
+        self._in_spin = False  # _spin_step is draining: it settles its expectation itself
+        self._again = False  # a send was posted during that drain
         self._window = 0.0
         self._received_before = 0
         self._spun = 0.0
@@ -382,6 +384,11 @@ class CompletionQueue:
         policy = self._policy
         if policy is None or self._cq is None:
             return
+        if self._in_spin and self._expecting:
+            # Posted from the spin's own drain (a reply or credits for what it
+            # handed out): the spin settles its expectation, then starts this one.
+            self._again = True
+            return
         now = _now()
         if self._late:  # the missed answer came by another path, or not yet
             came = self._driver.received != self._received_before
@@ -423,19 +430,27 @@ class CompletionQueue:
             if left > 0:
                 driver.spin(min(SPIN_SLICE, left))
                 self._spun += _now() - now
-            self._drain(arm=False)
+            self._in_spin = True
+            try:
+                self._drain(arm=False)
+            finally:
+                self._in_spin = False
             if self._cq is None:
                 self._polling = False
                 return
             if driver.received != self._received_before:
                 self._expecting = False
                 self._policy.hit(_now() - self._spin_from)  # type: ignore[union-attr]
+                if self._again:
+                    self._again = False
+                    self.expect()  # the send posted during the drain: a new window
                 loop.call_soon(self._spin_step)  # the turn the woken task may post in
                 return
             if _now() < self._poll_until:
                 loop.call_soon(self._spin_step)
                 return
             self._expecting = False
+            self._again = False  # what was expected then is what just missed
             self._policy.miss()  # type: ignore[union-attr]
             self._late = True
             loop.add_reader(self._fd, self._on_late)
