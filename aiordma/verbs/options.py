@@ -160,3 +160,19 @@ class Read:
 SendOp = Send | Write | Read
 """What :meth:`~aiordma.QueuePair.post_batch` accepts: a :class:`Send`,
 :class:`Write` or :class:`Read`."""
+
+
+def check_imm(imm: int | None) -> None:
+    """ValueError unless ``imm`` (a send's or write's immediate data) is None or fits 32 bits."""
+    if imm is not None and not 0 <= imm < 1 << 32:
+        raise ValueError("immediate data must fit in 32 bits (0 <= imm < 2**32)")
+
+
+def atomic_word(value: int, name: str) -> int:
+    """An atomic operand as the 64-bit word the adapter takes (a negative one
+    in two's complement, so ``atomic_fetch_add(r, -1)`` subtracts)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not -(1 << 63) <= value < 1 << 64:
+        raise ValueError(f"{name} ({value}) does not fit the 64-bit word atomics work on")
+    return value & ((1 << 64) - 1)

@@ -54,8 +54,10 @@ from aiordma.verbs.options import (
     Send,
     SendOp,
     Write,
+    atomic_word,
+    check_imm,
 )
-from aiordma.verbs.window import MemoryWindow, check_window
+from aiordma.verbs.window import MemoryWindow, check_bind, start_bind
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -129,16 +131,6 @@ def check_same_device(what: str, theirs: Owner, ours: Owner) -> None:
     )
 
 
-def _operand(value: int, name: str) -> int:
-    """An atomic operand as the 64-bit word the adapter takes (a negative one
-    in two's complement, so ``atomic_fetch_add(r, -1)`` subtracts)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if not -(1 << 63) <= value < 1 << 64:
-        raise ValueError(f"{name} ({value}) does not fit the 64-bit word atomics work on")
-    return value & ((1 << 64) - 1)
-
-
 _T = TypeVar("_T")
 
 
@@ -156,11 +148,6 @@ async def _post_in_chunks(
             await room.acquire(len(chunk))
         futures += post(chunk)
     return futures
-
-
-def _check_imm(imm: int | None) -> None:
-    if imm is not None and not 0 <= imm < 1 << 32:
-        raise ValueError("immediate data must fit in 32 bits (0 <= imm < 2**32)")
 
 
 class QueuePair(Closable):
@@ -371,7 +358,7 @@ class QueuePair(Closable):
         check_segments(segments, self.options.max_send_sge)
         self._check_device(segments)
         if isinstance(op, Send):
-            _check_imm(op.imm)
+            check_imm(op.imm)
             opcode = _ibv.WR_SEND if op.imm is None else _ibv.WR_SEND_WITH_IMM
             flags = self._inline_flag(opcode, segments, op.inline)
             return SendRequest(opcode, segments, flags, op.imm, signaled=op.signaled)
@@ -382,7 +369,7 @@ class QueuePair(Closable):
                 f"{size} local bytes do not fit the {op.remote.length}-byte remote buffer"
             )
         if isinstance(op, Write):
-            _check_imm(op.imm)
+            check_imm(op.imm)
             opcode = _ibv.WR_RDMA_WRITE if op.imm is None else _ibv.WR_RDMA_WRITE_WITH_IMM
             flags = self._inline_flag(opcode, segments, op.inline)
             return SendRequest(opcode, segments, flags, op.imm, op.remote.addr, op.remote.rkey,
@@ -623,7 +610,7 @@ class QueuePair(Closable):
         """Atomically add ``add`` to the 64-bit word at ``remote``; returns the old value."""
         r = self._atomic_remote(remote)
         request = SendRequest(
-            _ibv.WR_ATOMIC_FETCH_AND_ADD, (), 0, None, r.addr, r.rkey, _operand(add, "add")
+            _ibv.WR_ATOMIC_FETCH_AND_ADD, (), 0, None, r.addr, r.rkey, atomic_word(add, "add")
         )
         return await self._atomic_result(request)
 
@@ -633,7 +620,7 @@ class QueuePair(Closable):
         r = self._atomic_remote(remote)
         request = SendRequest(
             _ibv.WR_ATOMIC_CMP_AND_SWP, (), 0, None, r.addr, r.rkey,
-            _operand(compare, "compare"), _operand(swap, "swap"),
+            atomic_word(compare, "compare"), atomic_word(swap, "swap"),
         )  # fmt: skip
         return await self._atomic_result(request)
 
@@ -658,7 +645,7 @@ class QueuePair(Closable):
         be bound, and :class:`~aiordma.DeviceError` (``EOPNOTSUPP``) on a
         device without memory windows.
         """
-        segment, access, kind = self._window_args(local, access)
+        segment, access, kind = check_bind(self.device, self._engine, local, access)
         engine = self._engine
         if not engine.sq.try_acquire(1):
             await engine.sq.acquire(1)
@@ -681,44 +668,17 @@ class QueuePair(Closable):
         bind's outcome is ``window.bound``. Raises
         :class:`~aiordma.ResourceBusyError` when the send queue is full.
         """
-        segment, access, kind = self._window_args(local, access)
+        segment, access, kind = check_bind(self.device, self._engine, local, access)
         if not self._engine.sq.try_acquire(1):
             raise ResourceBusyError("send queue is full: no room to bind a memory window")
         return self._bind(segment, access, kind)
 
-    def _window_args(
-        self, local: MemoryRegion | Segment, access: Access
-    ) -> tuple[Segment, Access, int]:
-        segment, access = check_window(local, access)
-        device = self.device
-        if not device._holds(segment.mr):
-            raise ValueError(
-                f"the region is not registered on {device.name}, this queue pair's device"
-            )
-        kind = device.attributes.memory_windows
-        if not kind:
-            raise DeviceError(95, f"{device.name} does not support memory windows")
-        self._engine.check_usable()
-        return segment, access, kind
-
     def _bind(self, segment: Segment, access: Access, kind: int) -> MemoryWindow:
         """Allocate a window and post its bind (one send-queue slot already taken)."""
-        from pyverbs.mr import MW
-
-        engine = self._engine
-        try:
-            with verbs_errors(f"allocating a memory window on {self.device.name}"):
-                mw = MW(self.device.pd, kind)
-        except BaseException:
-            engine.sq.release(1)
-            raise
-        try:
-            bound, rkey = engine.post_bind(mw, segment, int(access), kind)
-        except BaseException:
-            mw.close()
-            raise
+        window = start_bind(self.device, self._engine, segment, access, kind, self.qp_num,
+                            self._windows)  # fmt: skip
         self._stats.add("ops:bind_window")
-        return MemoryWindow(mw, segment, access, rkey, kind, self.qp_num, self._windows, bound)
+        return window
 
     async def flush_sends(self) -> None:
         """Wait until every send-side request posted so far has completed.

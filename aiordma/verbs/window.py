@@ -15,14 +15,17 @@ a :class:`~aiordma.Connection`); the region must have been registered with
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from aiordma._pyverbs import verbs_errors
+from aiordma.exceptions import DeviceError
 from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
 
 if TYPE_CHECKING:
     from pyverbs.mr import MW
 
+    from aiordma.verbs._lifecycle import Owner
+    from aiordma.verbs._room import QueueRoom
     from aiordma.verbs.completion import WorkCompletion
 
 WINDOW_ACCESS: Final = Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
@@ -151,6 +154,57 @@ def check_window(local: MemoryRegion | Segment, access: Access) -> tuple[Segment
     if len(local) == 0:
         raise ValueError("a window must cover at least one byte")
     return local, access
+
+
+class Binder(Protocol):
+    """What binding a window needs of the queue pair's work engine."""
+
+    @property
+    def sq(self) -> QueueRoom: ...
+
+    def check_usable(self) -> None: ...
+
+    def post_bind(
+        self, mw: MW, seg: Segment, access: int, kind: int
+    ) -> tuple[asyncio.Future[WorkCompletion], int]: ...
+
+
+def check_bind(
+    device: Owner, engine: Binder, local: MemoryRegion | Segment, access: Access
+) -> tuple[Segment, Access, int]:
+    """:func:`check_window`, on ``device``'s queue pair: the segment, the
+    access and the device's window type, or the error saying why not."""
+    segment, access = check_window(local, access)
+    if not device._holds(segment.mr):
+        raise ValueError(f"the region is not registered on {device.name}, this queue pair's device")
+    kind = device.attributes.memory_windows
+    if not kind:
+        raise DeviceError(95, f"{device.name} does not support memory windows")
+    engine.check_usable()
+    return segment, access, kind
+
+
+def start_bind(
+    device: Owner, engine: Binder, segment: Segment, access: Access, kind: int, qp_num: int,
+    windows: set[MemoryWindow],
+) -> MemoryWindow:  # fmt: skip
+    """Allocate a window of ``kind`` and post its bind through ``engine``
+    (one send-queue entry already taken, given back if the allocation
+    fails); the window, whose ``bound`` is the bind's outcome."""
+    from pyverbs.mr import MW
+
+    try:
+        with verbs_errors(f"allocating a memory window on {device.name}"):
+            mw = MW(device.pd, kind)
+    except BaseException:
+        engine.sq.release(1)
+        raise
+    try:
+        bound, rkey = engine.post_bind(mw, segment, int(access), kind)
+    except BaseException:
+        mw.close()
+        raise
+    return MemoryWindow(mw, segment, access, rkey, kind, qp_num, windows, bound)
 
 
 __all__ = ["MemoryWindow"]
