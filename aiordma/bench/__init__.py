@@ -11,7 +11,9 @@ fetches results into registered memory with ``--depth`` calls in flight,
 payloads to a method that drops them. ``msg_lat`` is a ping-pong of
 messages through :class:`~aiordma.MessageChannel`, passing plain ``bytes``
 as users do; ``msg_bw`` streams them, ``--depth`` sends in flight, timed
-until the peer acknowledges the last; ``msg_rate`` streams small ones
+until the peer acknowledges the last, and ``msg_into_bw`` the same into
+one plain ``bytearray`` the peer reuses (``recv_message_into``), as a
+server that keeps its buffer does; ``msg_rate`` streams small ones
 with ``send_messages``, ``--depth`` a call; ``msg_reg_lat`` and ``msg_reg_bw``
 do the same from and into registered memory. ``connect`` times rdma_cm connection
 set-up (``connect()`` until established). ``--compare tcp`` runs each

@@ -19,7 +19,8 @@ from aiordma.lab.remote import Fabric, PeerProcess
 MODES = (
     "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "send_rate",
     "rpc_lat", "rpc_bw", "rpc_fetch", "rpc_sink", "connect",
-    "msg_lat", "msg_bw", "msg_rate", "msg_reg_lat", "msg_reg_bw", "xfer_read", "xfer_write",
+    "msg_lat", "msg_bw", "msg_into_bw", "msg_rate", "msg_reg_lat", "msg_reg_bw", "xfer_read",
+    "xfer_write",
 )  # fmt: skip
 
 KINDS = {"rpc_fetch": "bw", "rpc_sink": "bw", "connect": "lat", "xfer_read": "bw",

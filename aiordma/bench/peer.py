@@ -133,9 +133,14 @@ def service() -> rpc.Service:
 
 async def relay(channel: MessageChannel, kind: bytes, max_size: int) -> None:
     """``msgecho``: send every message back; ``msgsink``: drop them, and answer
-    the empty message that ends a burst. ``_reg``: receive into registered memory."""
+    the empty message that ends a burst. ``_reg``: receive into registered
+    memory; ``_into``: into one plain ``bytearray``."""
     echo = kind.startswith(b"msgecho")
-    inbox = channel.conn.alloc(max_size) if kind.endswith(b"_reg") else None
+    inbox: aiordma.MemoryRegion | bytearray | None = None
+    if kind.endswith(b"_reg"):
+        inbox = channel.conn.alloc(max_size)
+    elif kind.endswith(b"_into"):
+        inbox = bytearray(max_size)
     with contextlib.suppress(aiordma.ConnectionLostError, aiordma.ResourceClosedError):
         while True:
             message: aiordma.Segment | bytes | bytearray

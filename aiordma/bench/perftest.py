@@ -22,6 +22,7 @@ TOOLS = {
     "msg_lat": "ib_send_lat",
     "msg_reg_lat": "ib_send_lat",
     "msg_bw": "ib_write_bw",
+    "msg_into_bw": "ib_write_bw",
     "msg_rate": "ib_send_bw",
     "msg_reg_bw": "ib_write_bw",
     "xfer_read": "ib_read_bw",

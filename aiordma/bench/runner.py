@@ -327,7 +327,8 @@ async def _measure_messages(
     registered = mode.startswith("msg_reg_")
     latency = mode.endswith("_lat")
     batched = mode == "msg_rate"
-    kind = (b"msgecho" if latency else b"msgsink") + (b"_reg" if registered else b"")
+    shape = b"_reg" if registered else b"_into" if mode.startswith("msg_into_") else b""
+    kind = (b"msgecho" if latency else b"msgsink") + shape
     channel = await aiordma.open_channel(
         peer.addr, peer.port, private_data=kind, max_message=max(size, DEFAULT_MAX_MESSAGE)
     )

@@ -8,7 +8,7 @@ A connection's first byte picks one of three protocols:
   ``msg_reg_lat`` and ``send_lat``.
 * ``stream`` (:meth:`Framed.send`, :meth:`Framed.flush`): frames written
   back to back and dropped by the server, which answers an empty frame
-  once it has read everything before it; for ``msg_bw``, ``msg_reg_bw``,
+  once it has read everything before it; for ``msg_bw``, ``msg_into_bw``, ``msg_reg_bw``,
   ``write_bw`` and ``send_rate``.
 * an RPC (:class:`Client`: call ids, many calls in flight, futures) with
   the three methods the RDMA peer's :func:`~aiordma.bench.peer.service`
@@ -55,6 +55,7 @@ PATTERN = {
     "msg_lat": "ping",
     "msg_reg_lat": "ping",
     "msg_bw": "stream",
+    "msg_into_bw": "stream",
     "msg_rate": "stream",
     "msg_reg_bw": "stream",
     "xfer_read": "source",

@@ -75,11 +75,11 @@ def test_connect_and_the_rpc_transfer_modes(lab: Lab, tmp_path: Path) -> None:
 
 
 def test_message_modes_plain_and_registered(lab: Lab, tmp_path: Path) -> None:
-    rows = _bench(lab, tmp_path, "msg_lat", "msg_reg_lat", "msg_bw", "msg_reg_bw",
+    rows = _bench(lab, tmp_path, "msg_lat", "msg_reg_lat", "msg_bw", "msg_into_bw", "msg_reg_bw",
                   "--sizes", "64,65536", "--iterations", "12", "--warmup", "2",
                   "--depth", "4", "--compare", "tcp")  # fmt: skip
     by = {(r["mode"], r["size"], r["tool"]): r for r in rows}
-    for mode in ("msg_lat", "msg_reg_lat", "msg_bw", "msg_reg_bw"):
+    for mode in ("msg_lat", "msg_reg_lat", "msg_bw", "msg_into_bw", "msg_reg_bw"):
         for size in (64, 65536):  # eager and rendezvous
             ours = by[(mode, size, "aiordma")]
             assert ours["iterations"] == 12
