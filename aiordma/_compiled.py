@@ -46,6 +46,7 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.packets",
     "aiordma.verbs._room",
     "aiordma.verbs._completed",
+    "aiordma.verbs._work",
     "aiordma.verbs._engine",
     "aiordma.verbs._lane",
     "aiordma.verbs._bulk",

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     class EngineView(_engine_view.EngineView, Protocol):
         """What a run needs of the work engine that made it."""
 
-        def bulk_error(self, wc: Any, opcode: int) -> BaseException: ...
+        def poster_error(self, wc: Any, opcode: int) -> BaseException: ...
 
         def poster_finished(self, poster: Any) -> None: ...
 else:
@@ -203,7 +203,7 @@ class BulkRun:
         self.outstanding -= n
         self._sq.release(n)
         if wc.status != 0:
-            error = self._engine.bulk_error(wc, self._opcode)
+            error = self._engine.poster_error(wc, self._opcode)
             if self._error is None:
                 self._error = error
                 self._tag = self._table[r * WORDS + RKEY_TAG] >> 32

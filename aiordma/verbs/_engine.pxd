@@ -2,38 +2,12 @@
 # Python mode).
 
 from aiordma.verbs._room cimport QueueRoom
+from aiordma.verbs._work cimport Completer, SendRequest, Unsignalled, Work
 
+cdef _hold(tuple mrs)
 cdef _let_go(object mr)
 
-cdef class SendRequest:
-    cdef public int opcode
-    cdef public tuple segments
-    cdef public int flags
-    cdef public object imm
-    cdef public object remote_addr
-    cdef public object rkey
-    cdef public object compare_add
-    cdef public object swap
-    cdef public bint signaled
-
-cdef class _Work:
-    cdef public WorkEngine engine
-    cdef public object wr_id
-    cdef public object future
-    cdef public object done
-    cdef public bint reported
-    cdef public int opcode
-    cdef public tuple mrs
-    cdef public long long length
-    cdef public bint recv
-    cdef public int scratch
-    cdef public long long seq
-    cdef public bint silent
-    cdef public object kind
-    cdef public double started
-    cpdef succeed(self, long long byte_len, object result)
-
-cdef class WorkEngine:
+cdef class WorkEngine(Completer):
     cdef public object qp
     cdef public object qp_num
     cdef public object cq
@@ -46,7 +20,6 @@ cdef class WorkEngine:
     cdef public object drained
     cdef public object last_send
     cdef public list posters
-    cdef readonly object _loop
     cdef object _alloc
     cdef object _pd
     cdef long long _max_inline
@@ -61,15 +34,14 @@ cdef class WorkEngine:
     cdef unsigned long long _next_id
     cdef unsigned long long _last_id
     cdef unsigned long _thread
-    cdef long long _send_seq
-    cdef object _silent
-    cdef int _silent_run
-    cdef int _signal_every
+    cdef Unsignalled _unsignalled
     cdef public object stats
     cdef bint _usable_now(self)
-    cdef unsigned long long _register(self, _Work work)
-    cdef bint _next_send(self, bint signaled)
-    cdef _timed(self, _Work work, str kind)
+    cdef unsigned long long _register(self, Work work)
+    cdef _timed(self, Work work, str kind)
+    cdef object _plain(self, object local, bint writable)
+    cdef _posted(self, Work work)
+    cdef _tell_cq(self, bint answered)
     cpdef object quick_send(self, int opcode, object local, object remote, object imm, str kind)
     cpdef object quick_block(self, int opcode, object mr, unsigned long long addr,
                              long long length, unsigned long long raddr, unsigned int rkey,
@@ -79,6 +51,6 @@ cdef class WorkEngine:
                             unsigned long long raddr, unsigned int rkey, str kind)
     cpdef list quick_recvs(self, object locals_)
     cpdef list quick_sends(self, object ops, object send_type)
-    cpdef complete(self, _Work work, object wc)
-    cdef _finish(self, unsigned long long wr_id, _Work work)
+    cpdef complete(self, Work work, object wc)
+    cdef _finish(self, unsigned long long wr_id, Work work)
     cdef _settle_silent(self, long long seq)

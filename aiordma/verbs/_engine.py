@@ -3,8 +3,7 @@
 
 :class:`WorkEngine` owns a pyverbs ``QP`` handle and everything between "a
 validated list of segments and an opcode" and "a future resolved or
-failed": building work requests (reusing pyverbs objects, which are costly
-to make and never freed), posting them, tracking them by ``wr_id`` on the
+failed": posting work requests, tracking them by ``wr_id`` on the
 completion queue, resolving their futures when completions arrive, settling
 unsignalled sends, and failing or flushing what is pending when the queue
 pair fails or closes. It starts no tasks. On the checked path it checks
@@ -13,8 +12,11 @@ arguments and waits for queue room (``sq``/``rq``), then calls
 :meth:`WorkEngine.post_sends` or :meth:`WorkEngine.post_recvs`.
 
 It posts through its queue pair's driver (``aiordma.verbs._driver``),
-compiled or pure, and never asks which; only a memory-window bind
-(:meth:`WorkEngine.post_bind`, rare) goes through pyverbs itself.
+compiled or pure, and never asks which; what the driver cannot post (a
+memory-window bind, rare) its caller posts through pyverbs inside
+:meth:`WorkEngine.post_with`. Every post ends the same way (``_posted``):
+its regions held busy, its work tracked by ``wr_id``, an unsignalled send
+queued for settling; the records themselves are in ``_work.py``.
 
 Every awaited verb passes through here, so the module is compiled when the
 build could (``_engine.pxd``; see :mod:`aiordma._compiled`): a single
@@ -23,14 +25,16 @@ awaited operation on plain arguments (:meth:`WorkEngine.quick_send`,
 :meth:`WorkEngine.quick_block`) is checked, recorded and posted in one call,
 and its completion resolves the future from the drain with no Python in
 between; what is not plain goes back to the checked path.
+
+Call order: ``(quick_* | post_* | open_lane | start_bulk | complete)* ->
+close -> complete* -> destroy`` (``close`` once; ``complete`` from the
+CQ's drain, also for flushed work).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import errno
 import os
 import sys
 import time
@@ -39,7 +43,6 @@ from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from pyverbs.qp import QPAttr
-from pyverbs.wr import SendWR
 
 from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
@@ -52,12 +55,12 @@ from aiordma.verbs._bulk import Done as BulkDone
 from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
 from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
 from aiordma.verbs._room import QueueRoom
+from aiordma.verbs._work import Completer, Done, SendRequest, Unsignalled, Work, total_length
 from aiordma.verbs.completion import completion_error
 from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
 
 if TYPE_CHECKING:
     from pyverbs.cq import WC
-    from pyverbs.mr import MW
     from pyverbs.pd import PD
     from pyverbs.qp import QP
 
@@ -80,18 +83,25 @@ _SIGNALED = cython.declare(cython.int, _ibv.SEND_SIGNALED)  # C integers for typ
 _INLINE = cython.declare(cython.int, _ibv.SEND_INLINE)
 _WR_SEND = cython.declare(cython.int, _ibv.WR_SEND)
 _WR_SEND_IMM = cython.declare(cython.int, _ibv.WR_SEND_WITH_IMM)
-_WR_WRITE = cython.declare(cython.int, _ibv.WR_RDMA_WRITE)
 _WR_WRITE_IMM = cython.declare(cython.int, _ibv.WR_RDMA_WRITE_WITH_IMM)
 _WR_READ = cython.declare(cython.int, _ibv.WR_RDMA_READ)
 _LOCAL_WRITE = cython.declare(cython.int, int(Access.LOCAL_WRITE))
 _SUCCESS = cython.declare(cython.int, _ibv.WC_SUCCESS)
-__all__ = ["ID_BLOCK", "SIGNAL_FRACTION", "SendRequest", "WorkEngine", "closed_error",
-           "total_length"]  # fmt: skip
+__all__ = ["ID_BLOCK", "SIGNAL_FRACTION", "WorkEngine", "closed_error"]
 
 
 def closed_error() -> BaseException:
     """The error pending and later work gets once its queue pair is closed."""
     return ResourceClosedError("queue pair is closed")
+
+
+@cython.cfunc
+def _hold(mrs: tuple[MemoryRegion, ...]) -> None:
+    """Mark ``mrs`` busy until their work's completion (:func:`_let_go`).
+    The one busy-memory rule of every post: the regions were found open
+    just before it, by the quick paths' test or :meth:`WorkEngine._ready`."""
+    for mr in mrs:
+        mr._inflight += 1
 
 
 @cython.cfunc
@@ -102,31 +112,6 @@ def _let_go(mr: MemoryRegion) -> None:
         mr._inflight = inflight - 1
     else:
         mr._release()
-
-
-def total_length(segments: tuple[Segment, ...]) -> int:
-    """Bytes covered by a scatter/gather list."""
-    return sum(seg.length for seg in segments)
-
-
-@cython.cclass
-class SendRequest:
-    """A validated send-queue work request, ready to post."""
-
-    def __init__(
-        self, opcode: int, segments: tuple[Segment, ...], flags: int, imm: int | None = None,
-        remote_addr: int = 0, rkey: int = 0, compare_add: int = 0, swap: int = 0,
-        signaled: bool = True,
-    ) -> None:  # fmt: skip
-        self.opcode = opcode
-        self.segments = segments
-        self.flags = flags
-        self.imm = imm
-        self.remote_addr = remote_addr
-        self.rkey = rkey
-        self.compare_add = compare_add
-        self.swap = swap
-        self.signaled = signaled
 
 
 _OP_COUNTERS: dict[str, str] = {
@@ -140,93 +125,9 @@ _OP_COUNTERS: dict[str, str] = {
 }
 """The counter of each awaited verb, named once rather than per operation."""
 
-Done = Callable[[BaseException | None, int], None]
-"""How callback work reports: ``done(None, byte_len)`` on success, else
-``done(error, 0)``; called from the completion drain, no future involved."""
-
 
 @cython.cclass
-class _Work:
-    """One posted work request: the future to resolve (or the callback to
-    call), the regions it keeps busy (and alive) until its completion, and,
-    for an awaited verb, the histogram its latency goes to."""
-
-    def __init__(
-        self, engine: WorkEngine, future: asyncio.Future[WorkCompletion] | None,
-        opcode: cython.int, mrs: tuple[MemoryRegion, ...], length: cython.longlong,
-        recv: cython.bint, scratch: cython.int = -1, seq: cython.longlong = 0,
-        silent: cython.bint = False, done: Done | None = None,
-    ) -> None:  # fmt: skip
-        self.engine = engine
-        self.wr_id: int = 0
-        """Set when the engine registers it."""
-        self.future = future
-        self.done = done
-        """Called instead of resolving a future (``future`` is None then)."""
-        self.reported = False
-        """Whether ``done`` was called."""
-        self.opcode = opcode
-        self.mrs = mrs
-        self.length = length
-        """Bytes of local memory the request covers."""
-        self.recv = recv
-        self.scratch = scratch
-        """Offset of the atomic's result word in the scratch region (-1: none)."""
-        self.seq = seq
-        """Position on the send queue (send-side work only)."""
-        self.silent = silent
-        """Posted unsignalled: no completion entry unless it fails."""
-        self.kind: str | None = None
-        """The latency histogram of an awaited verb (None: not timed)."""
-        self.started = 0.0
-
-    def complete(self, wc: Any) -> None:
-        self.engine.complete(self, wc)
-
-    @property
-    def settled(self) -> bool:
-        """Whether the outcome was given out (the future is done, or ``done`` was called)."""
-        return self.reported if self.future is None else bool(self.future.done())
-
-    @cython.ccall
-    def succeed(self, byte_len: cython.longlong, result: WorkCompletion | None) -> None:
-        """Report success: ``result`` (a :class:`WorkCompletion`, made only
-        for a future) resolves the future, or ``done`` gets ``byte_len``."""
-        if self.future is None:
-            if not self.reported:
-                self.reported = True
-                self._call(None, byte_len)
-        elif not self.future.done():
-            assert result is not None
-            self.future.set_result(result)
-
-    def fail(self, exc: BaseException, *, later: bool = False, quiet: bool = False) -> None:
-        """Report failure (``done`` on the loop's next turn if ``later``; a
-        future marked retrieved if ``quiet``: a consequence of closing)."""
-        if self.future is None:
-            if not self.reported:
-                self.reported = True
-                if not later:
-                    self._call(exc, 0)
-                elif not self.engine._loop.is_closed():  # else nothing runs there any more
-                    self.engine._loop.call_soon(self._call, exc, 0)
-        elif not self.future.done() and not self.future.get_loop().is_closed():
-            self.future.set_exception(exc)  # the first failure: later ones name it as their cause
-            if quiet:
-                self.future.exception()
-
-    def _call(self, exc: BaseException | None, byte_len: int) -> None:
-        assert self.done is not None
-        try:
-            self.done(exc, byte_len)
-        except Exception as error:  # the callback's bug must not corrupt the engine
-            self.engine._loop.call_exception_handler(
-                {"message": "aiordma work callback failed", "exception": error}
-            )
-
-
-@cython.cclass
-class WorkEngine:
+class WorkEngine(Completer):
     """Posts, tracks and completes the work requests of one pyverbs ``QP``.
 
     ``sq`` and ``rq`` count free send- and receive-queue entries: callers take
@@ -254,7 +155,7 @@ class WorkEngine:
         self.cq = cq
         self.sq = QueueRoom(send_depth)
         self.rq = QueueRoom(recv_depth)
-        self.works: dict[int, _Work] = {}
+        self.works: dict[int, Work] = {}
         """Posted work whose completion has not arrived, by ``wr_id``."""
         self.failure: BaseException | None = None
         """The first failed completion, once the queue pair is in the error state."""
@@ -262,11 +163,11 @@ class WorkEngine:
         self.close_error: Callable[[], BaseException] = closed_error
         self.drained: asyncio.Future[None] | None = None
         """Set by a closer waiting for :attr:`works` to empty; resolved when it does."""
-        self.last_send: _Work | None = None
+        self.last_send: Work | None = None
         self.posters: list[PacketLane | BulkRun] = []
         """The compiled posters it made and that still run: packet lanes
         (:meth:`open_lane`) and bulk runs (:meth:`start_bulk`)."""
-        self._loop = cq.loop
+        Completer.__init__(self, cq.loop)
         self._alloc = alloc
         self._pd = pd
         self._max_inline = max_inline
@@ -285,11 +186,8 @@ class WorkEngine:
         self._last_id = 0
         """This engine's block of work request ids: ``[_next_id, _last_id)``."""
         self._thread = 0
-        """The thread the loop was last confirmed running in (:meth:`_on_loop`)."""
-        self._send_seq = 0
-        self._silent: collections.deque[_Work] = collections.deque()
-        self._silent_run = 0
-        self._signal_every = max(1, send_depth // SIGNAL_FRACTION)
+        """The thread the loop was last confirmed running in (:meth:`_usable_now`)."""
+        self._unsignalled = Unsignalled(send_depth // SIGNAL_FRACTION)
         self.stats = Stats("queue_pair")
         """Operations by kind, errors by status, latency of awaited verbs."""
 
@@ -310,10 +208,10 @@ class WorkEngine:
         running in while it runs (else the checked path says what is wrong)."""
         if self.closing or self.qp is None or self.failure is not None:
             return False
-        if self._thread == get_ident() and self._loop.is_running():
+        if self._thread == get_ident() and self.loop.is_running():
             return True
         try:
-            check_loop(self._loop)
+            check_loop(self.loop)
         except Exception:
             return False
         self._thread = get_ident()
@@ -341,7 +239,7 @@ class WorkEngine:
     # -- records -------------------------------------------------------------
 
     @cython.cfunc
-    def _register(self, work: _Work) -> cython.ulonglong:
+    def _register(self, work: Work) -> cython.ulonglong:
         """A fresh ``wr_id`` whose completion the CQ's drain gives to ``work``."""
         if self._next_id == self._last_id:
             self._next_id = self.cq.claim_ids(ID_BLOCK)
@@ -353,22 +251,59 @@ class WorkEngine:
         return wr_id
 
     @cython.cfunc
-    def _next_send(self, signaled: cython.bint) -> cython.bint:
-        """Advance the send-queue position; whether the next request goes
-        unsignalled (asked for, and not the ``signal_every``-th in a row)."""
-        self._send_seq += 1
-        silent: cython.bint = not signaled and self._silent_run + 1 < self._signal_every
-        self._silent_run = self._silent_run + 1 if silent else 0
-        return silent
-
-    @cython.cfunc
-    def _timed(self, work: _Work, kind: str | None) -> None:
+    def _timed(self, work: Work, kind: str | None) -> None:
         """Count an awaited verb as ``kind`` and time it from now to its
         completion, while metrics are on."""
         if kind is not None and metrics._on:
             self.stats.counters[_OP_COUNTERS[kind]] += 1
             work.kind = kind
             work.started = time.perf_counter()
+
+    @cython.cfunc
+    def _plain(self, local: object, writable: cython.bint) -> MemoryRegion | None:
+        """The region of ``local`` (a :class:`MemoryRegion`, or a
+        :class:`Segment` of one) when the quick paths may post from it: open,
+        registered in this protection domain, and writable if asked. None
+        otherwise (the caller takes the checked path)."""
+        mr: Any = local.mr if type(local) is Segment else local
+        if type(mr) is not MemoryRegion or mr._mr is None or mr._pd is not self._pd:
+            return None
+        if writable and not int(mr.access) & _LOCAL_WRITE:
+            return None
+        return mr
+
+    @cython.cfunc
+    def _posted(self, work: Work) -> None:
+        """The tail of every post the provider took: the work's memory held
+        busy and the work tracked by its id until its completion, an
+        unsignalled send queued for a later completion to settle."""
+        _hold(work.mrs)
+        self.works[work.wr_id] = work
+        if work.silent:
+            self._unsignalled.queue(work)
+
+    @cython.cfunc
+    def _tell_cq(self, answered: cython.bint) -> None:
+        """Work was posted: a send the peer answers (``answered``) may be
+        spun for; one-sided work only keeps a fixed polling window going."""
+        if answered:
+            if self._expect is not None:
+                self._expect()
+        elif self._kick is not None:
+            self._kick()
+
+    def _ready(self, room: QueueRoom, taken: int, mrs: list[MemoryRegion]) -> None:
+        """The checked paths' test just before posting: the queue pair usable
+        and every region still open (one may have been deregistered while
+        the caller waited for room); else the ``taken`` entries of ``room``
+        go back and the error is raised."""
+        try:
+            self.check_usable()
+            for mr in mrs:
+                mr._check_open()
+        except BaseException:
+            room.release(taken)
+            raise
 
     # -- send side ---------------------------------------------------------
 
@@ -393,21 +328,13 @@ class WorkEngine:
         which waits for room and raises what is wrong. ``kind`` names the
         counter and latency histogram of an awaited verb (see
         :meth:`QueuePair.stats`)."""
-        mr: MemoryRegion
-        offset: cython.longlong
-        length: cython.longlong
+        mr = self._plain(local, opcode == _WR_READ)
+        if mr is None or not self._usable_now():
+            return None
+        length: cython.longlong = local.length  # type: ignore[attr-defined]
+        addr: cython.ulonglong = mr.addr
         if type(local) is Segment:
-            mr = local.mr
-            offset = local.offset
-            length = local.length
-        elif type(local) is MemoryRegion:
-            mr = local
-            offset = 0
-            length = mr.length
-        else:
-            return None
-        if mr._mr is None or mr._pd is not self._pd or not self._usable_now():
-            return None
+            addr += local.offset
         flags: cython.int = _SIGNALED
         raddr: cython.ulonglong = 0
         rkey: cython.uint = 0
@@ -418,12 +345,10 @@ class WorkEngine:
                 return None
             raddr = remote.addr
             rkey = remote.rkey
-            if opcode == _WR_READ and not int(mr.access) & _LOCAL_WRITE:
-                return None
         if opcode != _WR_READ and length <= self._max_inline:
             flags |= _INLINE
-        return self._post_quick(opcode, mr, mr.addr + offset, length, flags,
-                                0 if imm is None else imm, raddr, rkey, kind)  # fmt: skip
+        return self._post_quick(opcode, mr, addr, length, flags, 0 if imm is None else imm,
+                                raddr, rkey, kind)  # fmt: skip
 
     @cython.ccall
     def quick_block(
@@ -435,9 +360,7 @@ class WorkEngine:
         for :meth:`start_bulk`) and return its future, when the queue pair is
         usable from here, ``mr`` open (writable, for a read) and a send-queue
         entry free; None otherwise, having done nothing. ``counter`` counts it."""
-        if mr._mr is None or not self._usable_now():
-            return None
-        if opcode == _WR_READ and not int(mr.access) & _LOCAL_WRITE:
+        if self._plain(mr, opcode == _WR_READ) is None or not self._usable_now():
             return None
         flags: cython.int = _SIGNALED
         if opcode != _WR_READ and length <= self._max_inline:
@@ -469,51 +392,40 @@ class WorkEngine:
             imm = op.imm
             if imm is not None and (type(imm) is not int or not 0 <= imm < 1 << 32):
                 return None
-            local = op.local
-            mr = local.mr if type(local) is Segment else local
-            if type(mr) is not MemoryRegion or mr._mr is None or mr._pd is not self._pd:
+            if self._plain(op.local, False) is None:
                 return None
         if not self.sq.try_acquire(count):
             return None
-        works: list[tuple[int, _Work]] = []
+        works: list[Work] = []
         requests: list[tuple[Any, ...]] = []
         futures: list[asyncio.Future[WorkCompletion]] = []
         length: cython.longlong
         flags: cython.int
         for op in ops:
             local = op.local
-            if type(local) is Segment:
-                mr = local.mr
-                length = local.length
-            else:
-                mr = local
-                length = mr.length
+            length = local.length
             imm = op.imm
             opcode: cython.int = _WR_SEND if imm is None else _WR_SEND_IMM
-            fut = self._loop.create_future()
-            silent: cython.bint = self._next_send(op.signaled)
-            work = _Work(self, fut, opcode, (mr,), length, False, -1, self._send_seq, silent)
+            fut = self.loop.create_future()
+            silent: cython.bint = self._unsignalled.next(op.signaled)
+            mrs = (local.mr if type(local) is Segment else local,)
+            work = Work(self, fut, opcode, mrs, length, False, -1, self._unsignalled.seq, silent)
             wr_id = self._register(work)
             flags = _INLINE if length <= self._max_inline else 0
             if not silent:
                 flags |= _SIGNALED
-            works.append((wr_id, work))
+            works.append(work)
             requests.append((wr_id, opcode, flags, 0 if imm is None else imm, (local,), 0, 0, 0, 0))
             futures.append(fut)
         rc = self.driver.post_sends(requests)
         if rc:
             raise self._refused(works, self.sq, rc)
-        for wr_id, work in works:
-            for mr in work.mrs:
-                mr._inflight += 1  # open: checked above
-            self.works[wr_id] = work
-            if work.silent:
-                self._silent.append(work)
-        self.last_send = works[-1][1]
+        for work in works:
+            self._posted(work)
+        self.last_send = works[-1]
         if metrics._on:
             self.stats.counters["ops:batched"] += count
-        if self._expect is not None:
-            self._expect()
+        self._tell_cq(True)
         return futures
 
     @cython.cfunc
@@ -526,22 +438,17 @@ class WorkEngine:
         None when the send queue has no free entry."""
         if not self.sq.try_acquire(1):
             return None
-        fut = self._loop.create_future()
-        self._next_send(True)
-        work = _Work(self, fut, opcode, (mr,), length, False, -1, self._send_seq)
+        fut = self.loop.create_future()
+        self._unsignalled.next(True)
+        work = Work(self, fut, opcode, (mr,), length, False, -1, self._unsignalled.seq)
         wr_id = self._register(work)
         rc = self._post_one(wr_id, opcode, flags, addr, length, mr.lkey, imm, raddr, rkey)
         if rc:
-            raise self._refused([(wr_id, work)], self.sq, rc)
-        mr._inflight += 1  # open: checked by the caller (what _acquire does, without its frames)
-        self.works[wr_id] = work
+            raise self._refused([work], self.sq, rc)
+        self._posted(work)
         self.last_send = work
         self._timed(work, kind)
-        if opcode in (_WR_SEND, _WR_SEND_IMM, _WR_WRITE_IMM):
-            if self._expect is not None:
-                self._expect()
-        elif self._kick is not None:
-            self._kick()
+        self._tell_cq(opcode in (_WR_SEND, _WR_SEND_IMM, _WR_WRITE_IMM))
         return fut
 
     def post_sends(
@@ -552,64 +459,55 @@ class WorkEngine:
         Atomics need :meth:`ensure_scratch` to have been called. Returns one
         future per request (a single awaited verb's counted and timed as
         ``kind``). Raises (giving the entries back, posting nothing) when the
-        queue pair is not usable or the provider refuses.
+        queue pair is not usable, a region was closed meanwhile, or the
+        provider refuses.
         """
-        try:
-            self.check_usable()
-        except BaseException:
-            self.sq.release(len(chunk))
-            raise
-        works: list[tuple[int, _Work]] = []
+        self._ready(self.sq, len(chunk), [seg.mr for b in chunk for seg in b.segments])
+        works: list[Work] = []
         requests: list[tuple[Any, ...]] = []
         for b in chunk:
-            wr_id, work, flags = self._new_send(b)
-            works.append((wr_id, work))
+            work, flags = self._new_send(b)
+            works.append(work)
             segments = b.segments if work.scratch < 0 else (self._scratch_word(work.scratch),)
-            requests.append((wr_id, b.opcode, flags, b.imm or 0, segments,
+            requests.append((work.wr_id, b.opcode, flags, b.imm or 0, segments,
                              b.remote_addr, b.rkey, b.compare_add, b.swap))  # fmt: skip
         rc = self.driver.post_sends(requests)
         if rc:
             raise self._refused(works, self.sq, rc)
-        futures = self._sends_posted(works)
+        for work in works:
+            self._posted(work)
+        self.last_send = works[-1]
+        self._tell_cq(any(w.opcode in _ibv.ANSWERED_OPCODES for w in works))
         if kind is not None and len(works) == 1:
-            self._timed(works[0][1], kind)
-        return futures
+            self._timed(works[0], kind)
+        return [work.future for work in works if work.future is not None]
 
     def _scratch_word(self, offset: int) -> Segment:
         assert self._scratch is not None
         return self._scratch[offset : offset + 8]
 
-    def _new_send(self, b: SendRequest) -> tuple[int, _Work, int]:
-        """Book-keeping for one send-side request: its ``wr_id``, work and flags."""
-        fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
+    def _new_send(self, b: SendRequest) -> tuple[Work, int]:
+        """Book-keeping for one send-side request: its work (registered) and flags."""
+        fut: asyncio.Future[WorkCompletion] = self.loop.create_future()
         scratch = -1
         mrs = tuple(seg.mr for seg in b.segments)
         if b.opcode in _ibv.ATOMIC_OPCODES:
             assert self._scratch is not None
             scratch = self._scratch_free.pop()
             mrs = (self._scratch,)
-        silent = self._next_send(b.signaled)
-        work = _Work(self, fut, b.opcode, mrs, total_length(b.segments), False, scratch,
-                     self._send_seq, silent)  # fmt: skip
-        flags = b.flags if silent else _ibv.SEND_SIGNALED | b.flags
-        return self._register(work), work, flags
+        silent = self._unsignalled.next(b.signaled)
+        work = Work(self, fut, b.opcode, mrs, total_length(b.segments), False, scratch,
+                    self._unsignalled.seq, silent)  # fmt: skip
+        self._register(work)
+        return work, b.flags if silent else _ibv.SEND_SIGNALED | b.flags
 
-    def _refused(self, works: Sequence[tuple[int, _Work]], room: QueueRoom, rc: int) -> DeviceError:
+    def _refused(self, works: Sequence[Work], room: QueueRoom, rc: int) -> DeviceError:
         """Undo work whose post the provider refused; the error to raise."""
         self._unpost(works, room)
         if room is self.sq:
-            self._silent_run = 0
+            self._unsignalled.refused()
             return DeviceError(rc, f"ibv_post_send failed: {os.strerror(rc)}")
         return DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
-
-    def _sends_posted(self, works: list[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
-        if self._expect is not None and any(w.opcode in _ibv.ANSWERED_OPCODES for _, w in works):
-            self._expect()
-        elif self._kick is not None:
-            self._kick()
-        self.last_send = works[-1][1]
-        self._silent.extend(work for _, work in works if work.silent)
-        return self._track(works)
 
     def post_send_to(
         self, seg: Segment, signaled: bool, done: Done, opcode: int = _ibv.WR_SEND
@@ -619,68 +517,43 @@ class WorkEngine:
         object and no per-post validation beyond the queue pair's state.
         ``opcode`` may also be a zero-length RDMA write (a probe: no remote
         address or key is needed for zero bytes)."""
-        try:
-            self.check_usable()
-        except BaseException:
-            self.sq.release(1)
-            raise
-        silent = self._next_send(signaled)
-        work = _Work(self, None, opcode, (seg.mr,), seg.length, False, -1, self._send_seq,
-                     silent, done)  # fmt: skip
+        self._ready(self.sq, 1, [seg.mr])
+        silent = self._unsignalled.next(signaled)
+        work = Work(self, None, opcode, (seg.mr,), seg.length, False, -1, self._unsignalled.seq,
+                    silent, done)  # fmt: skip
         wr_id = self._register(work)
         flags = 0 if silent else _ibv.SEND_SIGNALED
         rc = self.driver.post_send(wr_id, opcode, flags, seg.addr, seg.length, seg.lkey)
         if rc:
-            raise self._refused([(wr_id, work)], self.sq, rc)
-        if opcode == _WR_SEND:
-            if self._expect is not None:
-                self._expect()
-        elif self._kick is not None:
-            self._kick()
+            raise self._refused([work], self.sq, rc)
+        self._posted(work)
         self.last_send = work
-        if silent:
-            self._silent.append(work)
-        self.works[wr_id] = work
-        seg.mr._acquire()
+        self._tell_cq(opcode == _WR_SEND)
 
-    def post_bind(
-        self, mw: MW, seg: Segment, access: int, kind: int
+    def post_with(
+        self, seg: Segment, opcode: int, post: Callable[[int], int]
     ) -> tuple[asyncio.Future[WorkCompletion], int]:
-        """Post a signalled bind of memory window ``mw`` (of type ``kind``)
-        over ``seg`` (its send-queue entry already taken); returns the bind's
-        future and the rkey the window will have. Always through pyverbs: a
-        bind is rare, and type 1 binds go through ``ibv_bind_mw``."""
-        from pyverbs.mr import MWBind, MWBindInfo
-
-        try:
-            self.check_usable()
-        except BaseException:
-            self.sq.release(1)
-            raise
-        qp, mr = self.qp, seg.mr._mr
-        assert qp is not None
-        assert mr is not None
-        fut: asyncio.Future[WorkCompletion] = self._loop.create_future()
-        self._next_send(True)
-        work = _Work(self, fut, _ibv.WR_BIND_MW, (seg.mr,), seg.length, False, -1,
-                     self._send_seq)  # fmt: skip
+        """Post one signalled request over ``seg`` (its send-queue entry
+        already taken) that the driver cannot: ``post(wr_id)`` posts it
+        through pyverbs and returns what the caller wants back (a window
+        bind's rkey), raising :class:`DeviceError` when refused. Returns
+        the request's future and that value."""
+        self._ready(self.sq, 1, [seg.mr])
+        self._unsignalled.next(True)
+        work = Work(self, self.loop.create_future(), opcode, (seg.mr,), seg.length, False, -1,
+                    self._unsignalled.seq)  # fmt: skip
         wr_id = self._register(work)
         try:
-            with verbs_errors("binding a memory window", errno.EINVAL):
-                info = MWBindInfo(mr, seg.addr, seg.length, access)
-                if kind == _ibv.MW_TYPE_2:
-                    wr = SendWR(wr_id=wr_id, opcode=_ibv.WR_BIND_MW, send_flags=_ibv.SEND_SIGNALED)
-                    wr.set_bind_wr(mw, info)
-                    qp.post_send(wr)
-                    rkey = wr.rkey
-                else:
-                    qp.bind_mw(mw, MWBind(info, _ibv.SEND_SIGNALED, wr_id))
-                    rkey = mw.rkey
-        except DeviceError:
-            self._unpost([(wr_id, work)], self.sq)
-            self._silent_run = 0
+            value = post(wr_id)
+        except BaseException:
+            self._unpost([work], self.sq)
+            self._unsignalled.refused()
             raise
-        return self._sends_posted([(wr_id, work)])[0], rkey
+        self._posted(work)
+        self.last_send = work
+        self._tell_cq(False)
+        assert work.future is not None
+        return work.future, value
 
     def post_probe(self, done: Done) -> None:
         """Post a signalled zero-length RDMA write (its send-queue entry
@@ -696,23 +569,17 @@ class WorkEngine:
     def post_recv_to(self, seg: Segment, done: Done) -> None:
         """Post one receive into ``seg`` (its receive-queue entry already
         taken) whose outcome goes to ``done`` from the drain."""
-        try:
-            self.check_usable()
-        except BaseException:
-            self.rq.release(1)
-            raise
-        work = _Work(self, None, -1, (seg.mr,), seg.length, True, done=done)
+        self._ready(self.rq, 1, [seg.mr])
+        work = Work(self, None, -1, (seg.mr,), seg.length, True, done=done)
         wr_id = self._register(work)
         rc = self.driver.post_recv(wr_id, seg.addr, seg.length, seg.lkey)
         if rc:
-            raise self._refused([(wr_id, work)], self.rq, rc)
-        self.works[wr_id] = work
-        seg.mr._acquire()
+            raise self._refused([work], self.rq, rc)
+        self._posted(work)
 
     def silent_tail(self) -> bool:
         """Whether the newest send-side request is unsignalled (and pending)."""
-        last = self.last_send
-        return last is not None and bool(self._silent) and self._silent[-1] is last
+        return self._unsignalled.is_tail(self.last_send)
 
     def post_marker(self) -> asyncio.Future[WorkCompletion]:
         """Post a signalled zero-length RDMA write (its send-queue entry already
@@ -749,31 +616,25 @@ class WorkEngine:
         if count == 0 or count > self.rq.size or not self._usable_now():
             return None
         for local in locals_:
-            mr = local.mr if type(local) is Segment else local
-            if (type(mr) is not MemoryRegion or mr._mr is None or mr._pd is not self._pd
-                    or not int(mr.access) & _LOCAL_WRITE):  # fmt: skip
+            if self._plain(local, True) is None:
                 return None
         if not self.rq.try_acquire(count):
             return None
         futures: list[asyncio.Future[WorkCompletion]] = []
+        addr: cython.ulonglong
         for local in locals_:
+            mr = local.mr if type(local) is Segment else local
+            addr = mr.addr
             if type(local) is Segment:
-                mr = local.mr
-                addr = mr.addr + local.offset
-                length = local.length
-            else:
-                mr = local
-                addr = mr.addr
-                length = mr.length
-            fut = self._loop.create_future()
-            work = _Work(self, fut, -1, (mr,), length, True)
+                addr += local.offset
+            fut = self.loop.create_future()
+            work = Work(self, fut, -1, (mr,), local.length, True)
             wr_id = self._register(work)
-            rc = self._post_recv(wr_id, addr, length, mr.lkey)
+            rc = self._post_recv(wr_id, addr, work.length, mr.lkey)
             if rc:
                 self.rq.release(count - len(futures) - 1)  # the rest were never posted
-                raise self._refused([(wr_id, work)], self.rq, rc)
-            mr._inflight += 1  # open: checked above
-            self.works[wr_id] = work
+                raise self._refused([work], self.rq, rc)
+            self._posted(work)
             futures.append(fut)
         if metrics._on:
             self.stats.counters["ops:recv"] += count
@@ -783,38 +644,24 @@ class WorkEngine:
         self, chunk: Sequence[tuple[Segment, ...]]
     ) -> list[asyncio.Future[WorkCompletion]]:
         """Post one receive per scatter list (receive-queue entries already taken)."""
-        try:
-            self.check_usable()
-        except BaseException:
-            self.rq.release(len(chunk))
-            raise
-        works: list[tuple[int, _Work]] = []
+        self._ready(self.rq, len(chunk), [seg.mr for segments in chunk for seg in segments])
+        works: list[Work] = []
         requests: list[tuple[int, tuple[Segment, ...]]] = []
         for segments in chunk:
-            work = _Work(self, self._loop.create_future(), -1, tuple(s.mr for s in segments),
-                         total_length(segments), True)  # fmt: skip
-            wr_id = self._register(work)
-            works.append((wr_id, work))
-            requests.append((wr_id, segments))
+            work = Work(self, self.loop.create_future(), -1, tuple(s.mr for s in segments),
+                        total_length(segments), True)  # fmt: skip
+            requests.append((self._register(work), segments))
+            works.append(work)
         rc = self.driver.post_recvs(requests)
         if rc:
             raise self._refused(works, self.rq, rc)
-        return self._track(works)
+        for work in works:
+            self._posted(work)
+        return [work.future for work in works if work.future is not None]
 
     # -- tracking ----------------------------------------------------------
 
-    def _track(self, works: Sequence[tuple[int, _Work]]) -> list[asyncio.Future[WorkCompletion]]:
-        """Record posted work and mark its memory busy until the completion arrives."""
-        futures = []
-        for wr_id, work in works:
-            self.works[wr_id] = work
-            for mr in work.mrs:
-                mr._acquire()
-            assert work.future is not None
-            futures.append(work.future)
-        return futures
-
-    def _unpost(self, works: Sequence[tuple[int, _Work]], room: QueueRoom) -> None:
+    def _unpost(self, works: Sequence[Work], room: QueueRoom) -> None:
         """Undo the bookkeeping of a chain the provider refused.
 
         Everything is validated before posting, so what remains to fail is the
@@ -823,8 +670,8 @@ class WorkEngine:
         used: it copies the failed WR, SGE list pointer included, and frees
         that list a second time.)
         """
-        for wr_id, work in works:
-            self._handlers.pop(wr_id, None)
+        for work in works:
+            self._handlers.pop(work.wr_id, None)
             if work.scratch >= 0:
                 self._scratch_free.append(work.scratch)
             if work.future is not None:
@@ -835,7 +682,7 @@ class WorkEngine:
     # -- completions -------------------------------------------------------
 
     @cython.ccall
-    def complete(self, work: _Work, wc: Any) -> None:
+    def complete(self, work: Work, wc: Any) -> None:
         """The completion of ``work`` arrived: resolve or fail its future."""
         if not work.recv:
             self._settle_silent(work.seq)
@@ -899,19 +746,17 @@ class WorkEngine:
         run.start()
         return run
 
-    def bulk_error(self, wc: WC, opcode: int) -> BaseException:
-        """What a bulk run's failed completion tells its owner."""
-        return self._failed_completion(wc, _ibv.WR_NAMES.get(opcode, str(opcode)))[0]
+    def poster_error(self, wc: WC, opcode: int) -> BaseException:
+        """What a poster's failed completion of an ``opcode`` request (-1: a
+        receive) tells its owner; the queue pair fails unless it was a flush."""
+        opname = "recv" if opcode < 0 else _ibv.WR_NAMES.get(opcode, str(opcode))
+        return self._failed_completion(wc, opname)[0]
 
     def poster_finished(self, poster: Any) -> None:
         """A bulk run ended: forget it (the engine may have already)."""
         with contextlib.suppress(ValueError):
             self.posters.remove(poster)
         self.poster_idle()
-
-    def packet_error(self, wc: WC, recv: bool) -> BaseException:
-        """What a packet lane's failed completion tells its owner."""
-        return self._failed_completion(wc, "recv" if recv else "send")[0]
 
     def pending(self) -> int:
         """Posted work whose completion is still due (the posters' included)."""
@@ -923,7 +768,7 @@ class WorkEngine:
             self.drained.set_result(None)
 
     @cython.cfunc
-    def _finish(self, wr_id: cython.ulonglong, work: _Work) -> None:
+    def _finish(self, wr_id: cython.ulonglong, work: Work) -> None:
         self.works.pop(wr_id, None)
         for mr in work.mrs:
             _let_go(mr)
@@ -933,11 +778,8 @@ class WorkEngine:
     def _settle_silent(self, seq: cython.longlong) -> None:
         """A send-queue completion arrived for request ``seq``: the send queue
         completes in order, so every unsignalled request before it succeeded."""
-        silent = self._silent
-        while silent and silent[0].seq <= seq:
-            work: _Work = silent.popleft()
-            if work.seq == seq:
-                break  # its own (failed) completion: handled by the caller
+        work: Work | None
+        while (work := self._unsignalled.settled(seq)) is not None:
             wr_id = work.wr_id
             self._handlers.pop(wr_id, None)
             self._finish(wr_id, work)
@@ -995,7 +837,7 @@ class WorkEngine:
         self.works.clear()
         for work in works:
             work.fail(err, later=True, quiet=True)
-        self._silent.clear()
+        self._unsignalled.clear()
         self.last_send = None
         posters, self.posters = self.posters, []
         for poster in posters:

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
         def check_usable(self) -> None: ...
 
-        def packet_error(self, wc: Any, recv: bool) -> BaseException: ...
+        def poster_error(self, wc: Any, opcode: int) -> BaseException: ...
 else:
     try:
         import cython
@@ -280,7 +280,7 @@ class PacketLane:
             if status == 0:
                 self._arrived(index, wc.byte_len)
             else:
-                self._failed(self._engine.packet_error(wc, True))
+                self._failed(self._engine.poster_error(wc, -1))
         else:
             self._send_completed(index - self._recvs, status, wc)
         if self._stopped and self.outstanding == 0:
@@ -307,7 +307,7 @@ class PacketLane:
         if status == 0:
             self._sent(slot)
         else:
-            self._failed(self._engine.packet_error(wc, False))
+            self._failed(self._engine.poster_error(wc, _WR_SEND))
 
     # -- closing -------------------------------------------------------------
 

@@ -17,26 +17,20 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
 
-from pyverbs.addr import GID, AHAttr, GlobalRoute
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.qp import QP, QPAttr
 
 from aiordma import _ibv
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
 from aiordma.lifecycle import Closable, consume_outcome
+from aiordma.verbs import _qp_setup
 from aiordma.verbs._bulk import BulkRun
 from aiordma.verbs._bulk import Done as BulkDone
-from aiordma.verbs._engine import (
-    SIGNAL_FRACTION,
-    Done,
-    SendRequest,
-    WorkEngine,
-    closed_error,
-    total_length,
-)
+from aiordma.verbs._engine import SIGNAL_FRACTION, WorkEngine, closed_error
 from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
+from aiordma.verbs._work import Done, SendRequest, total_length
 from aiordma.verbs.completion import WorkCompletion
-from aiordma.verbs.endpoint import Endpoint, gid_to_bytes, gid_to_str
+from aiordma.verbs.endpoint import Endpoint, gid_to_bytes
 from aiordma.verbs.memory import (
     Access,
     Local,
@@ -182,16 +176,9 @@ class QueuePair(Closable):
         shared_receive: ReceiveSource | None = None,
     ) -> None:
         opts = options or QueuePairOptions()
-        attrs = device.attributes
-        for name in ("send_depth", "recv_depth"):
-            if not 0 < getattr(opts, name) <= attrs.max_qp_wr:
-                raise ValueError(f"{name} must be between 1 and {attrs.max_qp_wr}")
-        for name in ("max_send_sge", "max_recv_sge"):
-            if not 0 < getattr(opts, name) <= attrs.max_sge:
-                raise ValueError(f"{name} must be between 1 and {attrs.max_sge}")
+        self._rd_atomic = _qp_setup.check_limits(opts, device)
         self.options = opts
         self.device = device
-        self._rd_atomic = max(1, min(opts.max_rd_atomic, attrs.max_qp_rd_atom))
         self.shared_receive = shared_receive
         """The :class:`~aiordma.SharedReceiveQueue` this QP receives from (None: its own queue)."""
         recv_cq = None
@@ -205,25 +192,8 @@ class QueuePair(Closable):
         self._loop = cq.loop
         recv_cq = recv_cq or cq
         try:
-            init = QPInitAttr(
-                qp_type=_ibv.QPT_RC,
-                scq=cq.cq,
-                rcq=recv_cq.cq,
-                srq=shared_receive.srq if shared_receive is not None else None,
-                cap=QPCap(
-                    max_send_wr=opts.send_depth,
-                    max_recv_wr=opts.recv_depth,
-                    max_send_sge=opts.max_send_sge,
-                    max_recv_sge=opts.max_recv_sge,
-                    max_inline_data=opts.max_inline,
-                ),
-                sq_sig_all=0,
-            )
-            attr = QPAttr(port_num=opts.port)
-            # Memory regions carry the least-privilege grants; the QP allows all kinds.
-            attr.qp_access_flags = int(Access.LOCAL_WRITE | Access.REMOTE | Access.REMOTE_ATOMIC)
-            with verbs_errors(f"creating a queue pair on {device.name}"):
-                qp = QP(device.pd, init, attr)
+            srq = shared_receive.srq if shared_receive is not None else None
+            qp = _qp_setup.create(device, opts, cq.cq, recv_cq.cq, srq)
         except BaseException:
             device._release_cq(cq, self._reserved)
             raise
@@ -310,20 +280,8 @@ class QueuePair(Closable):
 
     def connect(self, remote: Endpoint) -> None:
         """Move to RTS, connected to the queue pair described by ``remote``."""
-        opts = self.options
-        attr = QPAttr(port_num=opts.port)
-        attr.path_mtu = opts.path_mtu or self.device.context.query_port(opts.port).active_mtu
-        attr.dest_qp_num = remote.qp_num
-        attr.rq_psn = remote.psn
-        attr.max_dest_rd_atomic = self._rd_atomic
-        attr.min_rnr_timer = opts.min_rnr_timer
-        route = GlobalRoute(dgid=GID(gid_to_str(remote.gid)), sgid_index=self.gid_index)
-        attr.ah_attr = AHAttr(port_num=opts.port, is_global=1, gr=route, dlid=remote.lid)
-        attr.timeout = opts.timeout
-        attr.retry_cnt = opts.retry_cnt
-        attr.rnr_retry = opts.rnr_retry
-        attr.sq_psn = self.psn
-        attr.max_rd_atomic = min(self._rd_atomic, self.device.attributes.max_qp_init_rd_atom)
+        attr = _qp_setup.connect_attr(self.device, self.options, remote, self.psn,
+                                      self.gid_index, self._rd_atomic)  # fmt: skip
         qp = self.qp
         with verbs_errors(f"connecting QP {self.qp_num} to QP {remote.qp_num}"):
             qp.to_rtr(attr)

@@ -15,14 +15,18 @@ a :class:`~aiordma.Connection`); the region must have been registered with
 from __future__ import annotations
 
 import asyncio
+import errno
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
+from aiordma import _ibv
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError
 from aiordma.verbs.memory import Access, MemoryRegion, RemoteBuffer, Segment
 
 if TYPE_CHECKING:
     from pyverbs.mr import MW
+    from pyverbs.qp import QP
 
     from aiordma.verbs._lifecycle import Owner
     from aiordma.verbs._room import QueueRoom
@@ -160,12 +164,15 @@ class Binder(Protocol):
     """What binding a window needs of the queue pair's work engine."""
 
     @property
+    def qp(self) -> QP | None: ...
+
+    @property
     def sq(self) -> QueueRoom: ...
 
     def check_usable(self) -> None: ...
 
-    def post_bind(
-        self, mw: MW, seg: Segment, access: int, kind: int
+    def post_with(
+        self, seg: Segment, opcode: int, post: Callable[[int], int]
     ) -> tuple[asyncio.Future[WorkCompletion], int]: ...
 
 
@@ -200,11 +207,37 @@ def start_bind(
         engine.sq.release(1)
         raise
     try:
-        bound, rkey = engine.post_bind(mw, segment, int(access), kind)
+        bound, rkey = engine.post_with(
+            segment, _ibv.WR_BIND_MW,
+            lambda wr_id: _post_bind(engine, mw, segment, access, kind, wr_id),
+        )  # fmt: skip
     except BaseException:
         mw.close()
         raise
     return MemoryWindow(mw, segment, access, rkey, kind, qp_num, windows, bound)
+
+
+def _post_bind(
+    engine: Binder, mw: MW, seg: Segment, access: Access, kind: int, wr_id: int
+) -> int:  # fmt: skip
+    """Post a signalled bind of ``mw`` over ``seg`` as work request ``wr_id``;
+    the rkey the window will have. Through pyverbs, not the driver: a bind
+    is rare, and a type 1 bind is ``ibv_bind_mw``, not a work request."""
+    from pyverbs.mr import MWBind, MWBindInfo
+    from pyverbs.wr import SendWR
+
+    qp, mr = engine.qp, seg.mr._mr
+    assert qp is not None
+    assert mr is not None
+    with verbs_errors("binding a memory window", errno.EINVAL):
+        info = MWBindInfo(mr, seg.addr, seg.length, int(access))
+        if kind == _ibv.MW_TYPE_2:
+            wr = SendWR(wr_id=wr_id, opcode=_ibv.WR_BIND_MW, send_flags=_ibv.SEND_SIGNALED)
+            wr.set_bind_wr(mw, info)
+            qp.post_send(wr)
+            return int(wr.rkey)
+        qp.bind_mw(mw, MWBind(info, _ibv.SEND_SIGNALED, wr_id))
+        return int(mw.rkey)
 
 
 __all__ = ["MemoryWindow"]
