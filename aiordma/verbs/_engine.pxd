@@ -41,6 +41,7 @@ cdef class WorkEngine(Completer):
     cdef _timed(self, Work work, str kind)
     cdef object _plain(self, object local, bint writable)
     cdef _posted(self, Work work)
+    cdef _chain_posted(self, list works, QueueRoom room, int rc)
     cdef _tell_cq(self, bint answered)
     cpdef object quick_send(self, int opcode, object local, object remote, object imm, str kind)
     cpdef object quick_block(self, int opcode, object mr, unsigned long long addr,

@@ -283,6 +283,15 @@ class WorkEngine(Completer):
             self._unsignalled.queue(work)
 
     @cython.cfunc
+    def _chain_posted(self, works: list[Work], room: QueueRoom, rc: cython.int) -> None:
+        """After a chain's post: every work :meth:`_posted`, or, if the
+        provider refused it (``rc``), none, and its error raised."""
+        if rc:
+            raise self._refused(works, room, rc)
+        for work in works:
+            self._posted(work)
+
+    @cython.cfunc
     def _tell_cq(self, answered: cython.bint) -> None:
         """Work was posted: a send the peer answers (``answered``) may be
         spun for; one-sided work only keeps a fixed polling window going."""
@@ -417,11 +426,7 @@ class WorkEngine(Completer):
             works.append(work)
             requests.append((wr_id, opcode, flags, 0 if imm is None else imm, (local,), 0, 0, 0, 0))
             futures.append(fut)
-        rc = self.driver.post_sends(requests)
-        if rc:
-            raise self._refused(works, self.sq, rc)
-        for work in works:
-            self._posted(work)
+        self._chain_posted(works, self.sq, self.driver.post_sends(requests))
         self.last_send = works[-1]
         if metrics._on:
             self.stats.counters["ops:batched"] += count
@@ -471,11 +476,7 @@ class WorkEngine(Completer):
             segments = b.segments if work.scratch < 0 else (self._scratch_word(work.scratch),)
             requests.append((work.wr_id, b.opcode, flags, b.imm or 0, segments,
                              b.remote_addr, b.rkey, b.compare_add, b.swap))  # fmt: skip
-        rc = self.driver.post_sends(requests)
-        if rc:
-            raise self._refused(works, self.sq, rc)
-        for work in works:
-            self._posted(work)
+        self._chain_posted(works, self.sq, self.driver.post_sends(requests))
         self.last_send = works[-1]
         self._tell_cq(any(w.opcode in _ibv.ANSWERED_OPCODES for w in works))
         if kind is not None and len(works) == 1:
@@ -652,11 +653,7 @@ class WorkEngine(Completer):
                         total_length(segments), True)  # fmt: skip
             requests.append((self._register(work), segments))
             works.append(work)
-        rc = self.driver.post_recvs(requests)
-        if rc:
-            raise self._refused(works, self.rq, rc)
-        for work in works:
-            self._posted(work)
+        self._chain_posted(works, self.rq, self.driver.post_recvs(requests))
         return [work.future for work in works if work.future is not None]
 
     # -- tracking ----------------------------------------------------------
