@@ -283,7 +283,9 @@ class WorkEngine(Completer):
             self._unsignalled.queue(work)
 
     @cython.cfunc
-    def _chain_posted(self, works: list[Work], room: QueueRoom, rc: cython.int) -> None:
+    # ``list``, not ``list[Work]``: Cython reads a parametrised list on a
+    # cfunc as another type than the .pxd's ``list``.
+    def _chain_posted(self, works: list, room: QueueRoom, rc: cython.int) -> None:  # type: ignore[type-arg]
         """After a chain's post: every work :meth:`_posted`, or, if the
         provider refused it (``rc``), none, and its error raised."""
         if rc:
