@@ -11,13 +11,13 @@ wherever ``tcp://`` ones do::
 See ``docs/guides/dask.md``.
 """
 
+from aiordma._extras import missing
+
 try:
     import distributed  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(
-        "aiordma.dask is the rdma:// backend for dask.distributed, which is not installed: "
-        "pip install 'aiordma[dask]'"
-    ) from exc
+    what = "aiordma.dask is the rdma:// backend for dask.distributed, which is not installed"
+    raise missing(what, "dask") from exc
 
 from aiordma.dask.backend import RdmaBackend
 from aiordma.dask.comm import RdmaComm, RdmaConnector, RdmaListener

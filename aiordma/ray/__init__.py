@@ -12,14 +12,14 @@ own; it uses no CPU while idle. See the Ray guide (``docs/guides/ray.md``).
 
 from __future__ import annotations
 
+from aiordma._extras import missing
+
 try:
     import numpy
     import ray  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(
-        "aiordma.ray is a Ray Direct Transport, which needs Ray and numpy: "
-        "pip install 'aiordma[ray]'"
-    ) from exc
+    what = "aiordma.ray is a Ray Direct Transport, which needs Ray and numpy"
+    raise missing(what, "ray") from exc
 
 from aiordma.channel import PresharedKey
 from aiordma.ray.exchange import ArrayExchange, Export
