@@ -45,6 +45,8 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.state",
     "aiordma.channel.packets",
     "aiordma.verbs._room",
+    "aiordma.verbs._waiting",
+    "aiordma.verbs._spinner",
     "aiordma.verbs._completed",
     "aiordma.verbs._work",
     "aiordma.verbs._engine",

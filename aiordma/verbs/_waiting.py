@@ -1,3 +1,4 @@
+# cython: annotation_typing=True
 """How a completion queue waits: spin a while before sleeping, or sleep at once.
 
 Pure logic, no verbs: :class:`Polling` is the setting (``auto``, ``off`` or a
@@ -37,6 +38,10 @@ miss that woke through the slow path never inflates the window (the
 So a ping-pong whose answers come within the cap spins on both sides,
 while a paced or idle exchange probes once in up to 128 expectations.
 Call order: ``start -> (hit | miss [-> late])``, per expectation.
+
+:class:`WaitPolicy` decides on every message's path, so the module is
+compiled when the build could (``_waiting.pxd``; see
+:mod:`aiordma._compiled`); ``_spinner.py`` acts on its decisions.
 """
 
 from __future__ import annotations
@@ -44,7 +49,15 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
+
+if TYPE_CHECKING:
+    from aiordma import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # no Cython: the declarations below mean nothing
+        from aiordma import _cython_shim as cython
 
 __all__ = ["AUTO_CAP", "AUTO_START", "DEFAULT", "FLOOR", "HIT_SHARE", "MAX_BACKOFF", "Polling",
            "WaitPolicy", "usable_cpus"]  # fmt: skip
@@ -170,18 +183,17 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+@cython.cclass
 class WaitPolicy:
     """``auto``'s decision for one completion queue (see the module's text)."""
-
-    __slots__ = ("_backoff", "_cap", "_cpus", "_current", "_mean", "_share", "_skip", "_start",
-                 "hits", "late", "limit", "misses", "skipped", "spins", "window")  # fmt: skip
 
     def __init__(self, cap: float = AUTO_CAP, cpus: int | None = None) -> None:
         self._cap = cap
         self._start = min(AUTO_START, cap)
         self.limit = self._start
         """The longest spin now: from :data:`AUTO_START` up to the cap."""
-        self._cpus = usable_cpus() if cpus is None else cpus
+        cpus = usable_cpus() if cpus is None else cpus
+        self._enabled = cpus > 1 and cap > 0
         self._mean = 0.0
         self._share = 1.0  # of recent spins that hit: optimistic until spins miss
         self._backoff = 0
@@ -203,11 +215,12 @@ class WaitPolicy:
     @property
     def enabled(self) -> bool:
         """Whether this queue may spin at all (more than one usable CPU)."""
-        return self._cpus > 1 and self._cap > 0
+        return self._enabled
 
-    def start(self) -> float:
+    @cython.ccall
+    def start(self) -> cython.double:
         """An answer is expected: seconds to spin for it (0: sleep)."""
-        if not self.enabled:
+        if not self._enabled:
             return 0.0
         if self._skip > 0:
             self._skip -= 1
@@ -217,7 +230,8 @@ class WaitPolicy:
         self._current = self.window or self.limit
         return self._current
 
-    def hit(self, waited: float) -> None:
+    @cython.ccall
+    def hit(self, waited: cython.double) -> None:
         """The expected answer came after ``waited`` seconds of spinning."""
         self.hits += 1
         share = self._share = self._share + (1 - self._share) * _EWMA_WEIGHT
@@ -226,6 +240,7 @@ class WaitPolicy:
         self._mean = waited if mean == 0 else mean + (waited - mean) * _EWMA_WEIGHT
         self.window = min(self.limit, max(FLOOR, 2 * self._mean))
 
+    @cython.ccall
     def miss(self) -> None:
         """The window ran out before the answer."""
         self.misses += 1
@@ -237,7 +252,8 @@ class WaitPolicy:
         self._backoff = min(self._backoff + 1, MAX_BACKOFF)
         self._skip = (1 << self._backoff) - 1
 
-    def answered(self, waited: float) -> None:
+    @cython.ccall
+    def answered(self, waited: cython.double) -> None:
         """The answer a miss gave up on came ``waited`` seconds after its spin
         began: within the cap it grows the limit (and forgives the miss),
         beyond it takes the limit back to its start."""

@@ -12,9 +12,9 @@ iteration, so one busy CQ cannot starve the loop. Nothing blocks and no
 thread is involved.
 
 Where an answer is expected soon, a CQ may instead spin a while before it
-arms (:mod:`aiordma.verbs._waiting` decides when, per CQ): the compiled core
-polls in C in slices of :data:`SPIN_SLICE`, giving the loop its turn between
-them.
+arms (:mod:`aiordma.verbs._waiting` decides when, per CQ, and
+:mod:`aiordma.verbs._spinner` spins): the compiled core polls in C in slices
+of :data:`SPIN_SLICE`, giving the loop its turn between them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from pyverbs import enums
@@ -47,6 +47,7 @@ from aiordma.verbs import _driver
 from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
 from aiordma.verbs._driver.base import ACK_BATCH, POLL_BATCH
 from aiordma.verbs._driver.handles import create_with_fd
+from aiordma.verbs._spinner import Spinner
 from aiordma.verbs._waiting import Polling, WaitPolicy
 
 _now = time.monotonic
@@ -167,15 +168,9 @@ class CompletionQueue:
         self._poll = setting.window if setting.mode == "fixed" else 0.0
         self._policy = WaitPolicy(setting.window) if setting.mode == "auto" else None
         self._poll_until = 0.0
-        self._polling = False
-        self._expecting = False
-        self._spin_from = 0.0
-        self._late = False  # a missed answer is being timed by _on_late
-        self._in_spin = False  # _spin_step is draining: it settles its expectation itself
-        self._again = False  # a send was posted during that drain
-        self._window = 0.0
-        self._received_before = 0
-        self._spun = 0.0
+        self._polling = False  # a fixed window's
+        self._spinner: Spinner | None = None
+        """``auto``'s spin (None: another setting)."""
         self._drain_scheduled = False
         self._handlers: dict[int, CompletionHandler] = {}
         self._max_cqe: int = context.query_device().max_cqe
@@ -193,6 +188,10 @@ class CompletionQueue:
             self._driver = _driver.cq_driver(self._cq, channel, fd)
             """The driver that takes events, arms and drains this CQ."""
             self._driver.attach(self._handlers, self._report, DRAIN_BUDGET, self._yield_drain)
+            if self._policy is not None:
+                self._spinner = Spinner(self._policy, self._driver, loop, fd, self._handlers,
+                                        self._report, DRAIN_BUDGET, self._yield_drain,
+                                        SPIN_SLICE)  # fmt: skip
             self._arm()
             # Without polling the driver serves each wake-up by itself.
             loop.add_reader(fd, self._on_readable if self._poll > 0 else self._driver.on_readable)
@@ -337,7 +336,7 @@ class CompletionQueue:
     @property
     def spinning(self) -> bool:
         """Whether the CQ is polling now rather than armed and asleep."""
-        return self._polling
+        return self._polling or (self._spinner is not None and self._spinner.polling)
 
     def waiting(self) -> dict[str, float]:
         """What the waiting policy did: expectations spun for (``spins``),
@@ -355,7 +354,7 @@ class CompletionQueue:
             "late": policy.late if policy else 0,
             "skipped": policy.skipped if policy else 0,
             "arms": self._driver.arms,
-            "spun_seconds": self._spun,
+            "spun_seconds": self._spinner.spun if self._spinner else 0.0,
             "window_seconds": policy.window if policy else self._poll,
             "limit_seconds": policy.limit if policy else self._poll,
         }
@@ -374,108 +373,16 @@ class CompletionQueue:
             "spin_limit_microseconds": round(counts["limit_seconds"] * 1e6)})  # fmt: skip
         yield {"completion_queue": self._name}, stats
 
-    def expect(self) -> None:
-        """A two-sided send was posted: its answer (a reply, or the next
-        request after a reply) may come soon. With ``auto`` the policy
-        decides whether to spin for it; a fixed window polls as after any post."""
-        if self._poll > 0:
-            self.kick()
-            return
-        policy = self._policy
-        if policy is None or self._cq is None:
-            return
-        if self._in_spin and self._expecting:
-            # Posted from the spin's own drain (a reply or credits for what it
-            # handed out): the spin settles its expectation, then starts this one.
-            self._again = True
-            return
-        now = _now()
-        if self._late:  # the missed answer came by another path, or not yet
-            came = self._driver.received != self._received_before
-            self._end_late(now - self._spin_from if came else None)
-        if self._expecting:
-            if self._driver.received == self._received_before:
-                return  # the answer to an earlier send is still awaited
-            # The answer came through an event before the spin saw it.
-            self._expecting = False
-            policy.hit(now - self._spin_from)
-        window = policy.start()
-        if window <= 0:
-            return
-        self._expecting = True
-        self._spin_from = now
-        self._received_before = self._driver.received
-        self._window = window
-        self._poll_until = 0.0  # the window starts with the first round of spinning
-        if not self._polling:
-            self._polling = True
-            self._driver.polling = True
-            self._loop.call_soon(self._spin_step)
-
-    def _spin_step(self) -> None:
-        """One round of ``auto``'s spin: ends at the expected receive (a hit)
-        or the window's end (a miss). After a hit the CQ polls one more turn
-        of the loop, so the task it woke can post its next request without
-        the CQ arming in between."""
-        driver = self._driver
-        loop = self._loop
-        if self._cq is None:
-            self._polling = False
-            return
-        if self._expecting:
-            now = _now()
-            if not self._poll_until:
-                self._poll_until = now + self._window
-            left = self._poll_until - now
-            if left > 0:
-                driver.spin(min(SPIN_SLICE, left))
-                self._spun += _now() - now
-            self._in_spin = True
-            try:
-                self._drain(arm=False)
-            finally:
-                self._in_spin = False
-            if self._cq is None:
-                self._polling = False
-                return
-            if driver.received != self._received_before:
-                self._expecting = False
-                self._policy.hit(_now() - self._spin_from)  # type: ignore[union-attr]
-                if self._again:
-                    self._again = False
-                    self.expect()  # the send posted during the drain: a new window
-                loop.call_soon(self._spin_step)  # the turn the woken task may post in
-                return
-            if _now() < self._poll_until:
-                loop.call_soon(self._spin_step)
-                return
-            self._expecting = False
-            self._again = False  # what was expected then is what just missed
-            self._policy.miss()  # type: ignore[union-attr]
-            self._late = True
-            loop.add_reader(self._fd, self._on_late)
-        self._polling = False
-        driver.polling = False
-        driver.serve(False)  # drain, arm, drain again
-        if self._late and driver.received != self._received_before:
-            self._end_late(_now() - self._spin_from)
-
-    def _on_late(self) -> None:
-        """The reader while a missed answer is awaited: times its arrival,
-        so the policy can tell a near miss from a long wait."""
-        now = _now()
-        driver = self._driver
-        driver.on_readable()
-        if self._cq is not None and driver.received != self._received_before:
-            self._end_late(now - self._spin_from)
-
-    def _end_late(self, waited: float | None) -> None:
-        """Stop timing a missed answer; ``waited``: when it came (None: unknown)."""
-        self._late = False
-        if self._cq is not None:
-            self._loop.add_reader(self._fd, self._driver.on_readable)
-        if waited is not None:
-            self._policy.answered(waited)  # type: ignore[union-attr]
+    @property
+    def expect(self) -> Callable[[], None]:
+        """What to call once a two-sided send is posted: its answer (a reply,
+        or the next request after a reply) may come soon. With ``auto`` the
+        policy decides whether to spin for it; a fixed window polls as after
+        any post. A property, so the caller keeps the compiled spinner's own
+        method and calls it with no Python frame in between."""
+        if self._spinner is not None:
+            return self._spinner.expect
+        return self.kick
 
     def kick(self) -> None:
         """Work was posted: poll for its completion for a fixed window."""
@@ -562,6 +469,8 @@ class CompletionQueue:
             with contextlib.suppress(RuntimeError, ValueError, OSError):
                 self._loop.remove_reader(self._fd)
         self._handlers.clear()
+        if self._spinner is not None:
+            self._spinner.stop()
         metrics.unwatch(self)
         self._driver.detach()
         try:

@@ -1,0 +1,193 @@
+"""``auto``'s spin (aiordma/verbs/_spinner.py, deciding by
+aiordma/verbs/_waiting.py): who it spins for, and what it counts (lab
+device; compiled and pure)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+import aiordma
+from aiordma import Access, rpc
+from aiordma.verbs._waiting import AUTO_START
+from aiordma.verbs.completion import CompletionQueue, set_polling
+from tests.conftest import Lab, Pair, run_peer
+
+
+@contextlib.asynccontextmanager
+async def _apart(lab: Lab, polling: str) -> AsyncIterator[Pair]:
+    """Two connected queue pairs on two ``Device`` objects: each side has a
+    completion queue of its own, as two processes would, made with ``polling``."""
+    set_polling(polling)
+    try:
+        async with aiordma.Device(lab.device) as one, aiordma.Device(lab.device) as two:
+            a, b = one.create_qp(), two.create_qp()
+            a.connect(b.local_endpoint)
+            b.connect(a.local_endpoint)
+            assert a.completion_queue is not b.completion_queue
+            yield a, b
+    finally:
+        set_polling(None)
+
+
+@pytest_asyncio.fixture
+async def apart(lab: Lab) -> AsyncIterator[Pair]:
+    """:func:`_apart` with ``auto``."""
+    async with _apart(lab, "auto") as pair:
+        yield pair
+
+
+async def _ping_pong(pair: Pair, rounds: int, think: float = 0.0) -> None:
+    """``rounds`` request-and-reply exchanges of 64 B written as the tutorial
+    does; the responder takes ``think`` seconds before each reply."""
+    a, b = pair
+    abuf, bbuf = a.device.alloc(64), b.device.alloc(64)
+    for _ in range(rounds):
+        request = asyncio.ensure_future(b.post_recv(bbuf))
+        reply = asyncio.ensure_future(a.post_recv(abuf))
+        await asyncio.sleep(0)  # both receives posted before the send: no RNR retry
+        await a.post_send(abuf)
+        await asyncio.wait_for(request, 30)
+        if think:
+            await asyncio.sleep(think)  # the responder's pace is what is tested
+        await b.post_send(bbuf)
+        await asyncio.wait_for(reply, 30)
+
+
+async def _settled(cq: CompletionQueue) -> dict[str, float]:
+    """The CQ's counts once it has stopped spinning and armed."""
+    async with asyncio.timeout(10):
+        while cq.spinning:  # noqa: ASYNC110 - the spin ends by itself, raising no event
+            await asyncio.sleep(0)
+    return cq.waiting()
+
+
+@pytest.mark.asyncio
+async def test_a_ping_pong_spins_for_answers_and_an_idle_queue_never_does(apart: Pair) -> None:
+    a, b = apart
+    assert a.completion_queue.expects, "auto spins only with more than one usable CPU"
+    await _ping_pong(apart, 20)
+    counts = await _settled(a.completion_queue)
+    assert counts["spins"] >= 1  # the first expectation always spins, at the cap
+    assert counts["spins"] == counts["hits"] + counts["misses"]
+    assert counts["spins"] + counts["skipped"] == 20  # one expectation per request
+    idle = await _settled(b.completion_queue)
+    await asyncio.sleep(0.3)  # idle time is the subject
+    assert a.completion_queue.waiting() == counts  # no spin, no wake-up, no arming
+    assert b.completion_queue.waiting() == idle
+    sources = aiordma.metrics.collect()
+    exported = {labels.get("completion_queue"): stats.counters for labels, stats in sources}
+    mine = exported[a.completion_queue.name]
+    assert (mine["spins"], mine["spin_hits"], mine["arms"]) == (
+        counts["spins"], counts["hits"], counts["arms"])  # fmt: skip
+
+
+@pytest.mark.asyncio
+async def test_a_reply_sent_from_the_drain_is_spun_for_not_counted_a_miss(lab: Lab) -> None:
+    """An RPC handler that returns at once replies from inside the
+    completion drain, while its queue spins for the request: the spin
+    counts its hit, then spins for the next request. (It used to record a
+    miss for that next expectation without spinning, about half the spins
+    of a client calling one call after another; with a cap of 50 ms no
+    request here comes late enough to miss.)"""
+    service = rpc.Service()
+    queues: set[CompletionQueue] = set()
+
+    @service.method()
+    async def echo(payload: bytes) -> bytes:
+        queues.add(rpc.current_connection().qp.completion_queue)
+        return payload
+
+    set_polling("auto:50000")
+    try:
+        async with await rpc.start_server(service, lab.addr, 0) as server:
+            await run_peer("calls", lab.addr, str(server.addresses[0][1]), "echo", "30")
+            (cq,) = queues
+            counts = await _settled(cq)
+    finally:
+        set_polling(None)
+    assert counts["spins"] == counts["hits"] + counts["misses"]
+    assert counts["hits"] >= 25, counts
+    assert counts["misses"] <= counts["spins"] // 4, counts
+
+
+@pytest.mark.asyncio
+async def test_one_sided_work_never_spins(apart: Pair) -> None:
+    a, b = apart
+    target = b.device.alloc(4096, Access.REMOTE_READ | Access.REMOTE_WRITE)
+    local = a.device.alloc(4096)
+    before = a.completion_queue.waiting()
+    for _ in range(10):
+        await a.rdma_write(local, target.remote())
+        await a.rdma_read(local, target.remote())
+    after = await _settled(a.completion_queue)
+    assert (after["spins"], after["skipped"]) == (before["spins"], before["skipped"])
+    assert after["arms"] > before["arms"]  # it slept for each
+
+
+@pytest.mark.asyncio
+async def test_answers_that_come_late_turn_spinning_off(apart: Pair) -> None:
+    """Replies 20 ms late miss every spin at the cap: the queue backs off,
+    spinning for the 1st, 3rd and 7th of 12 expectations only."""
+    a, _ = apart
+    await _ping_pong(apart, 12, think=0.02)
+    counts = await _settled(a.completion_queue)
+    assert counts["hits"] == 0
+    assert counts["misses"] == counts["spins"] == 3
+    assert counts["skipped"] == 9
+    assert counts["window_seconds"] == 0
+
+
+@pytest.mark.asyncio
+async def test_answers_a_little_late_grow_the_spin_until_it_meets_them(lab: Lab) -> None:
+    """Replies 5 ms after each request, with a cap of 50 ms: the first spin
+    (at the starting limit) misses, its late answer grows the limit, and
+    later spins meet the replies without backing off."""
+    async with _apart(lab, "auto:50000") as (a, b):
+        await _ping_pong((a, b), 12, think=0.005)
+        counts = await _settled(a.completion_queue)
+    assert counts["late"] >= 1
+    assert counts["hits"] >= 1
+    assert counts["skipped"] == 0
+    assert counts["limit_seconds"] > AUTO_START
+
+
+ONE_CPU = """
+import asyncio, os, sys
+import aiordma
+
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+async def main() -> None:
+    async with aiordma.Device(sys.argv[1]) as one, aiordma.Device(sys.argv[1]) as two:
+        a, b = one.create_qp(), two.create_qp()
+        a.connect(b.local_endpoint)
+        b.connect(a.local_endpoint)
+        abuf, bbuf = one.alloc(64), two.alloc(64)
+        for _ in range(10):
+            request = asyncio.ensure_future(b.post_recv(bbuf))
+            reply = asyncio.ensure_future(a.post_recv(abuf))
+            await asyncio.sleep(0)
+            await a.post_send(abuf)
+            await request
+            await b.post_send(bbuf)
+            await reply
+        one, two = a.completion_queue, b.completion_queue
+        print(one.expects, one.waiting()["spins"], two.waiting()["spins"])
+
+asyncio.run(main())
+"""
+
+
+def test_one_usable_cpu_never_spins(lab: Lab) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_CPU, lab.device], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "0", "0"]
