@@ -1,0 +1,128 @@
+"""Record 0022: stream_cpu.py's stream under cProfile in both processes, the
+receiver's completion-channel callback wrapped in a Python function so its
+compiled work (the drain, the packet core) shows apart from the Python frames.
+
+    aiordma lab --rwdir /tmp/s -- .venv/bin/python docs/decisions/0022-stream-cost/stream_profile.py
+
+Writes /tmp/s/server.txt and /tmp/s/client.txt (top 35 by own time, then by
+cumulative time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import uvloop
+
+import aiordma
+
+ADDR = os.environ.get("AIORDMA_ADDR", "192.0.2.1")
+SIZE = int(os.environ.get("SIZE", 65536))
+SECONDS = float(os.environ.get("SECONDS", 5.0))
+
+
+def cpu() -> tuple[float, float]:
+    """This process's user and kernel CPU seconds so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def arms(channel: aiordma.MessageChannel) -> float:
+    return channel.conn.qp.completion_queue.waiting()["arms"]
+
+
+async def serve() -> None:
+    loop = asyncio.get_running_loop()
+    orig = loop.add_reader
+    def add_reader(fd, cb, *args):
+        if getattr(cb, "__name__", "") == "on_readable":
+            inner = cb
+            def c_on_readable():
+                inner()
+            cb = c_on_readable
+        return orig(fd, cb, *args)
+    loop.add_reader = add_reader
+    async def handle(channel: aiordma.MessageChannel) -> None:
+        into = bytearray(SIZE)
+        count, (user, kernel), armed = 0, cpu(), arms(channel)
+        while True:
+            if await channel.recv_message_into(into) == 0:  # the end of a run: report it
+                now = cpu()
+                report = f"{now[0] - user} {now[1] - kernel} {arms(channel) - armed} {count}"
+                await channel.send_message(report.encode())
+                count, (user, kernel), armed = 0, cpu(), arms(channel)
+            else:
+                count += 1
+
+    server = await aiordma.start_channel_server(handle, ADDR, 0, max_message=1 << 21)
+    print(server.addresses[0][1], flush=True)
+    await asyncio.sleep(3600)
+
+
+async def run(channel: aiordma.MessageChannel, seconds: float) -> str:
+    data = bytes(SIZE)
+    sent, start, (user, kernel), armed = 0, time.perf_counter(), cpu(), arms(channel)
+    pending: set[asyncio.Future[None]] = set()
+    while time.perf_counter() - start < seconds:
+        if len(pending) >= 8:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        pending.add(asyncio.ensure_future(channel.send_message(data)))
+        sent += 1
+    await asyncio.gather(*pending)
+    await channel.send_message(b"")
+    peer_user, peer_kernel, peer_arms, got = map(float, (await channel.recv_message()).split())
+    took = time.perf_counter() - start
+    now = cpu()
+    ms = 1e3 / sent
+    assert got == sent, (got, sent)
+    return (
+        f"{sent * SIZE / took / 1e6:.1f} MB/s; per message: sender {(now[0] - user) * ms:.2f} ms "
+        f"user + {(now[1] - kernel) * ms:.2f} ms kernel, {(arms(channel) - armed) / sent:.2f} "
+        f"armings; receiver {peer_user * ms:.2f} ms user + {peer_kernel * ms:.2f} ms kernel, "
+        f"{peer_arms / sent:.2f} armings"
+    )
+
+
+async def client(port: int) -> None:
+    channel = await aiordma.open_channel(ADDR, port, max_message=1 << 21)
+    await run(channel, 0.5)
+    print(await run(channel, SECONDS), flush=True)
+    await channel.close()
+
+
+import cProfile, pstats, signal
+def _dump(prof, name):
+    prof.disable()
+    st = pstats.Stats(prof, stream=open(f"/tmp/s/{name}.txt", "w"))
+    st.sort_stats("tottime").print_stats(35)
+    st.sort_stats("cumulative").print_stats(35)
+
+def main() -> None:
+    if sys.argv[1:] == ["serve"]:
+        prof = cProfile.Profile()
+        def stop(*_):
+            _dump(prof, "server"); os._exit(0)
+        signal.signal(signal.SIGTERM, stop)
+        prof.enable()
+        uvloop.run(serve())
+        return
+    server = subprocess.Popen(
+        [sys.executable, __file__, "serve"], stdout=subprocess.PIPE, text=True
+    )
+    assert server.stdout is not None
+    try:
+        port = int(server.stdout.readline())
+        prof = cProfile.Profile(); prof.enable()
+        uvloop.run(client(port))
+        _dump(prof, "client")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+main()
