@@ -99,4 +99,5 @@ def main() -> None:
         server.wait()
 
 
-main()
+if __name__ == "__main__":  # stream_profile.py imports the stream from here
+    main()

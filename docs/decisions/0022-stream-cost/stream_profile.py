@@ -12,33 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import importlib.util
 import os
 import pstats
-import resource
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import uvloop
 
-import aiordma
-
-ADDR = os.environ.get("AIORDMA_ADDR", "192.0.2.1")
-SIZE = int(os.environ.get("SIZE", 65536))
-SECONDS = float(os.environ.get("SECONDS", 5.0))
-
-
-def cpu() -> tuple[float, float]:
-    """This process's user and kernel CPU seconds so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime, usage.ru_stime
-
-
-def arms(channel: aiordma.MessageChannel) -> float:
-    return channel.conn.qp.completion_queue.waiting()["arms"]
+_spec = importlib.util.spec_from_file_location(
+    "stream_cpu", Path(__file__).with_name("stream_cpu.py")
+)
+assert _spec is not None
+assert _spec.loader is not None
+stream = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stream)
+"""stream_cpu.py: the stream, its server and its client, measured here as there."""
 
 
 def wrap_the_cq_reader(loop: asyncio.AbstractEventLoop) -> None:
@@ -62,53 +55,7 @@ def wrap_the_cq_reader(loop: asyncio.AbstractEventLoop) -> None:
 
 async def serve() -> None:
     wrap_the_cq_reader(asyncio.get_running_loop())
-
-    async def handle(channel: aiordma.MessageChannel) -> None:
-        into = bytearray(SIZE)
-        count, (user, kernel), armed = 0, cpu(), arms(channel)
-        while True:
-            if await channel.recv_message_into(into) == 0:  # the end of a run: report it
-                now = cpu()
-                report = f"{now[0] - user} {now[1] - kernel} {arms(channel) - armed} {count}"
-                await channel.send_message(report.encode())
-                count, (user, kernel), armed = 0, cpu(), arms(channel)
-            else:
-                count += 1
-
-    server = await aiordma.start_channel_server(handle, ADDR, 0, max_message=1 << 21)
-    print(server.addresses[0][1], flush=True)
-    await asyncio.sleep(3600)
-
-
-async def run(channel: aiordma.MessageChannel, seconds: float) -> str:
-    data = bytes(SIZE)
-    sent, start, (user, kernel), armed = 0, time.perf_counter(), cpu(), arms(channel)
-    pending: set[asyncio.Future[None]] = set()
-    while time.perf_counter() - start < seconds:
-        if len(pending) >= 8:
-            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        pending.add(asyncio.ensure_future(channel.send_message(data)))
-        sent += 1
-    await asyncio.gather(*pending)
-    await channel.send_message(b"")
-    peer_user, peer_kernel, peer_arms, got = map(float, (await channel.recv_message()).split())
-    took = time.perf_counter() - start
-    now = cpu()
-    ms = 1e3 / sent
-    assert got == sent, (got, sent)
-    return (
-        f"{sent * SIZE / took / 1e6:.1f} MB/s; per message: sender {(now[0] - user) * ms:.2f} ms "
-        f"user + {(now[1] - kernel) * ms:.2f} ms kernel, {(arms(channel) - armed) / sent:.2f} "
-        f"armings; receiver {peer_user * ms:.2f} ms user + {peer_kernel * ms:.2f} ms kernel, "
-        f"{peer_arms / sent:.2f} armings"
-    )
-
-
-async def client(port: int) -> None:
-    channel = await aiordma.open_channel(ADDR, port, max_message=1 << 21)
-    await run(channel, 0.5)
-    print(await run(channel, SECONDS), flush=True)
-    await channel.close()
+    await stream.serve()
 
 
 def dump(prof: cProfile.Profile, name: str) -> None:
@@ -140,7 +87,7 @@ def main() -> None:
         port = int(server.stdout.readline())
         prof = cProfile.Profile()
         prof.enable()
-        uvloop.run(client(port))
+        uvloop.run(stream.client(port))
         dump(prof, "client")
     finally:
         server.terminate()
