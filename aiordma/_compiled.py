@@ -40,6 +40,7 @@ PURE_ENV: Final = "AIORDMA_PURE"
 
 MODULES: Final[tuple[str, ...]] = (
     "aiordma._histogram",
+    "aiordma._loop_check",
     "aiordma.channel.wire",
     "aiordma.channel.credits",
     "aiordma.channel.state",

@@ -8,3 +8,4 @@ cdef class Histogram:
     cpdef observe(self, double seconds)
 
 cpdef record(dict histograms, str name, double seconds)
+cpdef tally(object counters, str name, str amount_name, Py_ssize_t amount)

@@ -1,10 +1,11 @@
 # cython: annotation_typing=True
-"""Latency histograms in fixed power-of-two buckets.
+"""Latency histograms in fixed power-of-two buckets, and the counter tally.
 
-Every awaited verb and every RPC call is timed into one, so the type is
-compiled when the build could (``_histogram.pxd``; see
-:mod:`aiordma._compiled`): compiled code records an observation with no
-Python frame. :mod:`aiordma.metrics` re-exports it.
+Every awaited verb and every RPC call is timed into one, and every message
+counted, so this module is compiled when the build could
+(``_histogram.pxd``; see :mod:`aiordma._compiled`): compiled code records
+an observation or a count with no Python frame. :mod:`aiordma.metrics`
+re-exports it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ else:
     except ImportError:  # no Cython: the declarations below mean nothing
         from aiordma import _cython_shim as cython
 
-__all__ = ["BUCKETS", "Histogram", "record"]
+__all__ = ["BUCKETS", "Histogram", "record", "tally"]
 
 BUCKETS: Final = tuple(1e-6 * 2**i for i in range(0, 25))
 """Upper bounds of the latency histograms' buckets, in seconds: 1 us to
@@ -83,3 +84,12 @@ def record(histograms: dict, name: str, seconds: cython.double) -> None:  # type
     if histogram is None:
         histogram = histograms[name] = Histogram()
     histogram.observe(seconds)
+
+
+@cython.ccall
+def tally(counters: object, name: str, amount_name: str, amount: cython.Py_ssize_t) -> None:
+    """One ``name`` event of ``amount`` (``amount_name``) in ``counters`` (a
+    ``Counter``: missing names count from 0): what
+    :meth:`aiordma.metrics.Stats.count` does (compiled, no Python frame)."""
+    counters[name] += 1  # type: ignore[index]
+    counters[amount_name] += amount  # type: ignore[index]

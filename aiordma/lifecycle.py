@@ -5,22 +5,21 @@ idempotent) ``-> wait_closed()``; ``aclose()`` and ``async with`` do both;
 an object collected open warns with ``ResourceWarning``.
 :class:`CloseWaiters` serves ``wait_closed()`` for objects that may be
 closed outside any event loop. :func:`check_loop` refuses a call from
-another loop than the one a resource is bound to, and :func:`spawn` runs a
-task nobody awaits, kept referenced until it ends. This module imports
-nothing of the package but its errors, so every layer can build on it.
+another loop than the one a resource is bound to (compiled, in
+:mod:`aiordma._loop_check`), and :func:`spawn` runs a task nobody awaits,
+kept referenced until it ends. This module imports nothing of the package
+but that check and its errors, so every layer can build on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 import warnings
-import weakref
 from collections.abc import Coroutine
 from typing import Any, Self
 
-from aiordma.exceptions import WrongLoopError
+from aiordma._loop_check import check_loop
 
 __all__ = [
     "Closable",
@@ -112,40 +111,6 @@ class CloseWaiters:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-_checked: tuple[weakref.ref[asyncio.AbstractEventLoop], int] | None = None
-"""The loop :func:`check_loop` last confirmed, and the thread it runs in."""
-
-
-def check_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Raise WrongLoopError unless called from ``loop`` (what a resource is bound to).
-
-    On the per-message path this runs for every operation, and on Python
-    3.11 ``asyncio.get_running_loop()`` makes a ``getpid`` system call each
-    time (tens of microseconds under emulation). So once a loop has been
-    confirmed running in a thread, a call from that thread while that loop
-    is running is taken as coming from it: a thread runs one loop at a time.
-    """
-    global _checked
-    checked = _checked
-    if (
-        checked is not None
-        and checked[0]() is loop
-        and checked[1] == threading.get_ident()
-        and loop.is_running()
-    ):
-        return
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is not loop:
-        raise WrongLoopError(
-            "this object belongs to another event loop; create it (or open the "
-            "device) on the loop that uses it"
-        )
-    _checked = (weakref.ref(loop), threading.get_ident())
 
 
 _background: set[asyncio.Task[Any]] = set()

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from aiordma._histogram import BUCKETS, Histogram, record
+from aiordma._histogram import BUCKETS, Histogram, record, tally
 
 _on: bool = os.environ.get("AIORDMA_METRICS", "1").strip().lower() not in (
     "0",
@@ -80,9 +80,7 @@ class Stats:
     def count(self, name: str, amount_name: str, amount: int) -> None:
         """One ``name`` event of ``amount`` (``amount_name``): a message and its bytes."""
         if _on:
-            counters = self.counters
-            counters[name] += 1
-            counters[amount_name] += amount
+            tally(self.counters, name, amount_name, amount)
 
     def observe(self, name: str, seconds: float) -> None:
         if _on:
@@ -216,4 +214,4 @@ def format_exposition(text: str) -> str:
 
 
 __all__ = ["BUCKETS", "Histogram", "Stats", "collect", "enable", "enabled", "format_exposition",
-           "record"]  # fmt: skip
+           "record", "tally"]  # fmt: skip

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
-from aiordma.metrics import BUCKETS, Histogram, record
+from aiordma.metrics import BUCKETS, Histogram, record, tally
 
 
 def test_histogram_buckets_and_quantiles() -> None:
@@ -37,3 +39,10 @@ def test_record_makes_the_histogram_on_first_use() -> None:
     record(histograms, "call", 3e-6)
     assert histograms["call"].count == 2
     assert histograms["call"].snapshot()["buckets"] == {4e-6: 2}
+
+
+def test_tally_counts_an_event_and_its_amount_from_zero() -> None:
+    counters: Counter[str] = Counter()
+    tally(counters, "messages_sent", "bytes_sent", 64)
+    tally(counters, "messages_sent", "bytes_sent", 0)
+    assert counters == {"messages_sent": 2, "bytes_sent": 64}

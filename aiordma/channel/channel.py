@@ -598,27 +598,27 @@ class MessageChannel(Closable):
             )
         if type(head) is not bytes and not isinstance(head, bytes | bytearray):
             raise TypeError(f"a message head must be bytes, not {type(head).__name__}")
-        packets = self._packets
-        if len(head) > packets.eager_limit:
-            raise ValueError(f"message head of {len(head)} bytes exceeds {packets.eager_limit}")
+        packets, head_size = self._packets, len(head)
+        if head_size > packets.eager_limit:
+            raise ValueError(f"message head of {head_size} bytes exceeds {packets.eager_limit}")
         peer_limit = packets.peer_max_message
         if peer_limit is None:
             peer_limit = await self._peer_limit()
-            if len(head) > packets.eager_limit:  # the peer's buffers are smaller than ours
-                raise ValueError(f"message head of {len(head)} bytes exceeds {packets.eager_limit}")
+            if head_size > packets.eager_limit:  # the peer's buffers are smaller than ours
+                raise ValueError(f"message head of {head_size} bytes exceeds {packets.eager_limit}")
         if size > peer_limit:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds the peer's max_message of {peer_limit} "
                 "(the receiving side sets it)"
             )
-        if len(head) + size <= packets.eager_limit:
+        if head_size + size <= packets.eager_limit:
             # Nobody ahead of us and credit there: posted without a task switch.
             if packets.send_eager(head, data, size):
                 return None
             await self._sender.in_turn(Kind.EAGER, 0, size, None, head, data)
             self._stats.count("messages_sent", "bytes_sent", size)
             return None
-        if size <= self.medium_limit and len(head) < self.eager_limit:  # registered too
+        if size <= self.medium_limit and head_size < self.eager_limit:  # registered too
             await send_medium(self._sender, packets, head, data, size)
             self._stats.count("messages_sent", "bytes_sent", size)
             return None

@@ -59,6 +59,7 @@ cdef class Packets:
     cpdef object take_eager(self, object into)
     cpdef bytes head(self, Arrival arrival)
     cpdef object small_body(self, Arrival arrival, object into)
+    cdef _count(self, str name, str amount_name, Py_ssize_t amount)
     cpdef count_received(self, Header header)
     cdef bint _delivered(self, int slot, Header header) except *
 

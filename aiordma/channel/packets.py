@@ -32,12 +32,14 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from aiordma import metrics
 from aiordma.channel.buffers import Body, Into, buffer_view
 from aiordma.channel.credits import DataCredits
 from aiordma.channel.state import Arrival as Arrival  # (the records the shell reads)
 from aiordma.channel.state import ChannelState
 from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
 from aiordma.exceptions import DeviceError, ProtocolError, RdmaError, ResourceClosedError
+from aiordma.metrics import tally
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -308,7 +310,7 @@ class Packets:
             return False
         if self.try_send(Kind.EAGER, 0, size, None, head, body) != _POSTED:
             return False
-        self._stats.count("messages_sent", "bytes_sent", size)
+        self._count("messages_sent", "bytes_sent", size)
         return True
 
     @cython.ccall
@@ -332,7 +334,7 @@ class Packets:
                 size = sizes[i]
                 if self.try_send(Kind.EAGER, 0, size, None, b"", bodies[i]) != _POSTED:
                     break
-                self._stats.count("messages_sent", "bytes_sent", size)
+                self._count("messages_sent", "bytes_sent", size)
                 i += 1
         finally:
             self._flush()
@@ -721,9 +723,15 @@ class Packets:
         if done_due:
             self._report(Event.DONE_DUE, arrival.header.msg_id)
 
+    @cython.cfunc
+    def _count(self, name: str, amount_name: str, amount: cython.Py_ssize_t) -> None:
+        """:meth:`Stats.count <aiordma.metrics.Stats.count>`, with no Python frame."""
+        if metrics._on:
+            tally(self._stats.counters, name, amount_name, amount)
+
     @cython.ccall
     def count_received(self, header: Header) -> None:
-        self._stats.count("messages_received", "bytes_received", header.length)
+        self._count("messages_received", "bytes_received", header.length)
         if header.code == _RENDEZVOUS:
             self._stats.add("large_received")
 

@@ -33,7 +33,7 @@ from aiordma.exceptions import (
 from aiordma.lifecycle import Closable, check_loop
 from aiordma.metrics import Stats
 from aiordma.rpc._pending import Call, Pending
-from aiordma.rpc.codecs import Codec, as_codec
+from aiordma.rpc.codecs import Codec, RawCodec, as_codec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, parse_error_body
 
@@ -61,6 +61,7 @@ class Client(Closable):
         channel.link.add_stats(self._stats)
         self._channel: MessageChannel = channel
         self._codec: Codec = as_codec(codec)
+        self._raw = type(self._codec) is RawCodec  # bytes pass it both ways: its calls skipped
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
         self._loop = asyncio.get_running_loop()
@@ -106,7 +107,7 @@ class Client(Closable):
         check_loop(self._loop)  # before the error: a closed loop's client was closed by it
         if self._error is not None:
             raise again(self._error, self._error_tb)  # not grown by each raise
-        if not isinstance(method, str):
+        if type(method) is not str and not isinstance(method, str):
             raise TypeError(f"method must be a str, not {type(method).__name__}")
         if not method:
             raise ValueError("method must be a non-empty str")
@@ -121,14 +122,9 @@ class Client(Closable):
             raise TimeoutError(
                 f"call {method!r} was not sent: its timeout ({timeout} s) had expired"
             )
-        body = self._codec.encode(payload)
+        body = payload if self._raw and type(payload) is bytes else self._codec.encode(payload)
         call_id, head, call = self._pending.start(method, into)
-        return await self._call(method, call_id, head, body, call.future, timeout)
-
-    async def _call(
-        self, method: str, call_id: int, head: bytes, body: Any, fut: asyncio.Future[Any],
-        timeout: float | None,  # noqa: ASYNC109
-    ) -> Any:  # fmt: skip
+        fut = call.future
         try:
             if timeout is None:  # no asyncio.timeout: it costs two getpid calls on 3.11
                 await self._channel.send_message(body, head=head)
@@ -234,7 +230,7 @@ class Client(Closable):
             call.future.set_result(body)
         else:
             try:
-                call.future.set_result(self._codec.decode(body))
+                call.future.set_result(body if self._raw else self._codec.decode(body))
             except Exception as exc:
                 call.future.set_exception(exc)
 

@@ -35,7 +35,7 @@ from aiordma.exceptions import (
 )
 from aiordma.lifecycle import is_async_callable
 from aiordma.rpc._calls import Calls
-from aiordma.rpc.codecs import Codec, as_codec
+from aiordma.rpc.codecs import Codec, RawCodec, as_codec
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, error_body
 
 if TYPE_CHECKING:
@@ -192,7 +192,8 @@ class Service:
                 give_back_memory()
 
     async def _run(self, calls: Calls, frame: Frame, body: bytes | bytearray) -> None:
-        channel, stats = calls.channel, calls.stats
+        channel, stats, codec = calls.channel, calls.stats, self.codec
+        raw = type(codec) is RawCodec  # bytes pass it both ways: its calls skipped
         _serving.set(channel)  # this call's own context (a task's, or start_eagerly's copy)
         handler = self._handlers.get(frame.method)
         head = Frame(FrameKind.REPLY, frame.call_id).pack()
@@ -200,7 +201,9 @@ class Service:
         try:
             if handler is None:
                 raise _Unknown(f"no method named {frame.method!r}")
-            result = self.codec.encode(await handler(self.codec.decode(body)))
+            result = await handler(body if raw else codec.decode(body))
+            if not raw or type(result) is not bytes:
+                result = codec.encode(result)
             if result is not body:
                 calls.hold_result(frame.call_id, _size(result))
         except asyncio.CancelledError:

@@ -1,6 +1,6 @@
 """Python calls per small message: both ends of a channel in one process, under cProfile.
 
-    aiordma lab -- aiordma bench study message_calls [--rounds 300] [--size 64] [--rpc]
+    aiordma lab -- aiordma bench study message_calls [--rounds 300] [--size 64] [--rpc] [--top 15]
 
 A channel server echoes and a client ping-pongs ``--rounds`` messages of
 ``--size`` bytes, both on this process's loop, after a warm-up. cProfile
@@ -116,10 +116,10 @@ async def measure_verbs(host: str, rounds: int, size: int) -> pstats.Stats:
     return pstats.Stats(profile)
 
 
-def summary(stats: pstats.Stats, rounds: int, size: int) -> dict[str, object]:
-    """Calls per message (two per round trip), and the most called functions."""
+def summary(stats: pstats.Stats, rounds: int, size: int, top_n: int = 15) -> dict[str, object]:
+    """Calls per message (two per round trip), and the ``top_n`` most called functions."""
     messages = 2 * rounds
-    top = sorted(stats.stats.items(), key=lambda item: -item[1][1])[:15]  # type: ignore[attr-defined]
+    top = sorted(stats.stats.items(), key=lambda item: -item[1][1])[:top_n]  # type: ignore[attr-defined]
     return {
         "path": per_message_path(),
         "size": size,
@@ -141,6 +141,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--top", type=int, default=15, help="how many functions to list")
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--rpc", action="store_true", help="RPC calls instead of messages")
     kind.add_argument("--verbs", action="store_true", help="awaited verbs instead of messages")
@@ -153,7 +154,7 @@ def main() -> None:
         stats = uvloop.run(work)
     else:
         stats = asyncio.run(work)
-    row = summary(stats, args.rounds, args.size)
+    row = summary(stats, args.rounds, args.size, args.top)
     if args.json:
         print(json.dumps(row))
         return
