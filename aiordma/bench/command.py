@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from aiordma.bench.stats import Result
@@ -100,25 +100,41 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
             raise SystemExit("aiordma bench: --netem impairs the two-host lab's link: "
                              "give --remote too")  # fmt: skip
         peer = Peer.start(args.addr, largest, args.loop)
+
+    async def across(run: Awaitable[Result | None]) -> Result | None:
+        """``run``'s result; with ``--remote``, with what crossed the link (``extra["link"]``)."""
+        if fabric is None:
+            return await run
+        before = await fabric.link_bytes()
+        result = await run
+        moved = (await fabric.link_bytes()).since(before)
+        if result is not None:
+            result.extra["link"] = moved.to_json(result.size * result.iterations)
+        return result
+
     try:
         for mode in args.modes:
             for size in sizes[mode]:
                 progress.start(f"aiordma {mode} {size} B")
-                group = [await measure(peer, mode, size, plan, progress.update)]
+                ours = await across(measure(peer, mode, size, plan, progress.update))
+                assert ours is not None
+                group = [ours]
                 if "perftest" in tools and mode in perftest.TOOLS:
                     for events in (False, True) if mode in perftest.EVENTS else (False,):
                         flag = " -e" if events else ""
                         progress.start(f"{perftest.TOOLS[mode]}{flag} {size} B")
-                        reference = await asyncio.to_thread(
+                        reference = await across(asyncio.to_thread(
                             perftest.run, mode, args.device, peer.addr, size,
                             group[0].iterations, 1 if kind_of(mode) == "lat" else args.depth,
                             start_server, events,
-                        )  # fmt: skip
+                        ))  # fmt: skip
                         if reference is not None:
                             group.append(reference)
                 if "tcp" in tools:
                     progress.start(f"tcp {mode} {size} B")
-                    group.append(await measure_tcp(peer, mode, size, plan, progress.update))
+                    theirs = await across(measure_tcp(peer, mode, size, plan, progress.update))
+                    assert theirs is not None
+                    group.append(theirs)
                 progress.clear()
                 emit(group)
     finally:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from aiordma.bench.stats import Result
+from aiordma.lab.crossing import describe
 
 
 def ratio(result: Result, reference: Result) -> str:
@@ -46,6 +47,9 @@ def row(result: Result, references: Sequence[Result] = ()) -> str:
     credits = result.extra.get("credit_packets_per_message")
     if credits is not None:
         text += f"  [{credits:.2f} credit-only packets/msg]"
+    link = result.extra.get("link")
+    if link is not None:
+        text += f"  [{describe(link)}]"
     return text
 
 

@@ -3,7 +3,8 @@
 :class:`Fabric` runs programs on host 2 through its agent
 (:mod:`aiordma.lab.agent`), changes the link between the hosts (cut and
 restored, timed outages, ``tc netem`` loss, delay, reordering, duplication;
-MTU), and asks the lab to crash host 2 (kill its QEMU) or boot it again. It is
+MTU), reads both hosts' link counters (what crossed), and asks the lab
+to crash host 2 (kill its QEMU) or boot it again. It is
 what the ``fabric`` test fixture hands out; a command run with
 ``aiordma lab --hosts 2`` finds everything it needs in its environment
 (:meth:`Fabric.from_environment`).
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from aiordma.exceptions import LabError
 from aiordma.lab.agent import POLL_INTERVAL, write_atomically
+from aiordma.lab.crossing import LinkBytes, card_files, parse_card
 
 
 async def poll_until(check: Callable[[], bool]) -> None:
@@ -292,6 +294,15 @@ class Fabric:
         """
         cut, restore = self._cut_lines()
         return await asyncio.to_thread(_timed_outage, cut, restore, seconds)
+
+    async def link_bytes(self) -> LinkBytes:
+        """Both hosts' link cards' byte counters now (see :mod:`aiordma.lab.crossing`)."""
+        files = card_files(self._nic())
+        here = parse_card(await self._here(["cat", *files]))
+        rc, out = await self.run(["cat", *files])
+        if rc != 0:
+            raise LabError(f"host 2's link counters could not be read: {out.strip()}")
+        return LinkBytes(host1=here, host2=parse_card(out))
 
     async def set_mtu(self, mtu: int, *, host: int = 2) -> None:
         """Set the MTU of ``host``'s card on the link (rxe follows it)."""

@@ -101,7 +101,8 @@ def _link_packets(fabric: Fabric) -> int:
 @pytest.mark.timeout(600)
 def test_across_the_link_with_perftest_and_tcp(fabric: Fabric, tmp_path: Path) -> None:
     """``--remote``: the peer and perftest's servers on host 2, every
-    packet across the link (counted on host 1's card), ``--netem`` undone."""
+    packet across the link (counted on host 1's card, and each row's on
+    both hosts' cards, as the output says), ``--netem`` undone."""
     out = tmp_path / "bench.json"
     before = _link_packets(fabric)
     proc = subprocess.run(
@@ -121,6 +122,11 @@ def test_across_the_link_with_perftest_and_tcp(fabric: Fabric, tmp_path: Path) -
     assert all(r["iterations"] == 30 for r in rows)
     # Three tools, 30 messages of 4 KiB each, plus set-up.
     assert _link_packets(fabric) - before > 3 * 30
+    # Each row carries both hosts' counters, which saw its payload cross.
+    for r in rows:
+        assert r["extra"]["link"]["crossed"], r
+        assert r["extra"]["link"]["payload"] == 4096 * 30
+    assert proc.stdout.count(": crossed]") == len(rows), proc.stdout
     qdisc = subprocess.run(["tc", "qdisc", "show", "dev", fabric.nic], capture_output=True,
                            text=True, check=True).stdout  # fmt: skip
     assert "netem" not in qdisc

@@ -5,7 +5,8 @@
 
 Starts a Ray head here (the lab's helper), a producer and a consumer actor
 (in the two-host lab: a second Ray node on host 2, the producer there and
-the consumer here, so both paths cross the link),
+the consumer here, so both paths cross the link: it prints where each
+actor runs, and both hosts' link counters around each size's pulls),
 and for each size (1 and 64 MiB by default) times ``--rounds`` pulls of one
 array by the consumer, made by the producer's method with
 ``tensor_transport="AIORDMA"`` (one-sided RDMA READ) and with Ray's default
@@ -105,6 +106,9 @@ def main() -> None:
         def cpu(self) -> tuple[float, float]:
             return own_cpu()
 
+        def node(self) -> str:
+            return str(ray.util.get_node_ip_address())
+
         def _array(self, size: int) -> Any:
             if size not in self.data:
                 self.data[size] = np.random.default_rng(size).integers(0, 256, size, np.uint8)
@@ -121,6 +125,9 @@ def main() -> None:
         def cpu(self) -> tuple[float, float]:
             return own_cpu()
 
+        def node(self) -> str:
+            return str(ray.util.get_node_ip_address())
+
         def touch(self, array: Any) -> int:
             return int(array.nbytes)
 
@@ -132,9 +139,17 @@ def main() -> None:
         consumer = actor(enable_tensor_transport=True)(Consumer).options(**here).remote()
         tiny = np.zeros(8, np.uint8)
         ray.get(consumer.touch.remote(tiny))
+        made_on, used_on = ray.get([producer.node.remote(), consumer.node.remote()])
+        print(f"producer on {made_on}, consumer on {used_on}", flush=True)
+        if fabric is not None and made_on == used_on:
+            raise SystemExit("ray_transfer: the producer and the consumer share a node: "
+                             "nothing would cross the link")  # fmt: skip
 
         def timed(ref: Any) -> float:
-            ray.wait([ref])
+            # Ready, but left where it was made: by default ray.wait also
+            # pulls the object to the driver's node (here the consumer's),
+            # and the timed call then moved nothing across the link.
+            ray.wait([ref], fetch_local=False)
             begin = time.perf_counter()
             ray.get(consumer.touch.remote(ref))
             return time.perf_counter() - begin
@@ -148,6 +163,7 @@ def main() -> None:
             for path, method in (("AIORDMA", producer.rdt), ("object store", producer.store)):
                 ray.get(consumer.touch.remote(method.remote(size)))  # warm: connections, pages
                 times = []
+                before = None if fabric is None else asyncio.run(fabric.link_bytes())
                 for _ in range(args.rounds):
                     ref = method.remote(size)
                     times.append(timed(ref))
@@ -157,6 +173,9 @@ def main() -> None:
                 less = f"{size / (took - base) / 1e6:.1f}" if took > base else "(at floor)"
                 print(f"{mib:>5} MiB {path:>12} {took:>9.3f} {size / took / 1e6:>8.1f} {less:>10}",
                       flush=True)  # fmt: skip
+                if fabric is not None and before is not None:
+                    moved = asyncio.run(fabric.link_bytes()).since(before)
+                    print(f"{'':>8} {'':>12} {moved.describe(size * args.rounds)}", flush=True)
 
         before = ray.get([producer.cpu.remote(), consumer.cpu.remote()])
         time.sleep(args.idle)  # measuring idleness: nothing may run meanwhile
