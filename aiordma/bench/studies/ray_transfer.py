@@ -107,7 +107,7 @@ def main() -> None:
             return own_cpu()
 
         def node(self) -> str:
-            return str(ray.util.get_node_ip_address())
+            return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
         def _array(self, size: int) -> Any:
             if size not in self.data:
@@ -126,7 +126,7 @@ def main() -> None:
             return own_cpu()
 
         def node(self) -> str:
-            return str(ray.util.get_node_ip_address())
+            return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
         def touch(self, array: Any) -> int:
             return int(array.nbytes)
@@ -163,7 +163,7 @@ def main() -> None:
             for path, method in (("AIORDMA", producer.rdt), ("object store", producer.store)):
                 ray.get(consumer.touch.remote(method.remote(size)))  # warm: connections, pages
                 times = []
-                before = None if fabric is None else asyncio.run(fabric.link_bytes())
+                counted = None if fabric is None else asyncio.run(fabric.link_bytes())
                 for _ in range(args.rounds):
                     ref = method.remote(size)
                     times.append(timed(ref))
@@ -173,8 +173,8 @@ def main() -> None:
                 less = f"{size / (took - base) / 1e6:.1f}" if took > base else "(at floor)"
                 print(f"{mib:>5} MiB {path:>12} {took:>9.3f} {size / took / 1e6:>8.1f} {less:>10}",
                       flush=True)  # fmt: skip
-                if fabric is not None and before is not None:
-                    moved = asyncio.run(fabric.link_bytes()).since(before)
+                if fabric is not None and counted is not None:
+                    moved = asyncio.run(fabric.link_bytes()).since(counted)
                     print(f"{'':>8} {'':>12} {moved.describe(size * args.rounds)}", flush=True)
 
         before = ray.get([producer.cpu.remote(), consumer.cpu.remote()])
