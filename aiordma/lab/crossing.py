@@ -94,4 +94,4 @@ def describe(row: dict[str, Any]) -> str:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f}"
+    return f"{n / 1e6:.1f}" if n >= 100_000 else f"{n / 1e6:.3f}"  # a latency run's KB show

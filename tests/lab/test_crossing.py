@@ -41,6 +41,6 @@ def test_the_line_a_result_prints_says_what_moved_and_the_verdict() -> None:
     assert (
         describe(row)
         == moved.describe(1_000_000)
-        == ("link MB out/in: host 1 1.1/0.0, host 2 0.0/1.1, payload 1.0: crossed")
+        == ("link MB out/in: host 1 1.1/0.010, host 2 0.010/1.1, payload 1.0: crossed")
     )
     assert moved.describe(5_000_000).endswith("payload 5.0: NOT CROSSED")
