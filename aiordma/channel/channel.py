@@ -443,11 +443,15 @@ class MessageChannel(Closable):
         check_into(buffer)
         check_loop(self._loop)
         packets = self._packets
-        # A small message taken as it is (or once it comes) needs no task
-        # switch and no receive turn; anything else takes the long way.
+        # A small message taken as it is (or once it comes), or a medium one
+        # already whole, needs no task switch and no receive turn; anything
+        # else takes the long way.
         n: bytes | bytearray | int | None = packets.take_eager(buffer)
         while n is None:
             if packets.needs_turn():
+                whole = packets.take_medium(buffer)  # one whose pieces all came: no turn either
+                if whole >= 0:
+                    return whole
                 _, n = await self.recv_message_with_head(lambda _head, _n: buffer)
                 break
             await packets.arrivals()

@@ -552,6 +552,36 @@ class Packets:
         return body
 
     @cython.ccall
+    @cython.exceptval(-2, check=True)
+    def take_medium(self, into: Into) -> cython.Py_ssize_t:
+        """Take the first queued message now if it is a MEDIUM one whose
+        pieces have all arrived, nobody waits ahead and ``into`` (a
+        ``bytearray`` or ``memoryview``) holds it: its length, once copied
+        and its buffers given back. -1 when it cannot be taken so (pieces
+        still to come, a receive ahead or resumed, another kind of message
+        or buffer, ``into`` too short, a failed channel: the slow path
+        takes it, or says why)."""
+        ready = self.state.ready
+        if not ready or self.receivers or self.failed:
+            return -1
+        arrival: Arrival = ready[0]
+        header: Header = arrival.header
+        if (header.code != _MEDIUM or arrival.missing or arrival.taken is not None
+                or arrival.saved is not None or arrival.revoked):  # fmt: skip
+            return -1
+        if type(into) is not bytearray and type(into) is not memoryview:
+            return -1
+        length: cython.Py_ssize_t = header.length
+        with buffer_view(into) as target:
+            if len(target) < length:
+                return -1
+            _, offset = self.begin_medium(arrival, target)
+            offset = self._copy_pieces(arrival, target, offset)
+        self.consumed()
+        self.count_received(header)
+        return offset
+
+    @cython.ccall
     def head(self, arrival: Arrival) -> bytes:
         """The head of a queued message."""
         header: Header = arrival.header

@@ -523,3 +523,43 @@ def test_a_message_the_hook_takes_wakes_no_receiving_task(
     _flush(a, b)
     _settled(a)
     _settled(b)
+
+
+def test_a_whole_medium_message_is_taken_in_one_call(loop: asyncio.AbstractEventLoop) -> None:
+    """``take_medium``: every piece in, nobody ahead, a buffer that holds it:
+    copied whole and every buffer given back, with no turn; otherwise -1,
+    changing nothing, for the slow path."""
+    a, b = _pair(loop, window=8)
+    body = b"abcdefgh" * 100
+    offset = _send_medium(a, body)
+    assert offset == len(body)
+    _flush(a, b)
+    arrival = b.packets.first()
+    assert arrival is not None and arrival.header.kind == Kind.MEDIUM
+    assert b.packets.take_medium(bytearray(len(body) - 1)) == -1  # too short: the slow path says so
+    assert b.packets.take_medium(b"x" * len(body)) == -1  # not a buffer it takes
+    b.packets.turn(False, 1)  # a receive ahead holds the turn
+    assert b.packets.take_medium(bytearray(len(body))) == -1
+    b.packets.turn(False, -1)
+    assert b.packets.first() is arrival  # nothing taken
+    into = memoryview(bytearray(len(body) + 10))
+    assert b.packets.take_medium(into) == len(body)
+    assert bytes(into[: len(body)]) == body
+    assert b.packets.first() is None
+    assert b.stats.counters["messages_received"] == 1
+    _flush(a, b)
+    _settled(a)
+    _settled(b)
+
+
+def test_a_medium_message_still_arriving_is_left_to_the_slow_path(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    a, b = _pair(loop, window=4)
+    body = bytes(range(256)) * 8
+    offset = _send_medium(a, body)
+    assert offset < len(body)  # the window stopped it: pieces still to come
+    _flush(a, b)
+    assert b.packets.take_medium(bytearray(len(body))) == -1
+    arrival = b.packets.first()
+    assert arrival is not None and arrival.missing > 0
