@@ -535,7 +535,8 @@ def test_a_whole_medium_message_is_taken_in_one_call(loop: asyncio.AbstractEvent
     assert offset == len(body)
     _flush(a, b)
     arrival = b.packets.first()
-    assert arrival is not None and arrival.header.kind == Kind.MEDIUM
+    assert arrival is not None
+    assert arrival.header.kind == Kind.MEDIUM
     assert b.packets.take_medium(bytearray(len(body) - 1)) == -1  # too short: the slow path says so
     assert b.packets.take_medium(b"x" * len(body)) == -1  # not a buffer it takes
     b.packets.turn(False, 1)  # a receive ahead holds the turn
@@ -562,4 +563,5 @@ def test_a_medium_message_still_arriving_is_left_to_the_slow_path(
     _flush(a, b)
     assert b.packets.take_medium(bytearray(len(body))) == -1
     arrival = b.packets.first()
-    assert arrival is not None and arrival.missing > 0
+    assert arrival is not None
+    assert arrival.missing > 0
