@@ -1,0 +1,109 @@
+"""Taking MEDIUM messages off a channel as users write a stream (lab device).
+
+``recv_message_into`` takes a MEDIUM message whose pieces all came in one
+call (``Packets.take_medium``), and one still arriving through the receive
+turn, its pieces copied from the completion drain (``receiver.py``). These
+tests drive both on the device: streams whose messages span more pieces
+than one drain batch (16 completions) and than the window, buffers too
+short, and the data credits once a stream is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import pytest
+
+import aiordma
+from aiordma.channel.channel import MessageChannel
+from aiordma.exceptions import BufferTooSmallError
+from tests.channel.test_channel import _payload, channel_to, echo
+from tests.conftest import Lab
+
+WINDOW = 8
+BUFFER = 1024
+SIZES = (1_500, 17_000, 9_000, 40_000, 2_000, 33_000)
+"""Two pieces; more than a drain batch; one window's worth; five windows."""
+
+
+async def whole(channel: MessageChannel) -> None:
+    """Wait until the first queued message has all its pieces."""
+    async with asyncio.timeout(30):
+        while (first := channel._packets.first()) is None or first.missing:
+            await channel._packets.arrivals()
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
+async def test_a_stream_of_medium_messages_lands_whole_in_order_and_gives_every_credit_back(
+    lab: Lab,
+) -> None:
+    servers: list[MessageChannel] = []
+
+    async def take_stream(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        servers.append(channel)
+        into = bytearray(max(SIZES))
+        digests = []
+        while (n := await channel.recv_message_into(into)) != 0:
+            digests.append(hashlib.sha256(into[:n]).digest())
+        await channel.send_message(b"".join(digests))
+
+    outgoing = [_payload(i, SIZES[i % len(SIZES)]) for i in range(30)]
+    async with channel_to(lab, take_stream, window=WINDOW, buffer_size=BUFFER) as channel:
+        pending: set[asyncio.Future[None]] = set()
+        for data in outgoing:  # eight in flight, as a user writes a stream
+            if len(pending) >= 8:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            pending.add(asyncio.ensure_future(channel.send_message(data)))
+        await asyncio.wait_for(asyncio.gather(*pending), 60)
+        await channel.send_message(b"")
+        digests = await asyncio.wait_for(channel.recv_message(), 60)
+        assert digests == b"".join(hashlib.sha256(data).digest() for data in outgoing)
+        # The server took everything before it answered, and its answer came
+        # after any credit update it sent: every data buffer it posted is a
+        # credit here or owed by it, none lost or counted twice.
+        (server,) = servers
+        assert channel._packets.credits()[0] + server._packets.state.data.owed == WINDOW
+        assert channel._packets.state.data.available <= channel._packets.state.data.limit
+        assert server._packets.queued() == 0
+
+
+@pytest.mark.asyncio
+async def test_a_whole_medium_message_is_taken_into_a_bytearray_or_a_memoryview(lab: Lab) -> None:
+    async with channel_to(lab, echo, window=WINDOW * 4, buffer_size=BUFFER) as channel:
+        for i, size in enumerate((1_500, 17_000)):  # within the window: all pieces come
+            data = _payload(i, size)
+            await channel.send_message(data)
+            await whole(channel)
+            backing = bytearray(size + 100)
+            into = bytearray(size) if i == 0 else memoryview(backing)[50:]
+            assert await channel.recv_message_into(into) == size
+            assert bytes(into[:size]) == data
+            assert channel._packets.queued() == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("pieces_to_come", [False, True], ids=["whole", "arriving"])
+async def test_a_medium_message_refused_by_a_short_buffer_stays_queued_whole(
+    lab: Lab, pieces_to_come: bool
+) -> None:
+    # A window of 4 holds back most of a 20,000-byte message until the
+    # receiver takes it; a window of 32 lets all of it come first.
+    window = 4 if pieces_to_come else 32
+    async with channel_to(lab, echo, window=window, buffer_size=BUFFER) as channel:
+        data = _payload(7, 20_000)
+        await channel.send_message(data)
+        if pieces_to_come:
+            await asyncio.wait_for(channel.wait_message(), 30)
+            first = channel._packets.first()
+            assert first is not None and first.missing > 0
+        else:
+            await whole(channel)
+        with pytest.raises(BufferTooSmallError) as caught:
+            await asyncio.wait_for(channel.recv_message_into(bytearray(19_999)), 30)
+        assert (caught.value.needed, caught.value.given) == (20_000, 19_999)
+        into = bytearray(20_000)
+        assert await asyncio.wait_for(channel.recv_message_into(into), 30) == 20_000
+        assert into == data
