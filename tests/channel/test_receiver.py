@@ -98,7 +98,8 @@ async def test_a_medium_message_refused_by_a_short_buffer_stays_queued_whole(
         if pieces_to_come:
             await asyncio.wait_for(channel.wait_message(), 30)
             first = channel._packets.first()
-            assert first is not None and first.missing > 0
+            assert first is not None
+            assert first.missing > 0
         else:
             await whole(channel)
         with pytest.raises(BufferTooSmallError) as caught:
