@@ -37,6 +37,8 @@ valid only during the call. Returns False to leave it queued instead."""
 
 def check_into(into: object) -> Into:
     """``into`` if a message can land in it; TypeError or ValueError saying why not."""
+    if type(into) is bytearray:  # the usual buffer: always writable, flat bytes
+        return into
     if isinstance(into, MemoryRegion | Segment):
         region = into if isinstance(into, MemoryRegion) else into.mr
         if region.closed:

@@ -452,7 +452,8 @@ class MessageChannel(Closable):
                 whole = packets.take_medium(buffer)  # one whose pieces all came: no turn either
                 if whole >= 0:
                     return whole
-                _, n = await self.recv_message_with_head(lambda _head, _n: buffer)
+                # (No small message to take without a turn: take_eager saw to that.)
+                _, n = await self._receiver.in_turn(lambda _head, _n: buffer)
                 break
             await packets.arrivals()
             n = packets.take_eager(buffer)

@@ -61,6 +61,7 @@ cdef class Packets:
     cpdef bytes head(self, Arrival arrival)
     cpdef object small_body(self, Arrival arrival, object into)
     cdef _count(self, str name, str amount_name, Py_ssize_t amount)
+    cdef _add(self, str name)
     cpdef count_received(self, Header header)
     cdef bint _delivered(self, int slot, Header header) except *
 

@@ -442,7 +442,7 @@ class Packets:
             self._report(Event.BROKEN, err)
             return
         if header.code == _CREDIT_KIND or header.code == _CONTROL_CREDIT_KIND:
-            self._stats.add("credit_updates_received")
+            self._add("credit_updates_received")
         if ended:
             self._report(Event.ENDED, ended)
         if state.acks_due:
@@ -759,11 +759,17 @@ class Packets:
         if metrics._on:
             tally(self._stats.counters, name, amount_name, amount)
 
+    @cython.cfunc
+    def _add(self, name: str) -> None:
+        """:meth:`Stats.add <aiordma.metrics.Stats.add>` of one, with no Python frame."""
+        if metrics._on:
+            self._stats.counters[name] += 1
+
     @cython.ccall
     def count_received(self, header: Header) -> None:
         self._count("messages_received", "bytes_received", header.length)
         if header.code == _RENDEZVOUS:
-            self._stats.add("large_received")
+            self._add("large_received")
 
     # -- credits and wake-ups ----------------------------------------------
 
@@ -795,7 +801,7 @@ class Packets:
                         self.post(slot, header, b"", None)
                     except (RdmaError, ResourceClosedError):
                         return  # the channel failed
-                    self._stats.add("credit_updates_sent")
+                    self._add("credit_updates_sent")
 
     def room_came(self) -> None:
         """The send queue has room again (or never will): the credit update

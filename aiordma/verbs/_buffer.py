@@ -22,7 +22,8 @@ _FIELD_NAMES = re.compile(r":[^:]*:")
 def holds_objects(format: str | None) -> bool:
     """Whether a buffer of this struct ``format`` (PEP 3118) holds Python
     object pointers (``'O'``, a numpy object array's or record's field)."""
-    return format is not None and "O" in _FIELD_NAMES.sub("", format)
+    # No "O" at all is the common case (bytes, numbers): no pattern to run.
+    return format is not None and "O" in format and "O" in _FIELD_NAMES.sub("", format)
 
 
 def refuse_objects(format: str | None, what: str) -> None:
