@@ -553,11 +553,10 @@ class MessageChannel(Closable):
         sender = self._sender
         await sender.take_turn()
         try:
+            stalled = False
             while (done := packets.send_eagers(bodies, sizes, done, True)) < len(bodies):
-                # Wait for what the next needs, then send it and what can follow.
-                await sender.post(Kind.EAGER, 0, sizes[done], None, b"", bodies[done])
-                self._stats.count("messages_sent", "bytes_sent", sizes[done])
-                done += 1
+                # Wait for what the next needs; then it goes with what can follow.
+                stalled = await sender.wait_to_post(stalled)
         finally:
             sender.end_turn()
 

@@ -2,7 +2,8 @@
 
 Its first packet (MEDIUM) carries the head and the body's first bytes;
 PIECEs bring the rest, each copied into a send slot as credit allows and
-posted with the others that can go at once as one chain, so
+posted with the others that can go at once as one chain (one doorbell
+for each grant of credit), so
 nothing is registered or exposed for it (larger bodies go by
 :mod:`~aiordma.channel.rendezvous`). The receiving side's half is
 :meth:`~aiordma.channel.packets.Packets.begin_medium` and
@@ -33,19 +34,16 @@ async def send_medium(sender: Sender, packets: Packets, head: bytes, data: Body,
     handed = False
     try:
         with buffer_view(data) as view:
-            offset = 0
+            offset, stalled = 0, False
             try:
-                offset = packets.send_medium(head, view, size)  # with what can go now
-                if not offset:  # wait for what the first packet needs
-                    room = packets.eager_limit - len(head)
-                    await sender.post(Kind.MEDIUM, 0, size, None, head, view[:room])
-                    offset = room
+                # Each call posts what can go now as one chain (one doorbell),
+                # the first packet and then PIECEs; between calls, wait for
+                # what the next packet needs.
+                while not (offset := packets.send_medium(head, view, size)):
+                    stalled = await sender.wait_to_post(stalled)
                 while offset < size:
-                    offset = packets.send_pieces(view, offset, size)  # what can go now
-                    if offset < size:  # wait for what it needs, then send one
-                        piece = view[offset : offset + packets.eager_limit]
-                        await sender.post(Kind.PIECE, 0, len(piece), None, b"", piece)
-                        offset += len(piece)
+                    stalled = await sender.wait_to_post(stalled)
+                    offset = packets.send_pieces(view, offset, size)
             except asyncio.CancelledError:
                 if offset:  # begun: the peer must get all of it
                     spawn(_finish(sender, packets, bytes(view[offset:size])))

@@ -7,8 +7,8 @@ packets once the send queue has room and a send slot and a credit are
 there. Control packets (DONE, REVOKE) and a credit update that met a full
 send queue go from tasks of their own.
 
-Call order of a send that waits: ``take_turn -> post* -> end_turn`` (or
-``in_turn``, which is that for one packet).
+Call order of a send that waits: ``take_turn -> (post | wait_to_post)* ->
+end_turn`` (or ``in_turn``, which is that for one packet).
 """
 
 from __future__ import annotations
@@ -89,6 +89,21 @@ class Sender:
                 stalled = True
                 self._stats.add("credit_stalls")
             await packets.changed()
+
+    async def wait_to_post(self, stalled: bool = False) -> bool:
+        """Wait for what the next packet needs once a one-call post stopped
+        short: room in the send queue, or a change in credits and send slots
+        (a credit stall, counted once per send: pass back what the last call
+        returned). Raises once the channel failed."""
+        self._check()
+        packets = self._packets
+        if not packets.lane.send_room():  # type: ignore[union-attr]
+            await self._qp.wait_send_room()
+            return stalled
+        if not stalled:
+            self._stats.add("credit_stalls")
+        await packets.changed()
+        return True
 
     def hello(
         self, max_message: int, hello: bytes, went: Callable[[], None],

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Issue 65: the device tests of the receive path, the receiver's Python calls per 64 KiB
-# message (receiver_calls.py) on main before issue 65 (M), with take_medium (T) and with the
+# message (stream_calls.py) on main before issue 65 (M), with take_medium (T) and with the
 # receive trims (this tree), then T and the trims alternated twice, perftest and TCP beside.
 # Wheels of M and T unpacked in /tmp/basepkgM and /tmp/basepkgT.
 cd /work/main
@@ -8,7 +8,7 @@ cd /work/main
 for side in M T after; do
   case $side in M) P=/tmp/basepkgM;; T) P=/tmp/basepkgT;; after) P=;; esac
   echo "== calls: $side"
-  (cd /tmp && PYTHONPATH=$P SECONDS=3 /work/main/.venv/bin/python /work/main/docs/decisions/0022-stream-cost/receiver_calls.py 2>&1 | grep "receiver:")
+  (cd /tmp && PYTHONPATH=$P SECONDS=3 /work/main/.venv/bin/python /work/main/docs/decisions/0022-stream-cost/stream_calls.py 2>&1 | grep "receiver:\|sender:")
 done
 B="bench --loop uvloop --warmup 20"
 for round in 1 2; do

@@ -1,12 +1,13 @@
-"""Record 0022: Python calls per 64 KiB message on the receiving side of a stream
-written as users write it (stream_cpu.py's: ``send_message`` tasks, eight in
-flight; the server takes them with ``recv_message_into`` one bytearray).
+"""Record 0022: Python calls per 64 KiB message on each side of a stream written
+as users write it (stream_cpu.py's: ``send_message`` tasks, eight in flight;
+the server takes them with ``recv_message_into`` one bytearray).
 
-    aiordma lab -- .venv/bin/python docs/decisions/0022-stream-cost/receiver_calls.py
+    aiordma lab -- .venv/bin/python docs/decisions/0022-stream-cost/stream_calls.py
 
-The server process profiles its measured run only (between the client's two
-empty messages) and prints the calls cProfile saw per message, then the most
-called functions. cProfile sees Python functions and the C functions Python
+Each process profiles the measured run only (the server between the
+client's two empty messages, the client its second run) and prints the
+calls cProfile saw per message; the server then prints its most called
+functions. cProfile sees Python functions and the C functions Python
 calls; compiled code called from compiled code is not counted.
 """
 
@@ -34,6 +35,8 @@ _spec.loader.exec_module(stream)
 """stream_cpu.py: the stream's client, and its address and size."""
 
 TOP = 25
+CALLS: list[int] = []
+"""The client's calls in its measured run (the messages are counted by the server)."""
 
 
 async def serve() -> None:
@@ -63,6 +66,20 @@ async def serve() -> None:
     await asyncio.sleep(3600)
 
 
+async def client(port: int) -> None:
+    """stream_cpu.py's client, its measured run profiled."""
+    channel = await aiordma.open_channel(stream.ADDR, port, max_message=1 << 21)
+    await stream.run(channel, 0.5)
+    profile = cProfile.Profile()
+    profile.enable()
+    report = await stream.run(channel, stream.SECONDS)
+    profile.disable()
+    total = sum(row[1] for row in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
+    print(report, flush=True)
+    CALLS.append(total)
+    await channel.close()
+
+
 def main() -> None:
     if sys.argv[1:] == ["serve"]:
         uvloop.run(serve())
@@ -72,9 +89,13 @@ def main() -> None:
     )
     assert server.stdout is not None
     try:
-        uvloop.run(stream.client(int(server.stdout.readline())))
+        uvloop.run(client(int(server.stdout.readline())))
         server.terminate()
-        print(server.communicate(timeout=60)[0], end="")
+        output = server.communicate(timeout=60)[0]
+        count = int(output.split(" messages)")[0].rsplit("(", 1)[1])
+        print(f"sender: {CALLS[0] / count:.1f} Python calls per message (the client's "
+              "own loop of tasks included)")  # fmt: skip
+        print(output, end="")
     finally:
         server.kill()
         server.wait()
