@@ -4,7 +4,8 @@ message costs each process: CPU (user and kernel) and the receiving queue's armi
     aiordma lab -- .venv/bin/python docs/decisions/0022-stream-cost/stream_cpu.py
 
 A server process receives with ``recv_message_into`` one bytearray; this process
-sends with ``send_message`` tasks, eight at a time, for ``SECONDS`` (default 5).
+sends with ``send_message`` tasks, eight at a time, for ``SECONDS`` (default 5);
+both sides' buffers are ``BUFFER_SIZE`` bytes (default 8192, the channel's).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import aiordma
 ADDR = os.environ.get("AIORDMA_ADDR", "192.0.2.1")
 SIZE = int(os.environ.get("SIZE", 65536))
 SECONDS = float(os.environ.get("SECONDS", 5.0))
+BUFFER_SIZE = int(os.environ.get("BUFFER_SIZE", 8192))
 
 
 def cpu() -> tuple[float, float]:
@@ -48,7 +50,9 @@ async def serve() -> None:
             else:
                 count += 1
 
-    server = await aiordma.start_channel_server(handle, ADDR, 0, max_message=1 << 21)
+    server = await aiordma.start_channel_server(
+        handle, ADDR, 0, max_message=1 << 21, buffer_size=BUFFER_SIZE
+    )
     print(server.addresses[0][1], flush=True)
     await asyncio.sleep(3600)
 
@@ -78,7 +82,7 @@ async def run(channel: aiordma.MessageChannel, seconds: float) -> str:
 
 
 async def client(port: int) -> None:
-    channel = await aiordma.open_channel(ADDR, port, max_message=1 << 21)
+    channel = await aiordma.open_channel(ADDR, port, max_message=1 << 21, buffer_size=BUFFER_SIZE)
     await run(channel, 0.5)
     print(await run(channel, SECONDS), flush=True)
     await channel.close()
