@@ -13,8 +13,6 @@ the end of each run it prints that sum, and the process's own, per message.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -25,13 +23,9 @@ import uvloop
 
 import aiordma
 
-_spec = importlib.util.spec_from_file_location(
-    "stream_cpu", Path(__file__).with_name("stream_cpu.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-stream = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stream)
+sys.path.insert(0, str(Path(__file__).parent))
+import stream_cpu as stream
+
 """stream_cpu.py: the stream's client, and its address and size."""
 
 DRAIN = [0.0, 0]
@@ -86,17 +80,7 @@ def main() -> None:
     if sys.argv[1:] == ["serve"]:
         uvloop.run(serve())
         return
-    server = subprocess.Popen(
-        [sys.executable, __file__, "serve"], stdout=subprocess.PIPE, text=True
-    )
-    assert server.stdout is not None
-    try:
-        uvloop.run(stream.client(int(server.stdout.readline())))
-        server.terminate()
-        print(server.communicate(timeout=60)[0], end="")
-    finally:
-        server.kill()
-        server.wait()
+    print(stream.beside_server(__file__, stream.client), end="")
 
 
 main()

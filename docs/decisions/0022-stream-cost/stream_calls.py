@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
-import importlib.util
 import pstats
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,13 +23,9 @@ import uvloop
 
 import aiordma
 
-_spec = importlib.util.spec_from_file_location(
-    "stream_cpu", Path(__file__).with_name("stream_cpu.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-stream = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stream)
+sys.path.insert(0, str(Path(__file__).parent))
+import stream_cpu as stream
+
 """stream_cpu.py: the stream's client, and its address and size."""
 
 TOP = 25
@@ -84,21 +78,11 @@ def main() -> None:
     if sys.argv[1:] == ["serve"]:
         uvloop.run(serve())
         return
-    server = subprocess.Popen(
-        [sys.executable, __file__, "serve"], stdout=subprocess.PIPE, text=True
-    )
-    assert server.stdout is not None
-    try:
-        uvloop.run(client(int(server.stdout.readline())))
-        server.terminate()
-        output = server.communicate(timeout=60)[0]
-        count = int(output.split(" messages)")[0].rsplit("(", 1)[1])
-        print(f"sender: {CALLS[0] / count:.1f} Python calls per message (the client's "
-              "own loop of tasks included)")  # fmt: skip
-        print(output, end="")
-    finally:
-        server.kill()
-        server.wait()
+    output = stream.beside_server(__file__, client)
+    count = int(output.split(" messages)")[0].rsplit("(", 1)[1])
+    print(f"sender: {CALLS[0] / count:.1f} Python calls per message (the client's "
+          "own loop of tasks included)")  # fmt: skip
+    print(output, end="")
 
 
 main()

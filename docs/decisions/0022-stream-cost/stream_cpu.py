@@ -16,6 +16,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 import uvloop
 
@@ -88,20 +89,26 @@ async def client(port: int) -> None:
     await channel.close()
 
 
-def main() -> None:
-    if sys.argv[1:] == ["serve"]:
-        uvloop.run(serve())
-        return
-    server = subprocess.Popen(
-        [sys.executable, __file__, "serve"], stdout=subprocess.PIPE, text=True
-    )
+def beside_server(script: str, client: Callable[[int], Awaitable[None]]) -> str:
+    """Start ``script serve`` (a server printing its port first), run ``client(port)``
+    here, then stop the server with SIGTERM; what else the server printed."""
+    server = subprocess.Popen([sys.executable, script, "serve"], stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None
     try:
-        uvloop.run(client(int(server.stdout.readline())))
+        uvloop.run(client(int(server.stdout.readline())))  # type: ignore[arg-type]
+        server.terminate()
+        return server.communicate(timeout=60)[0]
     finally:
         server.kill()
         server.wait()
 
 
-if __name__ == "__main__":  # stream_profile.py imports the stream from here
+def main() -> None:
+    if sys.argv[1:] == ["serve"]:
+        uvloop.run(serve())
+        return
+    print(beside_server(__file__, client), end="")
+
+
+if __name__ == "__main__":  # the other scripts of this record import it
     main()

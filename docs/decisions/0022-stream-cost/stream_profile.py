@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
-import importlib.util
 import os
 import pstats
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,13 +22,9 @@ from typing import Any
 
 import uvloop
 
-_spec = importlib.util.spec_from_file_location(
-    "stream_cpu", Path(__file__).with_name("stream_cpu.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-stream = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stream)
+sys.path.insert(0, str(Path(__file__).parent))
+import stream_cpu as stream
+
 """stream_cpu.py: the stream, its server and its client, measured here as there."""
 
 
@@ -79,19 +73,14 @@ def main() -> None:
         prof.enable()
         uvloop.run(serve())
         return
-    server = subprocess.Popen(
-        [sys.executable, __file__, "serve"], stdout=subprocess.PIPE, text=True
-    )
-    assert server.stdout is not None
-    try:
-        port = int(server.stdout.readline())
+
+    async def client(port: int) -> None:
         prof = cProfile.Profile()
         prof.enable()
-        uvloop.run(stream.client(port))
+        await stream.client(port)
         dump(prof, "client")
-    finally:
-        server.terminate()
-        server.wait()
+
+    stream.beside_server(__file__, client)  # the server writes its profile on SIGTERM
 
 
 main()
