@@ -54,6 +54,7 @@ cdef class Packets:
     cdef _wake(self, bint receiving)
     cpdef Py_ssize_t take_pieces(self, Arrival arrival, object target, Py_ssize_t offset)
     cdef Py_ssize_t _copy_pieces(self, Arrival arrival, object target, Py_ssize_t offset) except? -1
+    cdef Py_ssize_t _first_packet(self, Arrival arrival, object target) except? -1
     cpdef bint repost(self, int slot) except *
     cpdef consumed(self)
     cpdef object take_eager(self, object into)

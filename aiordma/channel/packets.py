@@ -575,7 +575,7 @@ class Packets:
         with buffer_view(into) as target:
             if len(target) < length:
                 return -1
-            _, offset = self.begin_medium(arrival, target)
+            offset = self._first_packet(arrival, target)
             offset = self._copy_pieces(arrival, target, offset)
         self.consumed()
         self.count_received(header)
@@ -682,17 +682,26 @@ class Packets:
             target[:offset] = memoryview(taken)[head_length:]
             arrival.taken = None
             return head, offset
-        whole = self.recv_view
+        start: cython.Py_ssize_t = arrival.slot * self.size + _HEADER_SIZE
+        head = bytes(self.recv_view[start : start + head_length])
+        offset = self._first_packet(arrival, target)
+        self.pump()
+        return head, offset
+
+    @cython.cfunc
+    @cython.exceptval(-1, check=True)
+    def _first_packet(self, arrival: Arrival, target: View) -> cython.Py_ssize_t:
+        """Copy the body bytes of a MEDIUM message's first packet (still in
+        its buffer) to the start of ``target`` and give the buffer back;
+        how many were copied. No wake-up."""
         start: cython.Py_ssize_t = arrival.slot * self.size + _HEADER_SIZE
         end: cython.Py_ssize_t = start + arrival.size - _HEADER_SIZE
-        offset = end - start - head_length
-        target[:offset] = whole[start + head_length : end]
-        head = bytes(whole[start : start + head_length])
+        start += arrival.header.head_length
+        target[: end - start] = self.recv_view[start:end]
         if self.state.piece_taken():
             self.repost(arrival.slot)
         arrival.slot = -1
-        self.pump()
-        return head, offset
+        return end - start
 
     def keep_taken(self, arrival: Arrival, head: bytes, target: View, offset: int) -> None:
         """A receive taking a MEDIUM message was cancelled with its body filled
