@@ -7,7 +7,7 @@ from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from libc.string cimport memcpy
 
 from aiordma.channel.state cimport Arrival, ChannelState
-from aiordma.channel.wire cimport Header, address_of, load_header, store_header
+from aiordma.channel.wire cimport Header, WireCodes, address_of, load_header, store_header
 
 cdef class Packets:
     cdef readonly ChannelState state

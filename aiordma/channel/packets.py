@@ -37,7 +37,7 @@ from aiordma.channel.buffers import Body, Into, buffer_view
 from aiordma.channel.credits import DataCredits
 from aiordma.channel.state import Arrival as Arrival  # (the records the shell reads)
 from aiordma.channel.state import ChannelState
-from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
+from aiordma.channel.wire import HEADER_SIZE, WIRE, Header, Hello, Kind, WireCodes
 from aiordma.exceptions import DeviceError, ProtocolError, RdmaError, ResourceClosedError
 from aiordma.metrics import tally
 
@@ -60,15 +60,7 @@ else:
     except ImportError:  # no Cython: the declarations below mean nothing
         from aiordma import _cython_shim as cython
 
-# wire.Kind's codes as C integers, for typed code (derived, not copied).
-_EAGER = cython.declare(cython.int, Kind.EAGER)
-_RENDEZVOUS = cython.declare(cython.int, Kind.RENDEZVOUS)
-_HELLO_KIND = cython.declare(cython.int, Kind.HELLO)
-_CREDIT_KIND = cython.declare(cython.int, Kind.CREDIT)
-_CONTROL_CREDIT_KIND = cython.declare(cython.int, Kind.CONTROL_CREDIT)
-_MEDIUM = cython.declare(cython.int, Kind.MEDIUM)
-_PIECE_KIND = cython.declare(cython.int, Kind.PIECE)
-_HEADER_SIZE = cython.declare(cython.Py_ssize_t, HEADER_SIZE)
+_WIRE = cython.declare(WireCodes, WIRE)  # the wire's codes as C integers
 
 Bytes = bytes | bytearray
 View = memoryview  # (an alias: typed with it, Cython would check its own memoryview type)
@@ -242,7 +234,8 @@ class Packets:
         it spent cannot be given back."""
         try:
             start: cython.Py_ssize_t = slot * self.size
-            end: cython.Py_ssize_t = _HEADER_SIZE + len(head)
+            at: cython.Py_ssize_t = _WIRE.header_size  # where the head goes
+            end: cython.Py_ssize_t = at + len(head)
             copied: cython.Py_ssize_t = 0
             done: cython.bint = False
             view = self.send_view
@@ -252,14 +245,14 @@ class Packets:
                     store_header(address_of(view, True) + start, header, 0, 0)
                 else:
                     store_header(address_of(view, True) + start, header, remote.addr, remote.rkey)
-                done = copy_in(view, start + _HEADER_SIZE, head, self.size - _HEADER_SIZE) >= 0
+                done = copy_in(view, start + at, head, self.size - at) >= 0
                 if done and body is not None:
                     copied = copy_in(view, start + end, body, self.size - end)
                     done = copied >= 0
             if not done:
                 slot_view = view[start : start + self.size]
                 header.pack_into(slot_view)
-                slot_view[_HEADER_SIZE:end] = head
+                slot_view[at:end] = head
                 if body is not None:  # EAGER's whole body, or MEDIUM's or PIECE's part of it
                     with buffer_view(body) as source:
                         copied = len(source)
@@ -426,14 +419,14 @@ class Packets:
         offer: cython.bint
         repost: cython.bint
         try:
-            if cython.compiled and _HEADER_SIZE <= size <= self.size:
+            if cython.compiled and _WIRE.header_size <= size <= self.size:
                 header = load_header(address_of(self.recv_view, False) + start, size,
                                      self.max_message)  # fmt: skip
             else:
                 header = Header.unpack(self.recv_view[start : start + size], self.max_message)
-            if header.code == _HELLO_KIND:
-                hello = Hello.unpack(self.recv_view[start + _HEADER_SIZE : start + size])
-                self.eager_limit = min(self.size, hello.buffer_size) - _HEADER_SIZE
+            if header.code == _WIRE.hello:
+                hello = Hello.unpack(self.recv_view[start + _WIRE.header_size : start + size])
+                self.eager_limit = min(self.size, hello.buffer_size) - _WIRE.header_size
                 self._report(Event.HEARD, hello)
                 if self.failed:  # the shell refused it (another protocol): not applied
                     return
@@ -441,14 +434,14 @@ class Packets:
         except (ProtocolError, ValueError) as err:
             self._report(Event.BROKEN, err)
             return
-        if header.code == _CREDIT_KIND or header.code == _CONTROL_CREDIT_KIND:
+        if header.code == _WIRE.credit or header.code == _WIRE.control_credit:
             self._add("credit_updates_received")
         if ended:
             self._report(Event.ENDED, ended)
         if state.acks_due:
             self._report(Event.ANSWER, None)
         sink = self._sink
-        if sink is not None and header.code == _PIECE_KIND:
+        if sink is not None and header.code == _WIRE.piece:
             self._sink_offset = self._copy_pieces(sink, self._sink_target, self._sink_offset)
             if self._sink_offset == sink.header.length:
                 self._sink = None  # whole: its task wakes below
@@ -471,7 +464,7 @@ class Packets:
         """Offer an eager message to the delivery hook, straight from its
         buffer; whether it is to be taken off the queue (taken by the hook,
         or dropped: the hook failed)."""
-        start: cython.Py_ssize_t = slot * self.size + _HEADER_SIZE
+        start: cython.Py_ssize_t = slot * self.size + _WIRE.header_size
         end: cython.Py_ssize_t = start + header.head_length
         taken: cython.bint
         whole = self.recv_view
@@ -506,7 +499,7 @@ class Packets:
         ready = self.state.ready
         if ready and not self.failed and not self.receivers:
             arrival: Arrival = ready[0]
-            if arrival.header.code == _EAGER:
+            if arrival.header.code == _WIRE.eager:
                 return arrival
         return None
 
@@ -534,7 +527,7 @@ class Packets:
             return None
         arrival: Arrival = ready[0]
         header: Header = arrival.header
-        if header.code != _EAGER:
+        if header.code != _WIRE.eager:
             return None
         if into is not None:
             room: cython.Py_ssize_t
@@ -566,7 +559,7 @@ class Packets:
             return -1
         arrival: Arrival = ready[0]
         header: Header = arrival.header
-        if (header.code != _MEDIUM or arrival.missing or arrival.taken is not None
+        if (header.code != _WIRE.medium or arrival.missing or arrival.taken is not None
                 or arrival.saved is not None or arrival.revoked):  # fmt: skip
             return -1
         if type(into) is not bytearray and type(into) is not memoryview:
@@ -589,7 +582,7 @@ class Packets:
             return arrival.saved[: header.head_length]
         if arrival.taken is not None:
             return arrival.taken[: header.head_length]
-        start: cython.Py_ssize_t = arrival.slot * self.size + _HEADER_SIZE
+        start: cython.Py_ssize_t = arrival.slot * self.size + _WIRE.header_size
         return bytes(self.recv_view[start : start + header.head_length])
 
     @cython.ccall
@@ -605,7 +598,7 @@ class Packets:
             with buffer_view(into) as target:
                 target[:length] = body
             return length
-        start: cython.Py_ssize_t = arrival.slot * self.size + _HEADER_SIZE + header.head_length
+        start: cython.Py_ssize_t = arrival.slot * self.size + _WIRE.header_size + header.head_length
         if cython.compiled and self.recv_open:
             copied = copy_out(self.recv_view, start, length, into)
             if copied is not None:
@@ -641,7 +634,7 @@ class Packets:
         start: cython.Py_ssize_t
         while pieces:
             slot, length = pieces.popleft()
-            start = slot * self.size + _HEADER_SIZE
+            start = slot * self.size + _WIRE.header_size
             if not (cython.compiled and self.recv_open and copy_within(
                 target, offset, self.recv_view, start, length
             )):  # fmt: skip
@@ -682,7 +675,7 @@ class Packets:
             target[:offset] = memoryview(taken)[head_length:]
             arrival.taken = None
             return head, offset
-        start: cython.Py_ssize_t = arrival.slot * self.size + _HEADER_SIZE
+        start: cython.Py_ssize_t = arrival.slot * self.size + _WIRE.header_size
         head = bytes(self.recv_view[start : start + head_length])
         offset = self._first_packet(arrival, target)
         self.pump()
@@ -694,8 +687,8 @@ class Packets:
         """Copy the body bytes of a MEDIUM message's first packet (still in
         its buffer) to the start of ``target`` and give the buffer back;
         how many were copied. No wake-up."""
-        start: cython.Py_ssize_t = arrival.slot * self.size + _HEADER_SIZE
-        end: cython.Py_ssize_t = start + arrival.size - _HEADER_SIZE
+        start: cython.Py_ssize_t = arrival.slot * self.size + _WIRE.header_size
+        end: cython.Py_ssize_t = start + arrival.size - _WIRE.header_size
         start += arrival.header.head_length
         target[: end - start] = self.recv_view[start:end]
         if self.state.piece_taken():
@@ -777,7 +770,7 @@ class Packets:
     @cython.ccall
     def count_received(self, header: Header) -> None:
         self._count("messages_received", "bytes_received", header.length)
-        if header.code == _RENDEZVOUS:
+        if header.code == _WIRE.rendezvous:
             self._add("large_received")
 
     # -- credits and wake-ups ----------------------------------------------
@@ -872,13 +865,13 @@ class Packets:
         ):
             for arrival in self.state.ready:
                 kind = arrival.header.code
-                if kind == _EAGER:
+                if kind == _WIRE.eager:
                     start = arrival.slot * self.size
                     arrival.saved = bytes(
-                        self.recv_view[start + _HEADER_SIZE : start + arrival.size]
+                        self.recv_view[start + _WIRE.header_size : start + arrival.size]
                     )
                 elif (  # whole, and not being taken now
-                    kind == _MEDIUM
+                    kind == _WIRE.medium
                     and arrival.missing == 0
                     and (arrival.slot >= 0 or arrival.taken is not None)
                 ):

@@ -2,7 +2,7 @@
 # Python mode).
 
 from aiordma.channel.credits cimport CreditWindow, DataCredits
-from aiordma.channel.wire cimport Header
+from aiordma.channel.wire cimport Header, WireCodes
 
 cdef class Arrival:
     cdef public int slot

@@ -24,7 +24,7 @@ import collections
 from typing import TYPE_CHECKING
 
 from aiordma.channel.credits import CreditWindow, DataCredits
-from aiordma.channel.wire import HEADER_SIZE, LAST_CREDIT, Header, Kind
+from aiordma.channel.wire import LAST_CREDIT, WIRE, Header, Kind, WireCodes
 from aiordma.exceptions import ProtocolError
 from aiordma.verbs.memory import RemoteBuffer
 
@@ -88,16 +88,7 @@ class Arrival:
                 f"revoked={self.revoked}, reading={self.reading}, acked={self.acked})")  # fmt: skip
 
 
-# wire.Kind's codes as C integers, for typed code (derived, not copied).
-_EAGER = cython.declare(cython.int, Kind.EAGER)
-_RENDEZVOUS = cython.declare(cython.int, Kind.RENDEZVOUS)
-_DONE = cython.declare(cython.int, Kind.DONE)
-_CONTROL_CREDIT_KIND = cython.declare(cython.int, Kind.CONTROL_CREDIT)
-_REVOKE = cython.declare(cython.int, Kind.REVOKE)
-_HELLO_KIND = cython.declare(cython.int, Kind.HELLO)
-_MEDIUM = cython.declare(cython.int, Kind.MEDIUM)
-_PIECE = cython.declare(cython.int, Kind.PIECE)
-_HEADER_SIZE = cython.declare(cython.int, HEADER_SIZE)
+_WIRE = cython.declare(WireCodes, WIRE)  # the wire's codes as C integers
 
 # What each kind of packet spends: a data credit, a control credit but not
 # the last (kept for updates), or any control credit.
@@ -109,9 +100,9 @@ _CONTROL_UPDATE = cython.declare(cython.int, 2)
 @cython.cfunc
 def _cost(code: cython.int) -> cython.int:
     """What a packet of kind ``code`` spends (the last control credit is kept for updates)."""
-    if code in (_EAGER, _RENDEZVOUS, _MEDIUM, _PIECE):
+    if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece):
         return _DATA
-    if code == _CONTROL_CREDIT_KIND:
+    if code == _WIRE.control_credit:
         return _CONTROL_UPDATE
     return _CONTROL
 
@@ -170,13 +161,13 @@ class ChannelState:
         """
         code: cython.int = header.code
         filling: Arrival | None = self.filling
-        if filling is not None and code in (_EAGER, _RENDEZVOUS, _MEDIUM):
+        if filling is not None and code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium):
             raise ProtocolError(
                 f"a message began before the {filling.missing} bytes still missing of "
                 "the medium message before it"
             )
         ended: cython.ulonglong = self._apply(header)
-        if code == _PIECE:
+        if code == _WIRE.piece:
             if filling is None:
                 raise ProtocolError("a PIECE with no medium message to continue")
             if header.length > filling.missing:
@@ -188,16 +179,16 @@ class ChannelState:
             if filling.missing == 0:
                 self.filling = None
             return ended, False, False
-        if code in (_EAGER, _RENDEZVOUS, _MEDIUM):
+        if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium):
             ready = self.ready
             arrival = Arrival(slot, header, size)
             ready.append(arrival)
-            if code == _MEDIUM:
+            if code == _WIRE.medium:
                 arrival.pieces = collections.deque()
-                arrival.missing = header.length - (size - _HEADER_SIZE - header.head_length)
+                arrival.missing = header.length - (size - _WIRE.header_size - header.head_length)
                 self.filling = arrival
-            return ended, code == _EAGER and len(ready) == 1, False
-        self.control.reposted(code != _CONTROL_CREDIT_KIND)
+            return ended, code == _WIRE.eager and len(ready) == 1, False
+        self.control.reposted(code != _WIRE.control_credit)
         return ended, False, True
 
     @cython.ccall
@@ -210,7 +201,7 @@ class ChannelState:
         arrival: Arrival = self.ready.popleft()
         if not self.failed and arrival.slot >= 0:
             self.data.reposted()
-        done_due: cython.bint = arrival.header.code == _RENDEZVOUS and not arrival.acked
+        done_due: cython.bint = arrival.header.code == _WIRE.rendezvous and not arrival.acked
         return arrival, done_due
 
     @cython.ccall
@@ -228,7 +219,7 @@ class ChannelState:
         cost: cython.int = _cost(code)
         data: DataCredits = self.data
         control: CreditWindow = self.control
-        if not self.free_slots or not (self.said_hello or code == _HELLO_KIND):
+        if not self.free_slots or not (self.said_hello or code == _WIRE.hello):
             return None
         last: cython.int = 0
         if cost == _DATA:
@@ -242,7 +233,7 @@ class ChannelState:
         elif control.available < 1:
             return None
         header = Header(kind, data.owed, msg_id, length, remote, head_length, control.owed, last)
-        if code == _HELLO_KIND:
+        if code == _WIRE.hello:
             self.said_hello = True
         data.piggyback()
         if cost == _DATA:
@@ -312,7 +303,7 @@ class ChannelState:
         the message whose exposure a DONE ended (0 if none)."""
         code: cython.int = header.code
         data: DataCredits = self.data
-        if code == _HELLO_KIND:
+        if code == _WIRE.hello:
             if self.peer_max_message is not None:
                 raise ProtocolError("a second HELLO")
             data_window, control_window = hello_windows(header)
@@ -321,16 +312,17 @@ class ChannelState:
             self.peer_max_message = header.length
         data.granted(header.credits)
         self.control.granted(header.control_credits)
-        if code in (_EAGER, _RENDEZVOUS, _MEDIUM, _PIECE):
+        if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece):
             data.arrived(header.flags & LAST_CREDIT != 0)
-        elif code == _DONE:
+        elif code == _WIRE.done:
             if header.msg_id == 0:  # ids start at 1 (see Ledger)
                 raise ProtocolError("DONE for message 0, which no side exposes")
             return header.msg_id  # the ledger knows whether it was exposed
-        elif code == _REVOKE:
+        elif code == _WIRE.revoke:
             arrival: Arrival
             for arrival in self.ready:
-                if arrival.header.code == _RENDEZVOUS and arrival.header.msg_id == header.msg_id:
+                exposed: Header = arrival.header
+                if exposed.code == _WIRE.rendezvous and exposed.msg_id == header.msg_id:
                     arrival.revoked = True
                     if not arrival.reading:  # answered now; else once the read ends
                         self._ack(arrival)

@@ -20,6 +20,18 @@ cdef class Header:
     cdef readonly int control_credits
     cdef readonly int flags
 
+cdef class WireCodes:
+    cdef public int eager
+    cdef public int rendezvous
+    cdef public int done
+    cdef public int credit
+    cdef public int control_credit
+    cdef public int revoke
+    cdef public int hello
+    cdef public int medium
+    cdef public int piece
+    cdef public Py_ssize_t header_size
+
 cpdef Header checked(int magic, int version, int kind, int flags, int credits, int control,
                      unsigned long long msg_id, unsigned long long length,
                      unsigned long long addr, unsigned int rkey, int head,

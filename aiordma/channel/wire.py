@@ -79,13 +79,39 @@ class Kind(enum.IntEnum):
     """The next ``length`` bytes of the MEDIUM message being received."""
 
 
-# The kinds as C integers, for typed code (compiled, comparing with these is
-# one machine instruction; with the enum, a call), taken from the enum.
-_EAGER = cython.declare(cython.int, Kind.EAGER)
-_RENDEZVOUS = cython.declare(cython.int, Kind.RENDEZVOUS)
-_HELLO_KIND = cython.declare(cython.int, Kind.HELLO)
-_MEDIUM = cython.declare(cython.int, Kind.MEDIUM)
-_PIECE = cython.declare(cython.int, Kind.PIECE)
+@cython.cclass
+class WireCodes:
+    """The kinds' codes and the header's size as C integers, for typed code.
+
+    Compiled, a comparison with a field is one load (with the enum, a
+    call). The fields are declared once, in ``wire.pxd``, one for each
+    :class:`Kind` (named in lower case: a kind with no field fails at
+    import); the values come from the enum and :data:`HEADER_SIZE`. Each
+    compiled module of the channel holds :data:`WIRE` in one typed
+    variable. Read-only by contract (settable only so that ``__init__``
+    can fill the fields by name).
+    """
+
+    def __init__(self) -> None:
+        for kind in Kind:
+            setattr(self, kind.name.lower(), kind.value)
+        self.header_size = HEADER_SIZE
+
+    if TYPE_CHECKING:  # the fields typed code reads, for mypy (wire.pxd for Cython)
+        eager: int
+        rendezvous: int
+        done: int
+        credit: int
+        control_credit: int
+        revoke: int
+        hello: int
+        medium: int
+        piece: int
+
+
+WIRE: Final = WireCodes()
+"""The one :class:`WireCodes`."""
+_WIRE = cython.declare(WireCodes, WIRE)
 
 LAST_CREDIT: Final = 1
 """Flag: this data packet spent the sender's last data credit (a receiver
@@ -195,25 +221,25 @@ def checked(
         raise ProtocolError(f"unknown packet kind {kind}")
     if flags & ~_FLAGS:
         raise ProtocolError(f"unknown packet flags {flags:#x}")
-    if length > limit and kind != _HELLO_KIND:
+    if length > limit and kind != _WIRE.hello:
         raise ProtocolError(f"message of {length} bytes exceeds the limit of {limit}")
     remote = None
-    if kind == _RENDEZVOUS:
+    if kind == _WIRE.rendezvous:
         if length == 0 or addr == 0:
             raise ProtocolError("rendezvous without a readable buffer")
         remote = RemoteBuffer(addr, length, rkey)
         if head != carried:
             raise ProtocolError(f"rendezvous packet says {head} head bytes, carries {carried}")
-    elif kind == _EAGER:
+    elif kind == _WIRE.eager:
         if head + length != carried:
             raise ProtocolError(f"eager packet says {head} + {length} bytes but carries {carried}")
-    elif kind == _MEDIUM:
+    elif kind == _WIRE.medium:
         if length == 0 or head >= carried or head + length <= carried:
             raise ProtocolError(f"medium packet says {head} + {length} bytes but carries {carried}")
-    elif kind == _PIECE:
+    elif kind == _WIRE.piece:
         if head or length == 0 or length != carried:
             raise ProtocolError(f"piece says {head} + {length} bytes but carries {carried}")
-    elif kind == _HELLO_KIND:
+    elif kind == _WIRE.hello:
         if head != carried:
             raise ProtocolError(f"HELLO packet says {head} head bytes, carries {carried}")
     elif head or carried or length:

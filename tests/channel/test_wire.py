@@ -13,6 +13,7 @@ from aiordma.channel.wire import (
     MAX_PROTOCOL,
     MIN_BUFFER,
     VERSION,
+    WIRE,
     Header,
     Hello,
     Kind,
@@ -47,6 +48,13 @@ def test_the_layout_is_the_documented_struct_whichever_path_packs_it() -> None:
     assert Header.unpack(memoryview(bytearray(carried)), (1 << 64) - 1) == header
     with pytest.raises(ValueError, match="40 bytes"):
         header.pack_into(bytearray(HEADER_SIZE - 1))
+
+
+def test_the_codes_typed_code_compares_with_are_the_kinds_and_the_header_size() -> None:
+    """Compiled modules compare with ``WIRE``'s fields, not the enum: one for
+    every kind, holding its value, and the header's size beside them."""
+    assert {kind: getattr(WIRE, kind.name.lower()) for kind in Kind} == {k: k.value for k in Kind}
+    assert WIRE.header_size == HEADER_SIZE == 40
 
 
 def test_rendezvous_header_carries_the_readable_buffer_and_the_head() -> None:
