@@ -493,22 +493,15 @@ cdef class _Scatter:
         first[0] = &self.sges[self.used]
         for j in range(n):
             seg = segments[j]
-            self.sges[self.used].addr = seg.addr
-            self.sges[self.used].length = seg.length
-            self.sges[self.used].lkey = seg.lkey
+            self.sges[self.used] = ibv_sge(addr=seg.addr, length=seg.length, lkey=seg.lkey)
             self.used += 1
         return <int>n
 
 
 cdef inline void _one_recv(ibv_recv_wr *wr, ibv_sge *sge, uint64_t wr_id, uint64_t addr,
                            uint32_t length, uint32_t lkey) noexcept nogil:
-    sge.addr = addr
-    sge.length = length
-    sge.lkey = lkey
-    wr.wr_id = wr_id
-    wr.next = NULL
-    wr.sg_list = sge
-    wr.num_sge = 1
+    sge[0] = ibv_sge(addr=addr, length=length, lkey=lkey)
+    wr[0] = ibv_recv_wr(wr_id=wr_id, next=NULL, sg_list=sge, num_sge=1)
 
 
 cdef int _heap_chain(Py_ssize_t count, ibv_send_wr **wrs, ibv_sge **sges) except -1:
@@ -608,9 +601,7 @@ cdef class QPDriver:
         cdef ibv_send_wr *bad = NULL
         self._check()
         memset(&wr, 0, sizeof(wr))
-        sge.addr = addr
-        sge.length = length
-        sge.lkey = lkey
+        sge = ibv_sge(addr=addr, length=length, lkey=lkey)
         wr.wr_id = wr_id
         wr.opcode = opcode
         wr.send_flags = flags
@@ -645,9 +636,7 @@ cdef class QPDriver:
         try:
             memset(wrs, 0, count * sizeof(ibv_send_wr))
             for i in range(count):
-                sges[i].addr = addrs[i]
-                sges[i].length = lengths[i]
-                sges[i].lkey = lkey
+                sges[i] = ibv_sge(addr=addrs[i], length=lengths[i], lkey=lkey)
                 wrs[i].wr_id = ids[i]
                 wrs[i].opcode = WR_SEND
                 wrs[i].send_flags = flags[i]
@@ -689,9 +678,8 @@ cdef class QPDriver:
             for i in range(count):
                 r = (start + i) * TABLE_WORDS
                 word = table[r + LENGTH_LKEY]
-                sges[i].addr = table[r + LOCAL_ADDR]
-                sges[i].length = <uint32_t>(word & 0xffffffffu)
-                sges[i].lkey = <uint32_t>(word >> 32)
+                sges[i] = ibv_sge(addr=table[r + LOCAL_ADDR], length=<uint32_t>(word & 0xffffffffu),
+                                  lkey=<uint32_t>(word >> 32))
                 wrs[i].wr_id = first_id + <uint64_t>(start + i) % ring
                 wrs[i].opcode = opcode
                 wrs[i].sg_list = &sges[i]
