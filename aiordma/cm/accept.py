@@ -21,21 +21,9 @@ import inspect
 import logging
 from collections.abc import Callable
 
-from aiordma.cm import _rdmacm
+from aiordma.cm import _rdmacm, _setup
 from aiordma.cm._events import CMId
 from aiordma.cm._rdmacm import Event, EventType
-from aiordma.cm._setup import (
-    abandon_setup,
-    check_private_data,
-    conn_params,
-    create_qp_for,
-    expect,
-    handshake_message,
-    move_to_rts,
-    post_handshake_receive,
-    run_prepare,
-    setup_refusal,
-)
 from aiordma.cm.auth import (
     ACCEPT_SIZE,
     MESSAGE_BUFFER,
@@ -79,7 +67,9 @@ class RejectConnection(RdmaError):
 
     def __init__(self, private_data: bytes = b"") -> None:
         super().__init__(private_data)
-        self.private_data = check_private_data(private_data, _rdmacm.MAX_REJECT_DATA, "reject")
+        self.private_data = _setup.check_private_data(
+            private_data, _rdmacm.MAX_REJECT_DATA, "reject"
+        )
 
 
 async def accept(
@@ -110,18 +100,18 @@ async def accept(
         name = child.device_name
         shared = settings.shared_receive
         device = settings.device or (shared.device if shared else Device.shared(name or ""))
-        qp = create_qp_for(child, device, settings.options, shared)
-        move_to_rts(qp, child)
+        qp = _setup.create_qp_for(child, device, settings.options, shared)
+        _setup.move_to_rts(qp, child)
         conn = Connection(child, qp, data)
         if handshake is None:
-            await run_prepare(prepare, conn)
+            await _setup.run_prepare(prepare, conn)
         else:
             scratch = conn.alloc(MESSAGE_BUFFER)
-            arrival = await post_handshake_receive(qp, scratch[:])
+            arrival = await _setup.post_handshake_receive(qp, scratch[:])
             binding = Binding(event.qp_num, qp.qp_num, child.peer_address,
                               child.local_address)  # fmt: skip
             reply = handshake.accept(reply, binding)
-        _rdmacm.accept(child.id, private_data=reply, **conn_params(qp))
+        _rdmacm.accept(child.id, private_data=reply, **_setup.conn_params(qp))
         accepted = True
         try:
             async with asyncio.timeout(settings.handshake_timeout) as deadline:
@@ -137,8 +127,8 @@ async def accept(
     except BaseException as exc:
         if not accepted and isinstance(exc, RdmaError | MemoryError) and child.ptr is not None:
             with contextlib.suppress(OSError):  # the client may be gone already
-                child.reject(setup_refusal(exc))  # it learns why, not just "rejected"
-        abandon_setup(child, qp, conn)
+                child.reject(_setup.setup_refusal(exc))  # it learns why, not just "rejected"
+        _setup.abandon_setup(child, qp, conn)
         if isinstance(exc, Exception):
             count("auth_failed" if isinstance(exc, AuthenticationError) else "setup_failed")
             if isinstance(exc, ConnectionLostError):  # the client gave up: its business
@@ -162,7 +152,7 @@ async def _decide(
         reply = settings.accept(request)
         if inspect.isawaitable(reply):
             reply = await reply
-        return check_private_data(reply or b"", limit, "accept")
+        return _setup.check_private_data(reply or b"", limit, "accept")
     except RejectConnection as rejection:
         count("connections_rejected")
         child.reject(rejection.private_data)
@@ -194,7 +184,7 @@ async def _established(
 
     when = deadline.when()
     checking = None if when is None else loop.call_at(when - _DEADLINE_CHECK, check)
-    established = asyncio.ensure_future(expect(child, EventType.ESTABLISHED, where))
+    established = asyncio.ensure_future(_setup.expect(child, EventType.ESTABLISHED, where))
     closed = asyncio.ensure_future(conn.wait_closed())
     try:
         await asyncio.wait((established, closed), return_when=asyncio.FIRST_COMPLETED)
@@ -238,14 +228,14 @@ async def _verify(
     Until the proof checks the client has been sent nothing but our own
     proof: no message, no rkey, and no ``prepare`` has run for it.
     """
-    proof = await handshake_message(child, arrival)
+    proof = await _setup.handshake_message(child, arrival)
     if proof is None:
         raise ConnectionLostError(f"{where} left during authentication")
     try:
         handshake.check_proof(proof)
     except Refused as refused:
         raise failure(where, refused.reason) from None
-    await run_prepare(prepare, conn)
+    await _setup.run_prepare(prepare, conn)
     scratch.view()[: len(VERDICT)] = VERDICT
     await conn.qp.post_send(scratch[: len(VERDICT)])
     scratch.close()

@@ -11,23 +11,9 @@ from typing import TYPE_CHECKING, Final
 
 from aiordma import metrics
 from aiordma._checks import check_type
-from aiordma.cm import _rdmacm
+from aiordma.cm import _rdmacm, _setup
 from aiordma.cm._events import CMEventChannel, CMId
 from aiordma.cm._rdmacm import Event, EventType
-from aiordma.cm._setup import (
-    abandon_setup,
-    check_host,
-    check_port,
-    conn_params,
-    create_qp_for,
-    expect,
-    handshake_message,
-    move_to_rts,
-    post_handshake_receive,
-    rdma_addresses,
-    resolve_address,
-    run_prepare,
-)
 from aiordma.cm.auth import (
     MESSAGE_BUFFER,
     VERDICT,
@@ -95,8 +81,8 @@ async def connect_with(
     """:func:`connect` with its settings made already (what the layers above
     call, passing the value they built once)."""
     check_type("settings", settings, ConnectOptions, "an aiordma.ConnectOptions")
-    check_host(host)
-    check_port(port, listening=False)
+    _setup.check_host(host)
+    _setup.check_port(port, listening=False)
     key = settings.key
     handshake = ClientHandshake(key, settings.private_data) if key is not None else None
     where = f"{host}:{port}"
@@ -128,16 +114,16 @@ async def _connect(
     host: str, port: int, settings: ConnectOptions, handshake: ClientHandshake | None,
     prepare: Prepare | None, where: str, deadline: float | None,
 ) -> Connection:  # fmt: skip
-    dst = await resolve_address(host, port)
+    dst = await _setup.resolve_address(host, port)
     cm_id = CMEventChannel.for_running_loop().create_id()
     qp: QueuePair | None = None
     conn: Connection | None = None
     try:
         try:
             _rdmacm.resolve_addr(cm_id.id, dst, _ms_left(deadline))
-            await expect(cm_id, EventType.ADDR_RESOLVED, where)
+            await _setup.expect(cm_id, EventType.ADDR_RESOLVED, where)
             _rdmacm.resolve_route(cm_id.id, _ms_left(deadline))
-            await expect(cm_id, EventType.ROUTE_RESOLVED, where)
+            await _setup.expect(cm_id, EventType.ROUTE_RESOLVED, where)
         except OSError as exc:
             if exc.errno not in (errno.ENODEV, errno.EADDRNOTAVAIL, errno.ENETUNREACH):
                 raise
@@ -147,17 +133,17 @@ async def _connect(
             raise DeviceError(errno.ENODEV, f"no RDMA device routes to {where}")
         shared_receive = settings.shared_receive
         dev = settings.device or (shared_receive.device if shared_receive else Device.shared(name))
-        qp = create_qp_for(cm_id, dev, settings.options, shared_receive)
+        qp = _setup.create_qp_for(cm_id, dev, settings.options, shared_receive)
         request = handshake.request() if handshake is not None else settings.private_data
-        _rdmacm.connect(cm_id.id, private_data=request, **conn_params(qp))
-        reply = await expect(cm_id, EventType.CONNECT_RESPONSE, where)
+        _rdmacm.connect(cm_id.id, private_data=request, **_setup.conn_params(qp))
+        reply = await _setup.expect(cm_id, EventType.CONNECT_RESPONSE, where)
         peer_data = reply.private_data
         if handshake is not None:
             peer_data = _check_server(handshake, cm_id, qp, reply, where)
-        move_to_rts(qp, cm_id)
+        _setup.move_to_rts(qp, cm_id)
         conn = Connection(cm_id, qp, peer_data)
         if handshake is None:
-            await run_prepare(prepare, conn)
+            await _setup.run_prepare(prepare, conn)
             _establish(cm_id, where)
         else:
             await _prove(handshake, conn, cm_id, prepare, where)
@@ -165,7 +151,7 @@ async def _connect(
         metrics.watch(conn)
         return conn
     except BaseException:
-        abandon_setup(cm_id, qp, conn)
+        _setup.abandon_setup(cm_id, qp, conn)
         raise
 
 
@@ -176,9 +162,8 @@ def _no_route(host: str, addr: str, exc: OSError) -> str:
     with contextlib.suppress(ValueError):
         if ipaddress.ip_address(addr.split("%")[0]).is_loopback:
             hint = " (a loopback address is on no RDMA device: use the device's own address)"
-    return (
-        f"cannot connect to {host}: no RDMA device routes there ({why}){hint}; {rdma_addresses()}"
-    )
+    usable = _setup.rdma_addresses()
+    return f"cannot connect to {host}: no RDMA device routes there ({why}){hint}; {usable}"
 
 
 def _establish(cm_id: CMId, where: str) -> None:
@@ -220,8 +205,8 @@ async def _prove(
     """
     scratch = conn.alloc(2 * MESSAGE_BUFFER)
     verdict = scratch[:MESSAGE_BUFFER]
-    arrival = await post_handshake_receive(conn.qp, verdict)
-    await run_prepare(prepare, conn)
+    arrival = await _setup.post_handshake_receive(conn.qp, verdict)
+    await _setup.run_prepare(prepare, conn)
     _establish(cm_id, where)
     proof = handshake.proof()
     scratch.view()[MESSAGE_BUFFER : MESSAGE_BUFFER + len(proof)] = proof
@@ -230,7 +215,7 @@ async def _prove(
     except RdmaError:
         answer = None
     else:
-        answer = await handshake_message(cm_id, arrival)
+        answer = await _setup.handshake_message(cm_id, arrival)
     if answer is None:
         raise AuthenticationError(
             f"{where} ended the connection during authentication: it refused this "
