@@ -41,6 +41,7 @@ PURE_ENV: Final = "AIORDMA_PURE"
 MODULES: Final[tuple[str, ...]] = (
     "aiordma._histogram",
     "aiordma._loop_check",
+    "aiordma.bulk_table",
     "aiordma.channel.wire",
     "aiordma.channel.credits",
     "aiordma.channel.state",
@@ -62,7 +63,8 @@ MODULES: Final[tuple[str, ...]] = (
 
 Only modules whose hot code is typed for Cython belong here: compiling
 untyped Python gains about a seventh on a host and is slower than the
-interpreter in the lab's emulated guests (docs/decisions/0006).
+interpreter in the lab's emulated guests (docs/decisions/0006); and
+modules whose C declarations the others share (``bulk_table``'s layout).
 """
 
 STAMP_SUFFIX: Final = ".source"

@@ -3,6 +3,8 @@
 
 cimport cython
 
+from aiordma.bulk_table cimport Layout
+
 ctypedef unsigned long long u64
 
 @cython.locals(total=Py_ssize_t, i=Py_ssize_t, length=u64)

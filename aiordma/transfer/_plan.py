@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiordma import bulk_table
+from aiordma.bulk_table import LAYOUT, Layout
 
 if TYPE_CHECKING:
     from aiordma import _cython_shim as cython
@@ -23,11 +23,7 @@ else:
     except ImportError:  # no Cython: the declarations below mean nothing
         from aiordma import _cython_shim as cython
 
-WORDS = cython.declare(cython.Py_ssize_t, bulk_table.RECORD_WORDS)
-LOCAL_ADDR = cython.declare(cython.Py_ssize_t, bulk_table.LOCAL_ADDR)
-REMOTE_ADDR = cython.declare(cython.Py_ssize_t, bulk_table.REMOTE_ADDR)
-LENGTH_LKEY = cython.declare(cython.Py_ssize_t, bulk_table.LENGTH_LKEY)
-RKEY_TAG = cython.declare(cython.Py_ssize_t, bulk_table.RKEY_TAG)
+_LAYOUT = cython.declare(Layout, LAYOUT)  # bulk_table's words as C integers
 
 
 def records_needed(lengths: Any, count: int, piece: int) -> int:
@@ -72,7 +68,8 @@ def fill(
         lkey = lkeys[lregion[i]]
         rkey = rkeys[rregion[i]]
         if n > 0 and la == end_l and ra == end_r and lkey == last_lkey and rkey == last_rkey:
-            last = WORDS * (n - 1) + LENGTH_LKEY  # join the previous record as far as a piece goes
+            # join the previous record as far as a piece goes
+            last = _LAYOUT.record_words * (n - 1) + _LAYOUT.length_lkey
             prev = out[last] & 0xFFFFFFFF
             take = min(length, piece - prev)
             if take > 0:
@@ -82,11 +79,11 @@ def fill(
                 length -= take
         while length > 0:
             take = min(length, piece)
-            base = WORDS * n  # the words in bulk_table's order
-            out[base + LOCAL_ADDR] = la
-            out[base + REMOTE_ADDR] = ra
-            out[base + LENGTH_LKEY] = take | (lkey << 32)
-            out[base + RKEY_TAG] = rkey | (i << 32)
+            base = _LAYOUT.record_words * n  # the words in bulk_table's order
+            out[base + _LAYOUT.local_addr] = la
+            out[base + _LAYOUT.remote_addr] = ra
+            out[base + _LAYOUT.length_lkey] = take | (lkey << 32)
+            out[base + _LAYOUT.rkey_tag] = rkey | (i << 32)
             n += 1
             la += take
             ra += take

@@ -1,6 +1,7 @@
 # C-level declarations of aiordma/verbs/_bulk.py (compiled in Cython's pure
 # Python mode).
 
+from aiordma.bulk_table cimport Layout
 from aiordma.verbs._room cimport QueueRoom
 
 cdef class BulkRun:

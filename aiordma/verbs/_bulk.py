@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from aiordma import bulk_table
+from aiordma.bulk_table import LAYOUT, Layout
 from aiordma.exceptions import DeviceError
 from aiordma.verbs.memory import MemoryRegion
 
@@ -55,8 +55,7 @@ Done = Callable[[BaseException | None, int], None]
 Starved = Callable[[int], None]
 """``starved(n)``: wait for ``n`` send-queue slots, then :meth:`BulkRun.resume`."""
 
-WORDS = cython.declare(cython.Py_ssize_t, bulk_table.RECORD_WORDS)
-RKEY_TAG = cython.declare(cython.Py_ssize_t, bulk_table.RKEY_TAG)
+_LAYOUT = cython.declare(Layout, LAYOUT)  # bulk_table's words as C integers
 
 
 @cython.cclass
@@ -71,7 +70,7 @@ class BulkRun:
     ) -> None:  # fmt: skip
         if count < 1 or window < 1 or chunk < 1 or chunk > window:
             raise ValueError("a run needs records, and 1 <= chunk <= window")
-        if len(table) < count * WORDS:
+        if len(table) < count * _LAYOUT.record_words:
             raise ValueError(f"the table holds fewer than {count} records")
         self._engine = engine
         self._post = engine.driver.post_table
@@ -206,7 +205,7 @@ class BulkRun:
             error = self._engine.poster_error(wc, self._opcode)
             if self._error is None:
                 self._error = error
-                self._tag = self._table[r * WORDS + RKEY_TAG] >> 32
+                self._tag = self._table[r * _LAYOUT.record_words + _LAYOUT.rkey_tag] >> 32
         else:
             self._pump()
         self._maybe_finish()

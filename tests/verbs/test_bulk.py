@@ -10,7 +10,7 @@ import pytest
 
 import aiordma
 from aiordma import Access, RemoteAccessError
-from aiordma.bulk_table import RECORD_WORDS, RKEY_TAG, Record
+from aiordma.bulk_table import LAYOUT, Record
 from tests.conftest import Pair
 
 BLOCK = 4096
@@ -83,7 +83,8 @@ async def test_a_failed_record_names_itself_and_the_rest_is_settled(
     src = device.alloc(BLOCK * 100)
     dst = device.alloc(BLOCK * 100, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
     words = table(src, dst, [(i, i) for i in range(100)])
-    words[37 * RECORD_WORDS + RKEY_TAG] = (dst.rkey ^ 0xFF) | 37 << 32  # a key the peer never gave
+    bad = (dst.rkey ^ 0xFF) | 37 << 32  # a key the peer never gave
+    words[37 * LAYOUT.record_words + LAYOUT.rkey_tag] = bad
     outcome = Outcome()
     a.start_bulk(True, words, 100, (src,), outcome.done, window=16, chunk=4)
     error, tag = await outcome.result()

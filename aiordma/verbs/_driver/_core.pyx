@@ -127,16 +127,18 @@ cdef enum:
     SEND_SIGNALED = 2
 
 ABI = 7
+"""Bumped whenever the Python side's expectations of this module change."""
 
 from aiordma import bulk_table as _bulk_table
 
-# A bulk table's layout (aiordma/bulk_table.py), as C values.
-cdef Py_ssize_t TABLE_WORDS = _bulk_table.RECORD_WORDS
-cdef Py_ssize_t LOCAL_ADDR = _bulk_table.LOCAL_ADDR
-cdef Py_ssize_t REMOTE_ADDR = _bulk_table.REMOTE_ADDR
-cdef Py_ssize_t LENGTH_LKEY = _bulk_table.LENGTH_LKEY
-cdef Py_ssize_t RKEY_TAG = _bulk_table.RKEY_TAG
-"""Bumped whenever the Python side's expectations of this module change."""
+# A bulk table's layout (aiordma/bulk_table.py), as C values read at import,
+# not cimported from bulk_table.pxd as the typed modules do: this core also
+# runs when they run from source, where bulk_table's Layout is no C type.
+cdef Py_ssize_t TABLE_WORDS = _bulk_table.LAYOUT.record_words
+cdef Py_ssize_t LOCAL_ADDR = _bulk_table.LAYOUT.local_addr
+cdef Py_ssize_t REMOTE_ADDR = _bulk_table.LAYOUT.remote_addr
+cdef Py_ssize_t LENGTH_LKEY = _bulk_table.LAYOUT.length_lkey
+cdef Py_ssize_t RKEY_TAG = _bulk_table.LAYOUT.rkey_tag
 
 
 # -- locating handles inside pyverbs objects --------------------------------

@@ -260,7 +260,7 @@ class PureQPDriver:
         qp = self._live()
         if count <= 0:
             return 0
-        if start < 0 or (start + count) * bulk_table.RECORD_WORDS > len(table) or ring == 0:
+        if start < 0 or (start + count) * bulk_table.LAYOUT.record_words > len(table) or ring == 0:
             raise ValueError("records outside the table")
         wrs: list[SendWR] = []
         for r in range(start, start + count):
