@@ -19,7 +19,7 @@ Who uses it: the planner writes records (``aiordma/transfer/_plan.py``),
 a bulk run posts them in chunks and reads a failed record's tag
 (``aiordma/verbs/_bulk.py``), and both drivers turn records into work
 requests (``aiordma/verbs/_driver/``). They all take the layout from
-:data:`LAYOUT`: the typed modules as C fields, declared once in
+``LAYOUT``: the typed modules as C fields, declared once in
 ``bulk_table.pxd`` (this module is compiled for that); the driver core,
 which must load when the typed modules run from source, as numbers read
 at import.
