@@ -17,9 +17,9 @@ checks, waiting, locks and tasks. Below it,
 :class:`~aiordma.channel.packets.Packets` does everything per packet (and
 alone drives the :class:`~aiordma.channel.state.ChannelState`); it reports
 what the shell must do as :class:`~aiordma.channel.packets.Event` values.
-One side's packets, in order: ``start -> HELLO -> (EAGER | MEDIUM PIECE* |
-CREDIT | CONTROL_CREDIT | RENDEZVOUS -> (DONE | REVOKE -> DONE))* -> FAIL |
-CLOSE``.
+One side's packets, in order: ``start -> HELLO -> (EAGER | BATCH |
+MEDIUM PIECE* | CREDIT | CONTROL_CREDIT | RENDEZVOUS -> (DONE | REVOKE ->
+DONE))* -> FAIL | CLOSE``.
 """
 
 from __future__ import annotations
@@ -513,10 +513,12 @@ class MessageChannel(Closable):
     async def send_messages(self, messages: Iterable[Body]) -> None:
         """Send each of ``messages`` as :meth:`send_message` would, in order.
 
-        The small ones (a packet each) that the credits and the send queue
-        let go at once are posted together: one chain, one doorbell, and
-        one completion for several, which is what makes a stream of small
-        messages cheaper this way than one :meth:`send_message` each. The
+        The small ones that the credits and the send queue let go at once
+        are posted together: neighbours that fit one packet share it (one
+        credit, one work request; the receiver still takes each as a
+        message of its own), and the packets go as one chain, one doorbell.
+        That is what makes a stream of small messages cheaper this way than
+        one :meth:`send_message` each. The
         batch is checked first (sizes against both sides' ``max_message``,
         contiguity), so a bad message raises before any is sent. Messages of
         other tasks may go between runs of small ones and the larger ones,

@@ -37,7 +37,17 @@ from aiordma.channel.buffers import Body, Into, buffer_view
 from aiordma.channel.credits import DataCredits
 from aiordma.channel.state import Arrival as Arrival  # (the records the shell reads)
 from aiordma.channel.state import ChannelState
-from aiordma.channel.wire import HEADER_SIZE, WIRE, Header, Hello, Kind, WireCodes
+from aiordma.channel.wire import (
+    ENTRY_SIZE,
+    HEADER_SIZE,
+    WIRE,
+    Header,
+    Hello,
+    Kind,
+    WireCodes,
+    batch_entries,
+    pack_batch,
+)
 from aiordma.exceptions import DeviceError, ProtocolError, RdmaError, ResourceClosedError
 from aiordma.metrics import tally
 
@@ -314,21 +324,38 @@ class Packets:
         """Post the small messages ``bodies[start:]`` (``sizes`` bytes each,
         each fitting one packet with no head) that the send queue, the send
         slots and the credits let go now, as one chain; returns the index of
-        the first not sent. Sends nothing if others wait for the send turn,
-        unless the caller holds it (``in_turn``)."""
+        the first not sent. Neighbours that fit one packet together go as
+        one BATCH (one credit, one work request). Sends nothing if others
+        wait for the send turn, unless the caller holds it (``in_turn``)."""
         count: cython.Py_ssize_t = len(bodies)
         i: cython.Py_ssize_t = start
+        n: cython.Py_ssize_t
         size: cython.Py_ssize_t
+        total: cython.Py_ssize_t
+        entry: cython.Py_ssize_t = ENTRY_SIZE
         if (self.senders and not in_turn) or self.failed or i >= count:
             return i
         self.lane.hold()  # type: ignore[union-attr]
         try:
             while i < count and not self.failed:
-                size = sizes[i]
-                if self.try_send(Kind.EAGER, 0, size, None, b"", bodies[i]) != _POSTED:
-                    break
-                self._count("messages_sent", "bytes_sent", size)
-                i += 1
+                n = 0
+                total = 0
+                while i + n < count and total + entry + sizes[i + n] <= self.eager_limit:
+                    total += entry + sizes[i + n]
+                    n += 1
+                if n > 1:
+                    batch = pack_batch(bodies[i : i + n], sizes[i : i + n], total)
+                    if self.try_send(Kind.BATCH, n, total, None, b"", batch) != _POSTED:
+                        break
+                else:
+                    n = 1
+                    if self.try_send(Kind.EAGER, 0, sizes[i], None, b"", bodies[i]) != _POSTED:
+                        break
+                while n > 0:
+                    size = sizes[i]
+                    self._count("messages_sent", "bytes_sent", size)
+                    i += 1
+                    n -= 1
         finally:
             self._flush()
         return i
@@ -430,7 +457,11 @@ class Packets:
                 self._report(Event.HEARD, hello)
                 if self.failed:  # the shell refused it (another protocol): not applied
                     return
+            offered: cython.Py_ssize_t = 1
             ended, offer, repost = state.arrived(slot, header, size)
+            if header.code == _WIRE.batch:
+                offer = not state.ready
+                offered = self._split(slot, header, start + _WIRE.header_size)
         except (ProtocolError, ValueError) as err:
             self._report(Event.BROKEN, err)
             return
@@ -447,11 +478,10 @@ class Packets:
                 self._sink = None  # whole: its task wakes below
         if repost:
             self.repost(slot)
-        elif offer and self.deliver is not None and self._delivered(slot, header):
+        elif offer and self.deliver is not None and self._all_delivered(offered):
             # Taken (or dropped) by the hook: nothing arrived for a receiving
             # task, which is not woken; credits the packet carried may have
             # come for a sending one.
-            self._take_first()
             self._update()
             if self.waiters:
                 self._wake(False)
@@ -459,15 +489,46 @@ class Packets:
         self.pump()
 
     @cython.cfunc
+    def _split(
+        self, slot: cython.int, header: Header, start: cython.Py_ssize_t
+    ) -> cython.Py_ssize_t:
+        """Queue the messages of the BATCH packet in ``slot`` (its payload at
+        ``start``), each copied out; how many."""
+        payload = self.recv_view[start : start + header.length]
+        entries = batch_entries(payload, header.msg_id, self.max_message)
+        parts = [bytes(payload[at : at + head + length]) for at, head, length in entries]
+        self.state.queue_batch(slot, entries, parts)
+        return len(entries)
+
+    @cython.cfunc
     @cython.exceptval(check=True)
-    def _delivered(self, slot: cython.int, header: Header) -> cython.bint:
+    def _all_delivered(self, count: cython.Py_ssize_t) -> cython.bint:
+        """Offer the first ``count`` queued messages (eager ones, just arrived)
+        to the delivery hook in order, taking each it takes (or drops);
+        whether it took them all."""
+        ready = self.state.ready
+        while count > 0:
+            if self.failed or not ready or not self._delivered(ready[0]):
+                return False
+            self._take_first()
+            count -= 1
+        return True
+
+    @cython.cfunc
+    @cython.exceptval(check=True)
+    def _delivered(self, arrival: Arrival) -> cython.bint:
         """Offer an eager message to the delivery hook, straight from its
-        buffer; whether it is to be taken off the queue (taken by the hook,
-        or dropped: the hook failed)."""
-        start: cython.Py_ssize_t = slot * self.size + _WIRE.header_size
+        buffer (or its copy, a BATCH's); whether it is to be taken off the
+        queue (taken by the hook, or dropped: the hook failed)."""
+        header: Header = arrival.header
+        start: cython.Py_ssize_t = 0
+        if arrival.saved is None:
+            start = arrival.slot * self.size + _WIRE.header_size
+            whole = self.recv_view
+        else:
+            whole = memoryview(arrival.saved)
         end: cython.Py_ssize_t = start + header.head_length
         taken: cython.bint
-        whole = self.recv_view
         try:
             head = bytes(whole[start:end])
             with whole[end : end + header.length] as body:  # valid during the call only
@@ -865,7 +926,7 @@ class Packets:
         ):
             for arrival in self.state.ready:
                 kind = arrival.header.code
-                if kind == _WIRE.eager:
+                if kind == _WIRE.eager and arrival.saved is None:
                     start = arrival.slot * self.size
                     arrival.saved = bytes(
                         self.recv_view[start + _WIRE.header_size : start + arrival.size]

@@ -24,7 +24,7 @@ import collections
 from typing import TYPE_CHECKING
 
 from aiordma.channel.credits import CreditWindow, DataCredits
-from aiordma.channel.wire import LAST_CREDIT, WIRE, Header, Kind, WireCodes
+from aiordma.channel.wire import HEADER_SIZE, LAST_CREDIT, WIRE, Header, Kind, WireCodes
 from aiordma.exceptions import ProtocolError
 from aiordma.verbs.memory import RemoteBuffer
 
@@ -100,7 +100,7 @@ _CONTROL_UPDATE = cython.declare(cython.int, 2)
 @cython.cfunc
 def _cost(code: cython.int) -> cython.int:
     """What a packet of kind ``code`` spends (the last control credit is kept for updates)."""
-    if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece):
+    if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece, _WIRE.batch):
         return _DATA
     if code == _WIRE.control_credit:
         return _CONTROL_UPDATE
@@ -150,18 +150,24 @@ class ChannelState:
     def arrived(self, slot: cython.int, header: Header, size: cython.Py_ssize_t) -> Arrived:
         """A packet of ``size`` bytes landed in receive buffer ``slot``.
 
-        Applies its credits and control meaning and queues a message.
-        Returns ``(ended, offer, repost)``: the id of the message whose
-        exposure a DONE ended (0 if none); whether the packet is an eager
-        message with nothing queued before it (the channel may hand it to
-        a delivery hook, then :meth:`take` it); whether the buffer held
-        control and is counted reposted (the channel reposts it now, or
-        fails). Raises :class:`ProtocolError` (or ValueError, for
-        impossible credits) when the peer broke the protocol.
+        Applies its credits and control meaning and queues a message (a
+        BATCH's, the channel queues with :meth:`queue_batch`). Returns
+        ``(ended, offer, repost)``: the id of the message whose exposure a
+        DONE ended (0 if none); whether the packet is an eager message with
+        nothing queued before it (the channel may hand it to a delivery
+        hook, then :meth:`take` it); whether the buffer held control and is
+        counted reposted (the channel reposts it now, or fails). Raises
+        :class:`ProtocolError` (or ValueError, for impossible credits) when
+        the peer broke the protocol.
         """
         code: cython.int = header.code
         filling: Arrival | None = self.filling
-        if filling is not None and code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium):
+        if filling is not None and code in (
+            _WIRE.eager,
+            _WIRE.rendezvous,
+            _WIRE.medium,
+            _WIRE.batch,
+        ):
             raise ProtocolError(
                 f"a message began before the {filling.missing} bytes still missing of "
                 "the medium message before it"
@@ -188,8 +194,25 @@ class ChannelState:
                 arrival.missing = header.length - (size - _WIRE.header_size - header.head_length)
                 self.filling = arrival
             return ended, code == _WIRE.eager and len(ready) == 1, False
+        if code == _WIRE.batch:  # the channel queues its messages (see queue_batch)
+            return ended, False, False
         self.control.reposted(code != _WIRE.control_credit)
         return ended, False, True
+
+    def queue_batch(
+        self, slot: int, entries: list[tuple[int, int, int]], parts: list[bytes]
+    ) -> None:
+        """Queue the messages of the BATCH packet that :meth:`arrived` in
+        ``slot``: one each (``entries`` as ``wire.batch_entries`` gives them,
+        ``parts`` each one's head and body, copied out). The last holds the
+        buffer: it goes back, and its credit with it, when that one is taken,
+        so a reader that falls behind still holds its sender back."""
+        last = len(entries) - 1
+        for i, (_, head, length) in enumerate(entries):
+            header = Header(Kind.EAGER, 0, 0, length, None, head)
+            arrival = Arrival(slot if i == last else -1, header, HEADER_SIZE + head + length)
+            arrival.saved = parts[i]
+            self.ready.append(arrival)
 
     @cython.ccall
     def take(self) -> Taken:
@@ -312,7 +335,7 @@ class ChannelState:
             self.peer_max_message = header.length
         data.granted(header.credits)
         self.control.granted(header.control_credits)
-        if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece):
+        if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece, _WIRE.batch):
             data.arrived(header.flags & LAST_CREDIT != 0)
         elif code == _WIRE.done:
             if header.msg_id == 0:  # ids start at 1 (see Ledger)

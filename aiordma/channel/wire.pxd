@@ -30,6 +30,7 @@ cdef class WireCodes:
     cdef public int hello
     cdef public int medium
     cdef public int piece
+    cdef public int batch
     cdef public Py_ssize_t header_size
 
 cpdef Header checked(int magic, int version, int kind, int flags, int credits, int control,
@@ -81,7 +82,7 @@ cdef inline void store_header(unsigned char *p, Header h, unsigned long long add
                               unsigned int rkey) noexcept:
     """Write ``h`` (its remote buffer's ``addr`` and ``rkey``) in the 40 bytes at ``p``."""
     p[0] = 0xA5  # MAGIC
-    p[1] = 5  # VERSION
+    p[1] = 6  # VERSION
     p[2] = h.code
     p[3] = h.flags
     put16(p + 4, h.credits)

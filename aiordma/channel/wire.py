@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import TYPE_CHECKING, Final, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from aiordma.exceptions import ProtocolError, ProtocolMismatchError
 from aiordma.verbs.memory import RemoteBuffer
@@ -30,16 +31,19 @@ else:
         from aiordma import _cython_shim as cython
 
 MAGIC: Final = 0xA5
-VERSION: Final = 5
+VERSION: Final = 6
 """2 added REVOKE and HELLO; 3 made HELLO carry each side's windows and first
 grants, and data packets say when they spend the last credit; 4 made HELLO
 carry a :class:`Hello` (the sender's receive buffer size and protocol); 5
-added MEDIUM and PIECE. A peer speaking another version is refused at its
-first packet."""
+added MEDIUM and PIECE; 6 added BATCH. A peer speaking another version is
+refused at its first packet."""
 
 _HEADER: Final = struct.Struct("<BBBBHHQQQIHxx")
 HEADER_SIZE: Final = _HEADER.size
 _HELLO: Final = struct.Struct("<I")
+_ENTRY: Final = struct.Struct("<II")
+ENTRY_SIZE: Final = _ENTRY.size
+"""Bytes before each message of a BATCH packet: its head's and body's lengths."""
 MAX_PROTOCOL: Final = 32
 """Bytes a protocol name may take (UTF-8)."""
 MIN_BUFFER: Final = 128
@@ -77,6 +81,10 @@ class Kind(enum.IntEnum):
     between them)."""
     PIECE = 9
     """The next ``length`` bytes of the MEDIUM message being received."""
+    BATCH = 10
+    """Several small messages in one packet (one data credit): ``msg_id`` of
+    them in ``length`` bytes, each an entry of its head's and body's lengths
+    (:data:`ENTRY_SIZE` bytes) followed by the head and the body."""
 
 
 @cython.cclass
@@ -107,6 +115,7 @@ class WireCodes:
         hello: int
         medium: int
         piece: int
+        batch: int
 
 
 WIRE: Final = WireCodes()
@@ -221,7 +230,7 @@ def checked(
         raise ProtocolError(f"unknown packet kind {kind}")
     if flags & ~_FLAGS:
         raise ProtocolError(f"unknown packet flags {flags:#x}")
-    if length > limit and kind != _WIRE.hello:
+    if length > limit and kind != _WIRE.hello and kind != _WIRE.batch:
         raise ProtocolError(f"message of {length} bytes exceeds the limit of {limit}")
     remote = None
     if kind == _WIRE.rendezvous:
@@ -242,6 +251,11 @@ def checked(
     elif kind == _WIRE.hello:
         if head != carried:
             raise ProtocolError(f"HELLO packet says {head} head bytes, carries {carried}")
+    elif kind == _WIRE.batch:
+        if head or length != carried or msg_id == 0 or msg_id * ENTRY_SIZE > length:
+            raise ProtocolError(
+                f"batch says {msg_id} messages in {head} + {length} bytes but carries {carried}"
+            )
     elif head or carried or length:
         raise ProtocolError(f"{k.name} packet with a payload")
     header: Header = Header.__new__(Header)  # compiled: no argument parsing
@@ -258,6 +272,48 @@ def checked(
 
 
 _KINDS: Final = {int(k): k for k in Kind}
+
+
+def pack_batch(bodies: Sequence[Any], sizes: Sequence[int], total: int) -> bytearray:
+    """A BATCH packet's payload (``total`` bytes) holding ``bodies`` (C-contiguous
+    buffers of ``sizes`` bytes each) with no heads."""
+    payload = bytearray(total)
+    at = 0
+    for body, size in zip(bodies, sizes, strict=True):
+        _ENTRY.pack_into(payload, at, 0, size)
+        at += ENTRY_SIZE
+        with memoryview(body) as view, view.cast("B") as flat:
+            payload[at : at + size] = flat
+        at += size
+    if at != total:
+        raise ValueError(f"a batch of {at} bytes, not {total}")
+    return payload
+
+
+def batch_entries(
+    payload: bytes | bytearray | memoryview, count: int, limit: int
+) -> list[tuple[int, int, int]]:
+    """Where each of the ``count`` messages of a BATCH ``payload`` is: its
+    head's offset, its head's length and its body's length, in order.
+    :class:`ProtocolError` unless they fill the payload exactly and no body
+    exceeds ``limit`` bytes."""
+    entries: list[tuple[int, int, int]] = []
+    at = 0
+    end = len(payload)
+    for _ in range(count):
+        if at + ENTRY_SIZE > end:
+            raise ProtocolError(f"a batch's entry runs past its {end} bytes")
+        head, length = _ENTRY.unpack_from(payload, at)
+        at += ENTRY_SIZE
+        if length > limit:
+            raise ProtocolError(f"message of {length} bytes exceeds the limit of {limit}")
+        if at + head + length > end:
+            raise ProtocolError(f"a batch's message runs past its {end} bytes")
+        entries.append((at, head, length))
+        at += head + length
+    if at != end:
+        raise ProtocolError(f"a batch of {count} messages leaves {end - at} of its bytes over")
+    return entries
 
 
 class Hello(NamedTuple):

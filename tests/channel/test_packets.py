@@ -19,7 +19,7 @@ import pytest
 
 from aiordma.channel.packets import NO_CREDIT, NO_ROOM, POSTED, Event, Packets
 from aiordma.channel.state import Arrival
-from aiordma.channel.wire import HEADER_SIZE, Header, Hello, Kind
+from aiordma.channel.wire import ENTRY_SIZE, HEADER_SIZE, Header, Hello, Kind
 from aiordma.exceptions import DeviceError, ProtocolError, RdmaError
 from aiordma.metrics import Stats
 from aiordma.verbs.memory import RemoteBuffer
@@ -322,7 +322,7 @@ def test_a_medium_message_goes_as_one_chain_as_far_as_credit_lets_it(
 
 def test_small_messages_go_as_one_chain_while_credit_lasts(loop: asyncio.AbstractEventLoop) -> None:
     a, b = _pair(loop, window=4, send_slots=8)
-    bodies = [bytes([i]) * (i + 1) for i in range(6)]
+    bodies = [bytes([i]) * (150 + i) for i in range(6)]  # no two share a packet (BATCH)
     sizes = [len(body) for body in bodies]
     assert a.packets.send_eagers(bodies, sizes, 0, False) == 4  # the window's 4 credits
     assert a.lane.chains == [4]
@@ -335,6 +335,102 @@ def test_small_messages_go_as_one_chain_while_credit_lasts(loop: asyncio.Abstrac
     assert a.packets.send_eagers(bodies, sizes, 4, True) == 6  # ...unless it holds the turn
     assert a.lane.chains == [4, 2]
     assert a.stats.counters["messages_sent"] == 6
+
+
+def test_small_messages_that_fit_together_go_as_one_batch_packet(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Neighbours that fit one packet share it (one credit, one work
+    request); each arrives as a message of its own, in order, counted once
+    on each side, and the buffer goes back once the last is taken."""
+    a, b = _pair(loop, window=4, send_slots=8)
+    room = 256 - HEADER_SIZE
+    bodies = [b"", b"x", b"yy" * 20, b"z" * (room - 3 * ENTRY_SIZE - 41 - 150), b"w" * 150]
+    sizes = [len(body) for body in bodies]
+    assert a.packets.send_eagers(bodies, sizes, 0, False) == 5
+    assert a.lane.chains == [2]  # four fill one packet exactly; the fifth goes alone
+    assert a.packets.state.data.available == 2
+    _flush(a, b)
+    assert b.packets.queued() == 5
+    posted = len(b.lane.posted)
+    assert [b.packets.take_eager(None) for _ in range(3)] == bodies[:3]
+    assert len(b.lane.posted) == posted  # the batch's buffer is held for its last message
+    assert _receive_all(b) == bodies[3:]
+    _flush(a, b)
+    _settled(a)
+    _settled(b)
+    assert a.stats.counters["messages_sent"] == b.stats.counters["messages_received"] == 5
+    assert a.stats.counters["bytes_sent"] == b.stats.counters["bytes_received"] == sum(sizes)
+
+
+def test_a_batch_holds_its_credit_until_its_last_message_is_taken(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A reader that falls behind still holds its sender back: a batch's
+    messages are copied out at once, but its credit comes back with the last."""
+    a, b = _pair(loop, window=2, send_slots=8)
+    bodies = [b"m%02d" % i for i in range(57)]  # 19 fit one 256-byte packet
+    sizes = [len(body) for body in bodies]
+    assert (256 - HEADER_SIZE) // (ENTRY_SIZE + 3) == 19
+    sent = a.packets.send_eagers(bodies, sizes, 0, False)
+    assert sent == 38  # two batches: the window
+    _flush(a, b)
+    got = [b.packets.take_eager(None) for _ in range(37)]  # all but the second's last
+    _flush(a, b)
+    assert a.packets.send_eagers(bodies, sizes, sent, False) == 57  # the first's credit
+    assert a.packets.send_eagers(bodies, sizes, 0, False) == 0  # the window spent again
+    _flush(a, b)
+    got += _receive_all(b)
+    assert got == bodies
+    _flush(a, b)
+    _settled(a)
+    _settled(b)
+
+
+def test_the_hook_is_offered_each_message_of_a_batch_in_order(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Those it takes never reach a receive; from the first it refuses on,
+    the rest are queued in order."""
+    a, b = _pair(loop)
+    offered: list[bytes] = []
+
+    def hook(head: bytes, body: memoryview) -> bool:
+        offered.append(bytes(body))
+        return not offered[-1].startswith(b"q")
+
+    b.packets.deliver_to(hook)
+    receiving = b.packets.arrivals()
+    bodies = [b"a1", b"a2", b"a3"]
+    assert a.packets.send_eagers(bodies, [2, 2, 2], 0, False) == 3
+    _flush(a, b)
+    assert offered == bodies
+    assert not receiving.done()
+    assert b.packets.first() is None
+    bodies = [b"b1", b"q2", b"b3"]
+    assert a.packets.send_eagers(bodies, [2, 2, 2], 0, False) == 3
+    _flush(a, b)
+    assert offered[3:] == [b"b1", b"q2"]
+    assert receiving.done()
+    assert _receive_all(b) == [b"q2", b"b3"]
+    _flush(a, b)
+    _settled(a)
+    _settled(b)
+    assert b.stats.counters["messages_received"] == 6
+
+
+def test_a_failed_side_keeps_the_messages_of_a_batch(loop: asyncio.AbstractEventLoop) -> None:
+    a, b = _pair(loop)
+    bodies = [b"one", b"two", b"three"]
+    assert a.packets.send_eagers(bodies, [3, 3, 5], 0, False) == 3
+    _flush(a, b)
+    assert b.packets.take_eager(None) == b"one"
+    b.packets.fail()
+    kept = []
+    while (arrival := b.packets.first()) is not None:
+        kept.append(b.packets.small_body(arrival, None))
+        b.packets.consumed()
+    assert kept == [b"two", b"three"]
 
 
 def test_a_medium_message_waits_when_its_first_packet_cannot_go(

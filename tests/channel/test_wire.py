@@ -8,6 +8,7 @@ import pytest
 
 from aiordma import RemoteBuffer
 from aiordma.channel.wire import (
+    ENTRY_SIZE,
     HEADER_SIZE,
     LAST_CREDIT,
     MAX_PROTOCOL,
@@ -17,6 +18,8 @@ from aiordma.channel.wire import (
     Header,
     Hello,
     Kind,
+    batch_entries,
+    pack_batch,
 )
 from aiordma.exceptions import ProtocolError
 
@@ -94,11 +97,47 @@ def test_a_medium_message_starts_with_its_head_and_continues_in_pieces() -> None
         (Header(Kind.PIECE, 0, 1, 4).pack() + b"abc", "piece says 0 \\+ 4 bytes"),
         (Header(Kind.PIECE, 0, 1, 0).pack(), "piece says 0 \\+ 0"),
         (Header(Kind.PIECE, 0, 1, 2, head_length=1).pack() + b"abc", "piece says 1 \\+ 2"),
+        (Header(Kind.BATCH, 0, 0, 8).pack() + bytes(8), "batch says 0 messages"),
+        (Header(Kind.BATCH, 0, 2, 8).pack() + bytes(8), "batch says 2 messages in 0 \\+ 8"),
+        (Header(Kind.BATCH, 0, 1, 9).pack() + bytes(8), "but carries 8"),
+        (Header(Kind.BATCH, 0, 1, 8, head_length=1).pack() + bytes(9), "in 1 \\+ 8 bytes"),
     ],
 )
 def test_malformed_packets_raise_protocol_error(packet: bytes, message: str) -> None:
     with pytest.raises(ProtocolError, match=message):
         Header.unpack(packet, LIMIT)
+
+
+def test_a_batch_round_trips_its_messages_and_says_where_each_is() -> None:
+    """A batch's total may exceed the limit, which holds for each message."""
+    bodies = [b"", b"one", bytearray(b"three"), memoryview(bytes(range(8))).cast("I")]
+    sizes = [0, 3, 5, 8]
+    payload = pack_batch(bodies, sizes, 4 * ENTRY_SIZE + 16)
+    packet = Header(Kind.BATCH, 0, 4, len(payload)).pack() + bytes(payload)
+    header = Header.unpack(packet, 8)
+    assert (header.kind, header.msg_id, header.length) == (Kind.BATCH, 4, len(payload))
+    entries = batch_entries(payload, 4, 8)
+    assert [bytes(payload[at : at + head + n]) for at, head, n in entries] == [
+        b"", b"one", b"three", bytes(range(8))
+    ]  # fmt: skip
+    assert [head for _, head, _ in entries] == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="a batch of 40 bytes, not 41"):
+        pack_batch(bodies[1:], sizes[1:], 41)
+
+
+@pytest.mark.parametrize(
+    ("payload", "count", "message"),
+    [
+        (bytes(4), 1, "entry runs past its 4 bytes"),
+        (struct.pack("<II", 0, 5) + b"abc", 1, "message runs past its 11 bytes"),
+        (struct.pack("<II", 2, 1) + b"abc" + bytes(4), 2, "entry runs past its 15 bytes"),
+        (struct.pack("<II", 0, 3) + b"abcd", 1, "leaves 1 of its bytes over"),
+        (struct.pack("<II", 0, 9) + bytes(9), 1, "9 bytes exceeds the limit of 8"),
+    ],
+)
+def test_a_malformed_batch_raises_protocol_error(payload: bytes, count: int, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        batch_entries(payload, count, 8)
 
 
 def test_credits_must_fit_the_field() -> None:
