@@ -64,7 +64,9 @@ cdef class Packets:
     cdef _count(self, str name, str amount_name, Py_ssize_t amount)
     cdef _add(self, str name)
     cpdef count_received(self, Header header)
-    cdef bint _delivered(self, int slot, Header header) except *
+    cdef Py_ssize_t _split(self, int slot, Header header, Py_ssize_t start) except? -1
+    cdef bint _all_delivered(self, Py_ssize_t count) except *
+    cdef bint _delivered(self, Arrival arrival) except *
 
 
 cdef inline Py_ssize_t byte_size(object data) noexcept:

@@ -489,6 +489,7 @@ class Packets:
         self.pump()
 
     @cython.cfunc
+    @cython.exceptval(-1, check=True)
     def _split(
         self, slot: cython.int, header: Header, start: cython.Py_ssize_t
     ) -> cython.Py_ssize_t:
