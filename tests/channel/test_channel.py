@@ -22,7 +22,7 @@ from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import channel_factory, prepare_channel
 from aiordma.channel.options import ChannelKeywords
 from aiordma.channel.rendezvous import STAGED_READ_LIMIT
-from aiordma.channel.wire import Header, Kind
+from aiordma.channel.wire import ENTRY_SIZE, HEADER_SIZE, Header, Kind
 from aiordma.exceptions import BufferTooSmallError, MessageTooLargeError, ProtocolError
 from aiordma.metrics import Stats
 from tests.conftest import Lab, echo_messages, rdma_counts
@@ -110,6 +110,39 @@ async def test_send_messages_delivers_a_batch_in_order_past_the_window(lab: Lab)
         await asyncio.wait_for(done.wait(), 60)
         assert channel.stats()["counters"]["messages_sent"] == len(outgoing)
     assert got == outgoing
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
+async def test_small_messages_share_packets_and_a_reader_behind_still_holds_the_sender(
+    lab: Lab,
+) -> None:
+    """``send_messages`` packs 64-byte messages about a hundred to a packet
+    (BATCH); each arrives as a message of its own, in order, and a batch's
+    credit comes back only once its last message is read, so the sender is
+    never more than the window's packets ahead of the reader."""
+    count, window = 1000, 2
+    per_packet = (8192 - HEADER_SIZE) // (ENTRY_SIZE + 64)
+    outgoing = [_payload(i, 64) for i in range(count)]
+    got: list[bytes] = []
+    done = asyncio.Event()
+
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        async for message in channel:
+            got.append(bytes(message))
+            if len(got) == count:
+                done.set()
+
+    async with channel_to(lab, serve, window=window) as channel:
+        await asyncio.wait_for(channel.send_messages(outgoing), 60)
+        read_when_sent = len(got)
+        await asyncio.wait_for(done.wait(), 60)
+        counters = channel.stats()["counters"]
+    assert got == outgoing
+    assert read_when_sent >= count - window * per_packet
+    assert counters["credit_stalls"] > 0
+    assert counters["messages_sent"] == count
 
 
 @pytest.mark.asyncio
