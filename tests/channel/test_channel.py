@@ -59,6 +59,22 @@ async def channel_to(
             yield conn.prepared
 
 
+def collector(count: int) -> tuple[list[bytes], asyncio.Event, Handler]:
+    """A handler that keeps every message its channel receives, the list it
+    keeps them in, and an event set once ``count`` have arrived."""
+    got: list[bytes] = []
+    done = asyncio.Event()
+
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        async for message in channel:
+            got.append(bytes(message))
+            if len(got) == count:
+                done.set()
+
+    return got, done, serve
+
+
 async def echo(conn: aiordma.Connection) -> None:
     channel: MessageChannel = conn.prepared
     async for message in channel:
@@ -95,16 +111,7 @@ async def test_send_messages_delivers_a_batch_in_order_past_the_window(lab: Lab)
     each counted once."""
     sizes = [1, 64, 0, 8000] * 10 + [70_000] + [5] * 20 + [1 << 20] + [7] * 3
     outgoing = [_payload(i, size) for i, size in enumerate(sizes)]
-    got: list[bytes] = []
-    done = asyncio.Event()
-
-    async def serve(conn: aiordma.Connection) -> None:
-        channel: MessageChannel = conn.prepared
-        async for message in channel:
-            got.append(bytes(message))
-            if len(got) == len(outgoing):
-                done.set()
-
+    got, done, serve = collector(len(outgoing))
     async with channel_to(lab, serve, window=8) as channel:
         await asyncio.wait_for(channel.send_messages(iter(outgoing)), 60)
         await asyncio.wait_for(done.wait(), 60)
@@ -124,16 +131,7 @@ async def test_small_messages_share_packets_and_a_reader_behind_still_holds_the_
     count, window = 1000, 2
     per_packet = (8192 - HEADER_SIZE) // (ENTRY_SIZE + 64)
     outgoing = [_payload(i, 64) for i in range(count)]
-    got: list[bytes] = []
-    done = asyncio.Event()
-
-    async def serve(conn: aiordma.Connection) -> None:
-        channel: MessageChannel = conn.prepared
-        async for message in channel:
-            got.append(bytes(message))
-            if len(got) == count:
-                done.set()
-
+    got, done, serve = collector(count)
     async with channel_to(lab, serve, window=window) as channel:
         await asyncio.wait_for(channel.send_messages(outgoing), 60)
         read_when_sent = len(got)
@@ -147,15 +145,7 @@ async def test_small_messages_share_packets_and_a_reader_behind_still_holds_the_
 
 @pytest.mark.asyncio
 async def test_send_messages_refuses_a_bad_batch_before_sending_any(lab: Lab) -> None:
-    got: list[bytes] = []
-    arrived = asyncio.Event()
-
-    async def serve(conn: aiordma.Connection) -> None:
-        channel: MessageChannel = conn.prepared
-        async for message in channel:
-            got.append(bytes(message))
-            arrived.set()
-
+    got, arrived, serve = collector(1)
     async with channel_to(lab, serve, max_message=1 << 16) as channel:
         with pytest.raises(MessageTooLargeError, match="70000 bytes"):
             await channel.send_messages([b"a", b"b", bytes(70_000)])
