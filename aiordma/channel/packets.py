@@ -495,11 +495,11 @@ class Packets:
     ) -> cython.Py_ssize_t:
         """Queue the messages of the BATCH packet in ``slot`` (its payload at
         ``start``), each copied out; how many."""
-        payload = self.recv_view[start : start + header.length]
-        entries = batch_entries(payload, header.msg_id, self.max_message)
-        parts = [bytes(payload[at : at + head + length]) for at, head, length in entries]
-        self.state.queue_batch(slot, entries, parts)
-        return len(entries)
+        with self.recv_view[start : start + header.length] as payload:
+            entries = batch_entries(payload, header.msg_id, self.max_message)
+            parts = [(head, bytes(payload[at : at + head + n])) for at, head, n in entries]
+        self.state.queue_batch(slot, parts)
+        return len(parts)
 
     @cython.cfunc
     @cython.exceptval(check=True)

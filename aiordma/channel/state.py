@@ -199,19 +199,17 @@ class ChannelState:
         self.control.reposted(code != _WIRE.control_credit)
         return ended, False, True
 
-    def queue_batch(
-        self, slot: int, entries: list[tuple[int, int, int]], parts: list[bytes]
-    ) -> None:
+    def queue_batch(self, slot: int, parts: list[tuple[int, bytes]]) -> None:
         """Queue the messages of the BATCH packet that :meth:`arrived` in
-        ``slot``: one each (``entries`` as ``wire.batch_entries`` gives them,
-        ``parts`` each one's head and body, copied out). The last holds the
-        buffer: it goes back, and its credit with it, when that one is taken,
-        so a reader that falls behind still holds its sender back."""
-        last = len(entries) - 1
-        for i, (_, head, length) in enumerate(entries):
-            header = Header(Kind.EAGER, 0, 0, length, None, head)
-            arrival = Arrival(slot if i == last else -1, header, HEADER_SIZE + head + length)
-            arrival.saved = parts[i]
+        ``slot``: one for each of ``parts`` (its head's length, and its head
+        and body copied out). The last holds the buffer: it goes back, and
+        its credit with it, when that one is taken, so a reader that falls
+        behind still holds its sender back."""
+        last = len(parts) - 1
+        for i, (head, part) in enumerate(parts):
+            header = Header(Kind.EAGER, 0, 0, len(part) - head, None, head)
+            arrival = Arrival(slot if i == last else -1, header, HEADER_SIZE + len(part))
+            arrival.saved = part
             self.ready.append(arrival)
 
     @cython.ccall
