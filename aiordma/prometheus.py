@@ -30,6 +30,7 @@ bounded): a server's figures are summed over its connections.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -109,15 +110,19 @@ class AiordmaCollector(Collector):
         )
 
 
-_registered: dict[int, AiordmaCollector] = {}
+_registered: weakref.WeakKeyDictionary[CollectorRegistry, AiordmaCollector] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each registry's collector, keyed by the registry itself: an ``id`` is
+reused once its registry is freed, and a new registry would seem served."""
 
 
 def register(registry: CollectorRegistry = REGISTRY) -> AiordmaCollector:
     """Add aiordma's collector to ``registry`` (the default one if not given);
     calling it again for the same registry does nothing more."""
-    collector = _registered.get(id(registry))
+    collector = _registered.get(registry)
     if collector is None:
-        collector = _registered[id(registry)] = AiordmaCollector()
+        collector = _registered[registry] = AiordmaCollector()
         registry.register(collector)
     return collector
 

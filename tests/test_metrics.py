@@ -84,6 +84,19 @@ def test_a_scrape_with_nothing_open_says_so(monkeypatch: pytest.MonkeyPatch) -> 
     assert "register() called?" in metrics.format_exposition(unregistered)
 
 
+def test_each_new_registry_is_served_though_an_old_one_was_freed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A registry freed by an earlier caller leaves its id to the next one:
+    # register() must still add the collector to the new registry.
+    monkeypatch.setattr(metrics, "collect", lambda: iter(()))
+    for _ in range(20):
+        registry = CollectorRegistry()
+        aiordma.prometheus.register(registry)
+        assert "aiordma_sources 0.0" in generate_latest(registry).decode()
+        del registry
+
+
 def test_stats_count_merge_and_switch_off(recording: None) -> None:
     a, b = Stats("a", lambda: {"exposed_bytes": 5}), Stats("b", lambda: {"exposed_bytes": 2})
     a.count("messages_sent", "bytes_sent", 100)
