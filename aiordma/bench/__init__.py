@@ -14,7 +14,8 @@ as users do; ``msg_bw`` streams them, ``--depth`` sends in flight, timed
 until the peer acknowledges the last, and ``msg_into_bw`` the same into
 one plain ``bytearray`` the peer reuses (``recv_message_into``), as a
 server that keeps its buffer does; ``msg_rate`` streams small ones
-with ``send_messages``, ``--depth`` a call; ``msg_reg_lat`` and ``msg_reg_bw``
+with ``send_messages``, ``--depth`` a call, and the peer takes what has
+arrived with ``recv_messages``; ``msg_reg_lat`` and ``msg_reg_bw``
 do the same from and into registered memory. ``connect`` times rdma_cm connection
 set-up (``connect()`` until established). ``--compare tcp`` runs each
 pattern over asyncio TCP streams to the same address (see

@@ -134,8 +134,10 @@ def service() -> rpc.Service:
 async def relay(channel: MessageChannel, kind: bytes, max_size: int) -> None:
     """``msgecho``: send every message back; ``msgsink``: drop them, and answer
     the empty message that ends a burst. ``_reg``: receive into registered
-    memory; ``_into``: into one plain ``bytearray``."""
+    memory; ``_into``: into one plain ``bytearray``; ``_many``: take what is
+    queued with ``recv_messages``."""
     echo = kind.startswith(b"msgecho")
+    many = kind.endswith(b"_many")
     inbox: aiordma.MemoryRegion | bytearray | None = None
     if kind.endswith(b"_reg"):
         inbox = channel.conn.alloc(max_size)
@@ -143,14 +145,17 @@ async def relay(channel: MessageChannel, kind: bytes, max_size: int) -> None:
         inbox = bytearray(max_size)
     with contextlib.suppress(aiordma.ConnectionLostError, aiordma.ResourceClosedError):
         while True:
-            message: aiordma.Segment | bytes | bytearray
+            messages: list[aiordma.Segment | bytes | bytearray]
             if inbox is not None:
                 n = await channel.recv_message_into(inbox)
-                message = inbox[:n] if n else b""
+                messages = [inbox[:n] if n else b""]
+            elif many:
+                messages = [*await channel.recv_messages()]
             else:
-                message = await channel.recv_message()
-            if echo or not len(message):
-                await channel.send_message(message)
+                messages = [await channel.recv_message()]
+            for message in messages:
+                if echo or not len(message):
+                    await channel.send_message(message)
 
 
 async def serve(addr: str, max_size: int) -> None:

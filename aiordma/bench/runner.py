@@ -327,7 +327,8 @@ async def _measure_messages(
     registered = mode.startswith("msg_reg_")
     latency = mode.endswith("_lat")
     batched = mode == "msg_rate"
-    shape = b"_reg" if registered else b"_into" if mode.startswith("msg_into_") else b""
+    shape = (b"_reg" if registered else b"_into" if mode.startswith("msg_into_")
+             else b"_many" if batched else b"")  # fmt: skip
     kind = (b"msgecho" if latency else b"msgsink") + shape
     channel = await aiordma.open_channel(
         peer.addr, peer.port, private_data=kind, max_message=max(size, DEFAULT_MAX_MESSAGE)

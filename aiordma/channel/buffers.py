@@ -71,6 +71,8 @@ def body_length(body: object) -> int:
     naming what is wrong unless ``body`` is a registered region or segment,
     or a C-contiguous bytes-like object (the bytes are copied or read in
     one piece, as they lie in memory)."""
+    if type(body) is bytes or type(body) is bytearray:  # flat bytes: nothing to check
+        return len(body)
     if isinstance(body, MemoryRegion | Segment):
         return body.length
     try:

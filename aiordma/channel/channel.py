@@ -27,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
+from aiordma._checks import check_int
 from aiordma.channel.buffers import Body, Into, body_length, check_into, give_back_memory
 from aiordma.channel.link import Link
 from aiordma.channel.medium import send_medium
@@ -426,6 +428,25 @@ class MessageChannel(Closable):
         assert not isinstance(body, int)
         return body
 
+    async def recv_messages(self, limit: int | None = None) -> list[bytes | bytearray]:
+        """The messages queued now, in the order they were sent: at least one
+        (waiting for it), at most ``limit`` (None: no bound).
+
+        The mirror of :meth:`send_messages`: a reader of a stream of small
+        messages takes what has arrived in one call rather than one call
+        each. Each is what :meth:`recv_message` would return; a larger
+        message only ever heads a list (small ones queued behind it follow
+        it). Cancelling leaves every message queued.
+        """
+        most = sys.maxsize if limit is None else check_int("limit", limit, 1)
+        check_loop(self._loop)
+        packets = self._packets
+        bodies = packets.take_eagers(most)
+        if bodies:
+            return bodies
+        first = await self.recv_message()
+        return [first, *packets.take_eagers(most - 1)]
+
     async def recv_message_into(self, buffer: Into) -> int:
         """Receive the next message into ``buffer``; returns its length.
 
@@ -531,8 +552,13 @@ class MessageChannel(Closable):
         peer_limit = self._packets.peer_max_message
         if peer_limit is None:
             peer_limit = await self._peer_limit()
-        for size in sizes:
-            self._check_size(size, peer_limit)
+        largest = max(sizes, default=0)
+        if largest > self.max_message or largest > peer_limit:
+            for size in sizes:
+                self._check_size(size, peer_limit)  # raises for the first too large
+        if largest <= self._packets.eager_limit:  # all small: no run to look for
+            await self._send_small(bodies, sizes)
+            return
         start, count = 0, len(bodies)
         while start < count:
             end = start
@@ -546,7 +572,7 @@ class MessageChannel(Closable):
             start = end
 
     async def _send_small(self, bodies: list[Body], sizes: list[int]) -> None:
-        """Post ``bodies`` (one packet each), in order and in chains as credit
+        """Post ``bodies`` (neighbours sharing packets), in order and in chains as credit
         allows: at once if nobody waits ahead, else in the send turn."""
         packets = self._packets
         done = packets.send_eagers(bodies, sizes, 0, False)

@@ -58,6 +58,7 @@ cdef class Packets:
     cpdef bint repost(self, int slot) except *
     cpdef consumed(self)
     cpdef object take_eager(self, object into)
+    cpdef list take_eagers(self, Py_ssize_t limit)
     cpdef Py_ssize_t take_medium(self, object into) except? -2
     cpdef bytes head(self, Arrival arrival)
     cpdef object small_body(self, Arrival arrival, object into)

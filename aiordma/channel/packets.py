@@ -19,7 +19,7 @@ through one callable, ``report(event, value)`` (see :class:`Event`); it
 never calls back into the shell otherwise.
 
 Call order: ``attach -> post_receives? -> (send_hello | try_send | send_eager
-| sent | arrived | take_eager | consumed | pump)* -> fail`` (``fail`` once;
+| sent | arrived | take_eager | take_eagers | consumed | pump)* -> fail`` (``fail`` once;
 afterwards nothing is posted and the receive slots are not read).
 """
 
@@ -605,6 +605,19 @@ class Packets:
         self.consumed()
         self.count_received(header)
         return body
+
+    @cython.ccall
+    def take_eagers(self, limit: cython.Py_ssize_t) -> list[bytes | bytearray]:
+        """Take queued small messages as :meth:`take_eager` (``into`` None)
+        would, up to ``limit``, stopping at the first it cannot: their
+        bodies in order (none when the first cannot be taken so)."""
+        bodies: list[bytes | bytearray] = []
+        while len(bodies) < limit:
+            body = self.take_eager(None)
+            if not isinstance(body, bytes):  # None (an int comes only with a buffer)
+                break
+            bodies.append(body)
+        return bodies
 
     @cython.ccall
     @cython.exceptval(-2, check=True)

@@ -144,6 +144,47 @@ async def test_small_messages_share_packets_and_a_reader_behind_still_holds_the_
 
 
 @pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
+async def test_recv_messages_takes_what_is_queued_in_order_up_to_its_limit(lab: Lab) -> None:
+    """``recv_messages``: every message in order, small ones queued together
+    in one list, a larger one only at a list's head, never more than
+    ``limit``; a bad limit raises before waiting, and one cancelled while
+    waiting takes nothing."""
+    sizes = [64] * 300 + [70_000] + [5] * 40 + [1 << 20] + [3] * 3
+    outgoing = [_payload(i, size) for i, size in enumerate(sizes)]
+
+    async def serve(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        while await channel.recv_message() == b"go":
+            await channel.send_messages(outgoing)
+
+    async def take(channel: MessageChannel, limit: int | None) -> list[list[bytes]]:
+        lists: list[list[bytes]] = []
+        while sum(map(len, lists)) < len(outgoing):
+            got = await asyncio.wait_for(channel.recv_messages(limit), 60)
+            lists.append([bytes(m) for m in got])
+        return lists
+
+    async with channel_to(lab, serve) as channel:
+        with pytest.raises(ValueError, match="limit"):
+            await channel.recv_messages(0)
+        with pytest.raises(TypeError, match="limit"):
+            await channel.recv_messages(2.0)  # type: ignore[arg-type]
+        with pytest.raises(TimeoutError):  # nothing sent yet
+            await asyncio.wait_for(channel.recv_messages(), 0.05)
+        await channel.send_message(b"go")
+        unbounded = await take(channel, None)
+        await channel.send_message(b"go")
+        bounded = await take(channel, 7)
+        await channel.send_message(b"end")
+    for lists in (unbounded, bounded):
+        assert [m for got in lists for m in got] == outgoing
+        assert all(len(m) <= 64 for got in lists for m in got[1:])  # larger ones head a list
+    assert max(map(len, unbounded)) > 7  # a batch's messages came together
+    assert max(map(len, bounded)) == 7
+
+
+@pytest.mark.asyncio
 async def test_send_messages_refuses_a_bad_batch_before_sending_any(lab: Lab) -> None:
     got, arrived, serve = collector(1)
     async with channel_to(lab, serve, max_message=1 << 16) as channel:

@@ -387,6 +387,33 @@ def test_a_batch_holds_its_credit_until_its_last_message_is_taken(
     _settled(b)
 
 
+def test_queued_small_messages_are_taken_together_up_to_a_limit_or_a_larger_one(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """``take_eagers``: the small messages at the head of the queue, in
+    order, at most ``limit``, stopping before a MEDIUM one, a receive
+    ahead or none; each counted and its buffer handled as one taken alone."""
+    a, b = _pair(loop, window=8, send_slots=8)
+    bodies = [b"s%d" % i for i in range(5)]
+    assert a.packets.send_eagers(bodies, [2] * 5, 0, False) == 5
+    _send_medium(a, b"M" * 600)
+    assert a.packets.send_eagers([b"after"], [5], 0, False) == 1
+    _flush(a, b)
+    assert b.packets.take_eagers(2) == bodies[:2]
+    b.packets.turn(False, 1)  # a receive ahead holds the turn
+    assert b.packets.take_eagers(10) == []
+    b.packets.turn(False, -1)
+    assert b.packets.take_eagers(10) == bodies[2:]  # the MEDIUM message stops it
+    assert b.stats.counters["messages_received"] == 5
+    assert b.packets.take_eagers(10) == []
+    assert b.packets.take_medium(bytearray(600)) == 600
+    assert b.packets.take_eagers(10) == [b"after"]
+    assert b.packets.take_eagers(10) == []
+    _flush(a, b)
+    _settled(a)
+    _settled(b)
+
+
 def test_the_hook_is_offered_each_message_of_a_batch_in_order(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
