@@ -135,6 +135,18 @@ def test_rpc_kv_example(lab: Lab) -> None:
     assert "get value-11: KeyError 'value-11'" in lines
 
 
+def test_event_stream_example(lab: Lab) -> None:
+    out, server_out = _serve_example(
+        lab, "event_stream.py", [], ["--events", "3000", "--batch", "50"]
+    )
+    sent, summary, matches = out.splitlines()
+    assert sent.startswith("sent 3000 events in 60 calls")
+    assert summary.startswith("server: 3000 events in ")
+    assert int(summary.split()[4]) < 3000  # many events a receive call
+    assert matches == "digest matches: True"
+    assert "left after 3000 events" in server_out
+
+
 def test_bulk_transfer_example(lab: Lab) -> None:
     out, server_out = _serve_example(
         lab, "bulk_transfer.py", ["--size", "8"], ["--chunk", "256", "--depth", "4"]
