@@ -8,8 +8,9 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from aiordma.exceptions import LabError
 
@@ -113,14 +114,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiordma", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("devices", help="list RDMA devices, ports and GIDs")
+    def command(
+        name: str, run: Callable[[argparse.Namespace], int], **settings: Any
+    ) -> argparse.ArgumentParser:
+        """The subcommand ``name`` (``settings``: ``add_parser``'s), run by ``run(args)``."""
+        p = sub.add_parser(name, **settings)
+        p.set_defaults(func=run)
+        return p
+
+    p = command("devices", _cmd_devices, help="list RDMA devices, ports and GIDs")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_cmd_devices)
 
-    p = sub.add_parser("info", help="the installation: versions and the per-message path in use")
-    p.set_defaults(func=_cmd_info)
+    p = command(
+        "info", _cmd_info, help="the installation: versions and the per-message path in use"
+    )
 
-    p = sub.add_parser("rxe", help="create or remove a Soft-RoCE device (needs root, rdma_rxe)")
+    p = command("rxe", _cmd_rxe, help="create or remove a Soft-RoCE device (needs root, rdma_rxe)")
     p.add_argument("action", choices=["up", "down"])
     p.add_argument("--name", default="rxe0", help="RDMA device name (default: rxe0)")
     p.add_argument("--netdev", default="dummy0", help="network interface (default: dummy0)")
@@ -129,10 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDR/PREFIX",
         help="create NETDEV as a dummy interface with this address (e.g. 192.0.2.1/24)",
     )
-    p.set_defaults(func=_cmd_rxe)
 
-    p = sub.add_parser(
+    p = command(
         "lab",
+        _cmd_lab,
         help="run a command where a real RDMA device exists (here, or in a QEMU guest)",
         description="Run CMD natively if this host has an active RoCE device, otherwise in a "
         "throw-away QEMU guest (virtme-ng) with rxe0 on dummy0 at 192.0.2.1 and 2001:db8::1. "
@@ -175,10 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vm", action="store_true", help="use a guest even if this host has RDMA")
     p.add_argument("--timeout", type=float, default=None, help="kill the run after this many s")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
-    p.set_defaults(func=_cmd_lab)
 
-    p = sub.add_parser(
+    p = command(
         "stats",
+        _cmd_stats,
         help="print the metrics of a running process (from its Prometheus endpoint)",
         description="Read the aiordma metrics a process exports (aiordma.prometheus.register() "
         "and prometheus_client's HTTP server) and print them per server and connection.",
@@ -190,12 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the process's metrics URL (default: http://127.0.0.1:9464/metrics)",
     )
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for it")
-    p.set_defaults(func=_cmd_stats)
 
     from aiordma.bench.command import add_arguments
 
-    p = sub.add_parser(
+    p = command(
         "bench",
+        _cmd_bench,
         help="measure latency and bandwidth, optionally next to perftest",
         description="Measure aiordma on a real device (run it inside 'aiordma lab -- ...' "
         "without one), against a peer process. --compare perftest runs the matching "
@@ -204,7 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
         "aiordma.bench.studies (one lever each; 'aiordma bench study' lists them).",
     )
     add_arguments(p)
-    p.set_defaults(func=_cmd_bench)
     return parser
 
 
@@ -227,6 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LabError as exc:
         print(f"aiordma: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (`aiordma devices | head -1`): not an error
+        # What is left in stdout's buffer has nowhere to go at exit either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return rc
 
 

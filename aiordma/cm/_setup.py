@@ -88,33 +88,31 @@ def check_host(host: object) -> str:
     return host
 
 
+_QP_FIELDS: Final = (
+    "qp_state", "path_mtu", "qkey", "rq_psn", "sq_psn", "dest_qp_num", "qp_access_flags",
+    "pkey_index", "max_rd_atomic", "max_dest_rd_atomic", "port_num", "timeout", "retry_cnt",
+    "rnr_retry",
+)  # fmt: skip
+"""The queue pair attributes ``rdma_init_qp_attr`` gives pyverbs' ``QPAttr``
+under the same names (the receiver-not-ready timer is the options')."""
+_AH_FIELDS: Final = ("dlid", "sl", "src_path_bits", "static_rate", "is_global", "port_num")
+"""The fields rdma_cm's address handle gives pyverbs' ``AHAttr`` under the same names."""
+_ROUTE_FIELDS: Final = ("flow_label", "sgid_index", "hop_limit", "traffic_class")
+"""Likewise for its global route (``GlobalRoute``), besides the GID."""
+
+
 def _to_pyverbs(raw: _rdmacm.QpAttr, opts: QueuePairOptions) -> QPAttr:
     attr = QPAttr()
-    for name in ("qp_state", "path_mtu", "qkey", "rq_psn", "sq_psn", "dest_qp_num",
-                 "qp_access_flags", "pkey_index", "max_rd_atomic", "max_dest_rd_atomic",
-                 "port_num", "timeout", "retry_cnt", "rnr_retry"):  # fmt: skip
+    for name in _QP_FIELDS:
         setattr(attr, name, getattr(raw, name))
     attr.min_rnr_timer = opts.min_rnr_timer
     ah = raw.ah_attr
     route = None
     if ah.is_global:
         grh = ah.grh
-        route = GlobalRoute(
-            dgid=GID(gid_to_str(bytes(grh.dgid.raw))),
-            flow_label=grh.flow_label,
-            sgid_index=grh.sgid_index,
-            hop_limit=grh.hop_limit,
-            traffic_class=grh.traffic_class,
-        )
-    attr.ah_attr = AHAttr(
-        dlid=ah.dlid,
-        sl=ah.sl,
-        src_path_bits=ah.src_path_bits,
-        static_rate=ah.static_rate,
-        is_global=ah.is_global,
-        port_num=ah.port_num,
-        gr=route,
-    )
+        dgid = GID(gid_to_str(bytes(grh.dgid.raw)))
+        route = GlobalRoute(dgid=dgid, **{name: getattr(grh, name) for name in _ROUTE_FIELDS})
+    attr.ah_attr = AHAttr(gr=route, **{name: getattr(ah, name) for name in _AH_FIELDS})
     return attr
 
 

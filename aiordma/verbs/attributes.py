@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from aiordma import _ibv
@@ -35,23 +35,17 @@ class DeviceAttributes:
 
     @classmethod
     def of(cls, attr: Any) -> DeviceAttributes:
-        """From pyverbs' ``DeviceAttr`` (what ``Context.query_device()`` returns)."""
-        return cls(
-            max_qp_wr=attr.max_qp_wr,
-            max_sge=attr.max_sge,
-            max_sge_rd=attr.max_sge_rd,
-            max_cqe=attr.max_cqe,
-            max_mr_size=attr.max_mr_size,
-            max_qp_rd_atom=attr.max_qp_rd_atom,
-            max_qp_init_rd_atom=attr.max_qp_init_rd_atom,
-            atomic=attr.atomic_caps != _ibv.ATOMIC_NONE,
-            phys_port_cnt=attr.phys_port_cnt,
-            fw_version=str(attr.fw_version),
-            vendor_id=attr.vendor_id,
-            vendor_part_id=attr.vendor_part_id,
-            memory_windows=_window_type(attr.device_cap_flags, attr.max_mw),
-            bounded_windows=attr.vendor_id != _RXE_VENDOR_ID,
-        )
+        """From pyverbs' ``DeviceAttr`` (what ``Context.query_device()``
+        returns): the fields named as ``ibv_device_attr`` names them are
+        copied, the others derived."""
+        derived = {
+            "atomic": attr.atomic_caps != _ibv.ATOMIC_NONE,
+            "fw_version": str(attr.fw_version),
+            "memory_windows": _window_type(attr.device_cap_flags, attr.max_mw),
+            "bounded_windows": attr.vendor_id != _RXE_VENDOR_ID,
+        }
+        copied = {f.name: getattr(attr, f.name) for f in fields(cls) if f.name not in derived}
+        return cls(**copied, **derived)
 
 
 _RXE_VENDOR_ID: Final = 0xFFFFFF
