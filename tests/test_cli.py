@@ -1,4 +1,4 @@
-"""The ``aiordma`` command's own behaviour (its reference page: tests/docs/test_cli_reference.py)."""
+"""The ``aiordma`` command's own behaviour (its reference: tests/docs/test_cli_reference.py)."""
 
 from __future__ import annotations
 
