@@ -119,9 +119,14 @@ async def accept(
                 if handshake is not None:
                     await _verify(prepare, handshake, conn, child, scratch, arrival, where)
         except TimeoutError as exc:
-            step = "prove the key" if handshake is not None else "confirm the connection"
-            raise TimeoutError(
-                f"{where} did not {step} within {settings.handshake_timeout} s"
+            if handshake is not None:
+                raise TimeoutError(
+                    f"{where} did not prove the key within {settings.handshake_timeout} s"
+                ) from exc
+            # A client that gave up sends a reject the server may never get
+            # (a lost datagram): from here it is one that went silent.
+            raise ConnectionLostError(
+                f"{where} did not confirm the connection within {settings.handshake_timeout} s"
             ) from exc
         conn._activate()
     except BaseException as exc:
@@ -131,7 +136,7 @@ async def accept(
         _setup.abandon_setup(child, qp, conn)
         if isinstance(exc, Exception):
             count("auth_failed" if isinstance(exc, AuthenticationError) else "setup_failed")
-            if isinstance(exc, ConnectionLostError):  # the client gave up: its business
+            if isinstance(exc, ConnectionLostError):  # the client gave up or left: its business
                 log.info("connection from %s ended during setup: %s", where, exc)
             else:
                 log.warning("connection from %s failed during setup: %r", where, exc)

@@ -5,6 +5,7 @@ side's receive buffer size, and the protocol both sides speak."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -30,7 +31,10 @@ async def open_and_close(host: str, port: int) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_client_the_server_gave_up_on_is_never_told_it_is_connected(lab: Lab) -> None:
+async def test_a_client_the_server_gave_up_on_is_never_told_it_is_connected(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aiordma.cm")
     async with await aiordma.start_channel_server(
         echo_messages, lab.addr, 0, handshake_timeout=SERVER_PATIENCE
     ) as server:
@@ -39,6 +43,11 @@ async def test_a_client_the_server_gave_up_on_is_never_told_it_is_connected(lab:
             with pytest.raises((ConnectionError, TimeoutError)):
                 await open_and_close(lab.addr, port)
         assert not server.connections
+    # Silent past the deadline, as a client that gave up and whose reject was
+    # lost would be: the client's business, an INFO line, not a warning.
+    (line,) = [r for r in caplog.records if "did not confirm the connection" in r.getMessage()]
+    assert line.levelno == logging.INFO
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 @pytest.mark.asyncio
