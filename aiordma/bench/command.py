@@ -63,6 +63,13 @@ def sizes_for(mode: str, given: list[int] | None) -> list[int]:
     return DEFAULT_SIZES[kind_of(mode)]
 
 
+def peer_size(sizes: dict[str, list[int]]) -> int:
+    """The largest message the peer must take: the largest size any mode
+    moves, and at least a byte (``connect`` alone moves none, and the peer
+    still registers its buffers)."""
+    return max(1, *(max(s) for s in sizes.values()))
+
+
 async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -> None:
     from aiordma.bench import perftest
     from aiordma.bench.report import Progress
@@ -81,7 +88,7 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
     )
     progress = Progress(steps)
     plan = Plan(args.iterations, args.warmup, args.depth, args.duration, args.pace)
-    largest = max(max(s) for s in sizes.values())
+    largest = peer_size(sizes)
     start_server: Callable[[list[str]], Callable[[], None]] = perftest.start_local
     fabric = None
     if args.remote:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aiordma.bench import tcp
-from aiordma.bench.command import pace, sizes_for
+from aiordma.bench.command import pace, peer_size, sizes_for
 from aiordma.bench.perftest import to_result
 from aiordma.bench.report import Progress, ratio, row
 from aiordma.bench.runner import Plan, _latencies, machine_busy
@@ -57,6 +57,9 @@ def test_default_sizes_per_kind_of_mode() -> None:
     assert sizes_for("rpc_bw", None) == [65536, 1 << 20]
     assert sizes_for("send_rate", None) == [64]
     assert sizes_for("read_bw", [4096]) == [4096]
+    # `aiordma bench connect` alone once started its peer with no buffer, which failed
+    assert peer_size({"connect": sizes_for("connect", None)}) == 1
+    assert peer_size({"connect": [0], "msg_bw": [64, 1 << 20]}) == 1 << 20
 
 
 def test_plan_counts_iterations_or_time() -> None:
