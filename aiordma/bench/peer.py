@@ -145,17 +145,19 @@ async def relay(channel: MessageChannel, kind: bytes, max_size: int) -> None:
         inbox = bytearray(max_size)
     with contextlib.suppress(aiordma.ConnectionLostError, aiordma.ResourceClosedError):
         while True:
-            messages: list[aiordma.Segment | bytes | bytearray]
+            if many:  # what has arrived, in one call
+                for taken in await channel.recv_messages():
+                    if echo or not len(taken):
+                        await channel.send_message(taken)
+                continue
+            message: aiordma.Segment | bytes | bytearray
             if inbox is not None:
                 n = await channel.recv_message_into(inbox)
-                messages = [inbox[:n] if n else b""]
-            elif many:
-                messages = [*await channel.recv_messages()]
+                message = inbox[:n] if n else b""
             else:
-                messages = [await channel.recv_message()]
-            for message in messages:
-                if echo or not len(message):
-                    await channel.send_message(message)
+                message = await channel.recv_message()
+            if echo or not len(message):
+                await channel.send_message(message)
 
 
 async def serve(addr: str, max_size: int) -> None:
