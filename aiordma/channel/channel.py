@@ -147,7 +147,7 @@ class MessageChannel(Closable):
         self._receiver = Receiver(
             self._packets, conn, self._kept_into,
             read_piece_for(options.read_piece, conn.loopback), self._check,
-            functools.partial(self._sender.control_soon, Kind.DONE),
+            functools.partial(self._sender.control_soon, Kind.DONE), self._stats,
         )  # fmt: skip
         self._reader = self._receiver.reader
         conn.add_stats(self._stats)

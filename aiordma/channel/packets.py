@@ -785,6 +785,16 @@ class Packets:
         queued); a REVOKE that came meanwhile is due an answer now."""
         self.state.read_stopped(arrival)
 
+    def read_ended(self, arrival: Arrival) -> bool:
+        """A read of ``arrival``'s body ahead of its receive landed whole (it
+        stays queued); whether its sender is owed a DONE now."""
+        return self.state.read_ended(arrival)
+
+    def unread(self, least: int) -> list[Arrival]:
+        """Queued rendezvous messages above ``least`` bytes nothing reads yet,
+        in order (none once the channel failed)."""
+        return [] if self.failed else self.state.unread(least)
+
     def acks(self) -> list[int]:
         """Take the ids of the revoked messages due an answer (a DONE each)."""
         due = self.state.acks_due

@@ -6,7 +6,10 @@ fast path through :meth:`Receiver.chosen`). Anything else takes the
 receive turn, so messages are taken whole and in order: a small or saved
 one is copied out, a MEDIUM one piece by piece as its PIECEs arrive, a
 large one read by :class:`~aiordma.channel.rendezvous.Reader` where the
-receiver chose.
+receiver chose. While the application takes large messages as new
+objects, the large ones queued behind are read ahead into new buffers
+(up to :data:`~aiordma.channel.rendezvous.READ_AHEAD` bytes), so the
+device is busy while the application handles the one it has.
 
 Call order: ``in_turn`` (any number at once: they queue), or ``chosen ->
 Packets.small_body -> Packets.consumed`` for the head of the queue.
@@ -22,9 +25,11 @@ from aiordma.channel.buffers import GIVE_BACK_AFTER, Into, buffer_length, buffer
 from aiordma.channel.link import Link
 from aiordma.channel.packets import Packets
 from aiordma.channel.registrations import RegistrationCache
-from aiordma.channel.rendezvous import Reader
+from aiordma.channel.rendezvous import READ_AHEAD, STAGED_READ_LIMIT, Reader
 from aiordma.channel.wire import Kind
 from aiordma.exceptions import BufferTooSmallError, MessageRevokedError
+from aiordma.lifecycle import consume_outcome
+from aiordma.metrics import Stats
 
 if TYPE_CHECKING:
     from aiordma.channel.packets import Arrival
@@ -37,25 +42,38 @@ class Receiver:
     """Takes ``packets``' queued messages in turn; large bodies through its
     :attr:`reader`, on ``link``, in pieces of ``read_piece`` bytes, keeping
     registrations in ``cache``. ``check()`` raises once the channel failed;
-    ``send_done(msg_id)`` tells the sender a revoked message will not be read."""
+    ``send_done(msg_id)`` tells the sender a message was read, or a revoked
+    one will not be; reads ahead are counted in ``stats``."""
 
     def __init__(
         self, packets: Packets, link: Link, cache: RegistrationCache, read_piece: int,
-        check: Callable[[], None], send_done: Callable[[int], None],
+        check: Callable[[], None], send_done: Callable[[int], None], stats: Stats,
     ) -> None:  # fmt: skip
         self._packets = packets
+        self._stats = stats
         self.reader = Reader(link, self.answer_revokes, cache, read_piece)
         self._check = check
         self._send_done = send_done
         self._lock = asyncio.Lock()
         self.landed_large = False
         """Whether a body of :data:`GIVE_BACK_AFTER` bytes or more landed in a new buffer."""
+        self._ahead: dict[int, tuple[asyncio.Task[None], bytearray]] = {}
+        """Large messages being read (or read) ahead of their receive, by id:
+        the read and the new buffer it lands in."""
+        self._ahead_bytes = 0
+        self._new_objects = False
+        """Whether the last large message was taken as a new object (then
+        those behind it are read ahead)."""
 
     def let_go(self, check: Callable[[], None]) -> None:
         """The channel failed: check with ``check`` (which raises its error)
-        from now on, and answer no more revocations."""
+        from now on, answer no more revocations, and stop reading ahead."""
         self._check = check
         self.reader.let_go()
+        for task, _ in self._ahead.values():
+            task.cancel()
+        self._ahead.clear()
+        self._ahead_bytes = 0
 
     def answer_revokes(self) -> None:
         """Tell the sender, by DONE, that revoked messages will not be read,
@@ -89,12 +107,17 @@ class Receiver:
         packets = self._packets
         arrival = await self.next_arrival()
         header = arrival.header
+        ahead = self._ahead.get(header.msg_id) if header.kind == Kind.RENDEZVOUS else None
+        if ahead is not None and not await self._landed(header.msg_id, ahead[0]):
+            ahead = None  # (landed first: it may be revoked, and no DONE may meet the read)
         head, into = self.chosen(arrival, choose)
         body: bytes | bytearray | int
         if arrival.saved is not None or header.kind == Kind.EAGER:
             body = packets.small_body(arrival, into)
         elif header.kind == Kind.MEDIUM:
             body = await self._take_pieces(arrival, into)
+        elif ahead is not None:
+            body = self._take_read_ahead(header.msg_id, into)
         else:
             landed = bytearray(header.length) if into is None else None
             if landed is not None and header.length >= GIVE_BACK_AFTER:
@@ -103,6 +126,8 @@ class Receiver:
             assert header.remote is not None
             assert target is not None
             packets.read_started(arrival)
+            self._new_objects = landed is not None
+            self._read_ahead()
             try:  # a buffer made for the message keeps no registration
                 await self.reader.read_body(header.remote, target, keep=landed is None)
             except BaseException:
@@ -112,7 +137,71 @@ class Receiver:
             body = landed if landed is not None else header.length
         packets.consumed()
         packets.count_received(header)
+        if header.kind == Kind.RENDEZVOUS:
+            self._read_ahead()
         return head, body
+
+    def _read_ahead(self) -> None:
+        """Start reading the large messages queued behind into new buffers,
+        while the application takes them so, up to :data:`READ_AHEAD` bytes
+        (those small enough for the staging buffer are left to their receive)."""
+        if not self._new_objects:
+            return
+        for arrival in self._packets.unread(STAGED_READ_LIMIT):
+            header = arrival.header
+            if self._ahead_bytes + header.length > READ_AHEAD:
+                return
+            assert header.remote is not None
+            landed = bytearray(header.length)
+            if header.length >= GIVE_BACK_AFTER:
+                self.landed_large = True
+            self._packets.read_started(arrival)
+            task = asyncio.ensure_future(self._read_one_ahead(arrival, landed))
+            task.add_done_callback(consume_outcome)
+            self._ahead[header.msg_id] = (task, landed)
+            self._ahead_bytes += header.length
+            self._stats.add("large_read_ahead")
+
+    async def _read_one_ahead(self, arrival: Arrival, landed: bytearray) -> None:
+        """Read a queued message's body into ``landed``; once it is whole, its
+        sender is told DONE, so its exposure ends before it is taken."""
+        header = arrival.header
+        assert header.remote is not None
+        try:
+            await self.reader.read_body(header.remote, landed, keep=False)
+        except BaseException:
+            self._packets.read_stopped(arrival)
+            self.answer_revokes()
+            raise
+        if self._packets.read_ended(arrival):
+            self._send_done(header.msg_id)
+
+    async def _landed(self, msg_id: int, read: asyncio.Task[None]) -> bool:
+        """Wait for the read ahead of message ``msg_id`` to land; False if it
+        failed but the channel did not (the message is then read in its
+        turn, as if not read ahead). Cancelled, the read goes on (the
+        message stays queued); the channel failed, its error is raised."""
+        try:
+            await asyncio.shield(read)
+        except BaseException:
+            if not read.done():  # this receive was cancelled
+                raise
+            self._check()
+            _, landed = self._ahead.pop(msg_id)
+            self._ahead_bytes -= len(landed)
+            return False
+        return True
+
+    def _take_read_ahead(self, msg_id: int, into: Into | None) -> bytearray | int:
+        """The body of a message read ahead, landed: its new buffer, or
+        (``into`` chosen) copied there."""
+        _, landed = self._ahead.pop(msg_id)
+        self._ahead_bytes -= len(landed)
+        if into is None:
+            return landed
+        self._new_objects = False  # the application chooses buffers now
+        buffer_view(into)[: len(landed)] = landed
+        return len(landed)
 
     def chosen(self, arrival: Arrival, choose: Chooser | None) -> tuple[bytes, Into | None]:
         """The message's head and where its body goes (None: a new object);
@@ -121,6 +210,9 @@ class Receiver:
         head = self._packets.head(arrival)
         if arrival.revoked:
             self._packets.consumed()
+            ahead = self._ahead.pop(header.msg_id, None)
+            if ahead is not None:  # its read goes on; the buffer is dropped
+                self._ahead_bytes -= len(ahead[1])
             raise MessageRevokedError(
                 f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
                 "before it was read: its send was cancelled or it was not read within "

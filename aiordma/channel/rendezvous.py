@@ -49,6 +49,11 @@ STAGED_READ_LIMIT = 256 << 10
 register, are read into one registered staging buffer and copied out: a
 copy costs less than registering and deregistering the destination
 (``docs/decisions/0004-compiled-core.md``, "Staged reads")."""
+READ_AHEAD = 4 << 20
+"""Bytes of queued large messages the receiver reads before they are asked
+for, while its application takes them as new objects (``recv_message``), so
+the device is not idle between one message and the next
+(``docs/decisions/0022-stream-cost.md``, "Large messages read ahead")."""
 
 
 @dataclass(slots=True)
@@ -357,6 +362,10 @@ class Reader:
         self._idle = idle
         self._reads: set[asyncio.Future[WorkCompletion]] = set()
         """RDMA reads in flight (those of cancelled receives too)."""
+        self._room = asyncio.Semaphore(sizing.READS_IN_FLIGHT)
+        """Pieces in flight, whatever message they are of: reads ahead share
+        one window with the message being taken, so they never pace the
+        peer's adapter faster than one message's read does."""
         self._staging: MemoryRegion | None = None
 
     def let_go(self) -> None:
@@ -370,6 +379,7 @@ class Reader:
 
     def _landed(self, read: asyncio.Future[WorkCompletion]) -> None:
         self._reads.discard(read)
+        self._room.release()
         if not self._reads:
             self._idle()
 
@@ -413,7 +423,8 @@ class Reader:
     async def _read_pieces(self, local: Segment, remote: RemoteBuffer) -> None:
         """RDMA-read ``remote`` into ``local`` in pieces of :attr:`piece`
         (sized by the path, :mod:`~aiordma.channel.sizing`), at most
-        :data:`~aiordma.channel.sizing.READS_IN_FLIGHT` at once.
+        :data:`~aiordma.channel.sizing.READS_IN_FLIGHT` at once, counting
+        every read of this reader's.
 
         One read of many megabytes makes the peer's adapter send every
         response packet at once, with nothing to pace it: across a real link
@@ -432,19 +443,29 @@ class Reader:
             end = min(start + step, size)
             return Read(local[start:end], remote[start:end])
 
-        async def post(first: int, last: int) -> list[asyncio.Future[WorkCompletion]]:
-            reads = await qp.post_batch([piece(start) for start in starts[first:last]])
-            for read in reads:  # tracked until they land, awaited or not
-                self._reads.add(read)
-                read.add_done_callback(self._landed)
-            return reads
-
-        in_flight = sizing.READS_IN_FLIGHT
-        pending = collections.deque(await post(0, in_flight))
+        room = self._room
+        pending: collections.deque[asyncio.Future[WorkCompletion]] = collections.deque()
+        index, count = 0, len(starts)
         try:
-            for index in range(in_flight, len(starts)):
-                await pending.popleft()
-                pending.extend(await post(index, index + 1))
+            while index < count:
+                await room.acquire()  # each read posted holds one, until it lands
+                last = index + 1
+                while last < count and not room.locked():
+                    await room.acquire()  # free now: returns at once
+                    last += 1
+                try:
+                    reads = await qp.post_batch([piece(start) for start in starts[index:last]])
+                except BaseException:
+                    for _ in range(index, last):
+                        room.release()
+                    raise
+                for read in reads:  # tracked until they land, awaited or not
+                    self._reads.add(read)
+                    read.add_done_callback(self._landed)
+                pending.extend(reads)
+                index = last
+                while pending and pending[0].done():
+                    pending.popleft().result()  # a failed piece raises now
             while pending:
                 await pending.popleft()
         finally:

@@ -360,3 +360,26 @@ class ChannelState:
         arrival.reading = False
         if arrival.revoked and not arrival.acked:
             self._ack(arrival)
+
+    def read_ended(self, arrival: Arrival) -> bool:
+        """A read of ``arrival``'s body ahead of its receive landed whole (it
+        stays queued): whether its sender is owed a DONE now, which then
+        also answers a REVOKE that came meanwhile (taking it owes none)."""
+        arrival.reading = False
+        if arrival.acked:
+            return False
+        arrival.acked = True
+        return True
+
+    def unread(self, least: cython.Py_ssize_t) -> list[Arrival]:
+        """The queued rendezvous messages of more than ``least`` bytes that
+        nothing reads or read, and the sender did not withdraw, in order."""
+        found: list[Arrival] = []
+        arrival: Arrival
+        header: Header
+        for arrival in self.ready:
+            header = arrival.header
+            if (header.code == _WIRE.rendezvous and not arrival.reading and not arrival.acked
+                    and not arrival.revoked and header.length > least):  # fmt: skip
+                found.append(arrival)
+        return found

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 
 import pytest
 
@@ -108,3 +109,118 @@ async def test_a_medium_message_refused_by_a_short_buffer_stays_queued_whole(
         into = bytearray(20_000)
         assert await asyncio.wait_for(channel.recv_message_into(into), 30) == 20_000
         assert into == data
+
+
+LARGE = 600_000
+"""Above the staging buffer's 256 KiB: a large message taken as a new object
+lands in a buffer of its own, and those behind it may be read ahead."""
+
+
+async def burst(conn: aiordma.Connection) -> None:
+    """Answer each ``b"count"`` with that many large messages sent at once,
+    then ``b"sent"`` once the peer has read them all."""
+    channel: MessageChannel = conn.prepared
+    async for request in channel:
+        count = int(bytes(request))
+        await asyncio.gather(*(channel.send_message(_payload(i, LARGE)) for i in range(count)))
+        await channel.send_message(b"sent")
+
+
+async def queued(channel: MessageChannel, count: int) -> None:
+    """Wait until ``count`` messages are queued."""
+    async with asyncio.timeout(30):
+        while channel._packets.queued() < count:
+            await channel._packets.arrivals()
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("completion fd")
+async def test_large_messages_queued_behind_are_read_ahead_and_their_sender_released(
+    lab: Lab,
+) -> None:
+    async with channel_to(lab, burst, medium_limit=0) as channel:
+        await channel.send_message(b"6")
+        await queued(channel, 6)
+        assert await asyncio.wait_for(channel.recv_message(), 30) == _payload(0, LARGE)
+        # The five behind were read ahead, and their sender was told so: its
+        # sends completed and its "sent" came before anything else was taken.
+        await queued(channel, 6)
+        assert channel.stats()["counters"]["large_read_ahead"] == 5
+        assert await asyncio.wait_for(channel.recv_message(), 30) == _payload(1, LARGE)
+        into = bytearray(LARGE + 10)  # a buffer chosen after all: copied there
+        assert await asyncio.wait_for(channel.recv_message_into(into), 30) == LARGE
+        assert into[:LARGE] == _payload(2, LARGE)
+        region = channel.conn.alloc(LARGE)
+        assert await asyncio.wait_for(channel.recv_message_into(region), 30) == LARGE
+        assert bytes(region.view()) == _payload(3, LARGE)
+        for i in (4, 5):
+            assert await asyncio.wait_for(channel.recv_message(), 30) == _payload(i, LARGE)
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"sent"
+        # Taken into chosen buffers, nothing more is read ahead.
+        await channel.send_message(b"3")
+        await queued(channel, 3)
+        assert await asyncio.wait_for(channel.recv_message_into(into), 30) == LARGE
+        await queued(channel, 2)
+        assert channel._packets.queued() == 2  # "sent" waits for the peer's reads
+        assert channel.stats()["counters"]["large_read_ahead"] == 5
+        for i in (1, 2):
+            assert await asyncio.wait_for(channel.recv_message_into(into), 30) == LARGE
+            assert into[:LARGE] == _payload(i, LARGE)
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"sent"
+        region.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.both_loops("cancellation")
+async def test_receives_cancelled_at_any_moment_while_reading_ahead_lose_nothing(
+    lab: Lab,
+) -> None:
+    async with channel_to(lab, burst, medium_limit=0) as channel:
+        await channel.send_message(b"6")
+        await queued(channel, 6)
+        got = [await asyncio.wait_for(channel.recv_message(), 30)]
+        turns = 0
+        async with asyncio.timeout(60):
+            while len(got) < 7:
+                receive = asyncio.ensure_future(channel.recv_message())
+                for _ in range(turns % 4):
+                    await asyncio.sleep(0)
+                receive.cancel()
+                turns += 1
+                await asyncio.wait([receive])
+                if not receive.cancelled():
+                    got.append(receive.result())
+        assert turns > 6  # some were cancelled
+        assert got == [*(_payload(i, LARGE) for i in range(6)), b"sent"]
+
+
+@pytest.mark.asyncio
+async def test_a_channel_closed_while_reading_ahead_fails_its_peers_sends_and_leaks_nothing(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    outcomes: list[BaseException | None] = []
+    ended = asyncio.Event()
+
+    async def send_many(conn: aiordma.Connection) -> None:
+        channel: MessageChannel = conn.prepared
+        await channel.recv_message()
+        outcomes.extend(
+            await asyncio.gather(
+                *(channel.send_message(_payload(i, LARGE)) for i in range(6)),
+                return_exceptions=True,
+            )
+        )
+        ended.set()
+
+    async with channel_to(lab, send_many, medium_limit=0) as channel:
+        await channel.send_message(b"go")
+        await queued(channel, 6)
+        assert await asyncio.wait_for(channel.recv_message(), 30) == _payload(0, LARGE)
+        assert channel.stats()["counters"]["large_read_ahead"] == 5
+        await channel.close()
+        with pytest.raises(aiordma.RdmaError):
+            await channel.recv_message()
+    await asyncio.wait_for(ended.wait(), 30)
+    assert outcomes[0] is None
+    assert all(o is None or isinstance(o, aiordma.ConnectionLostError) for o in outcomes)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -87,6 +87,34 @@ def test_a_revoke_during_a_read_is_answered_when_the_read_ends() -> None:
     assert (arrival.revoked, done_due) == (True, False)
 
 
+def test_a_message_read_ahead_owes_its_done_when_it_lands_and_none_when_taken() -> None:
+    state = _state()
+    _queue(state, 0, _rendezvous(5, 1000))
+    _queue(state, 1, Header(Kind.EAGER, 0, 0, 10), 50)
+    _queue(state, 2, _rendezvous(6, 100))
+    _queue(state, 3, _rendezvous(7, 1000))
+    _queue(state, 4, _rendezvous(8, 1000))
+    assert [a.header.msg_id for a in state.unread(100)] == [5, 7, 8]  # 6 is too small
+    state.ready[0].reading = True  # 5: its receive reads it
+    state.ready[3].reading = True  # 7: read ahead
+    _control(state, Header(Kind.REVOKE, 0, 8))
+    assert [a.header.msg_id for a in state.unread(0)] == [6]  # 8 was withdrawn
+    assert state.acks_due == [8]
+    _control(state, Header(Kind.REVOKE, 0, 7))
+    assert state.acks_due == [8]  # 7 is being read: answered when it lands
+    seventh = state.ready[3]
+    assert state.read_ended(seventh)  # landed: its DONE is due now, once
+    assert (seventh.reading, seventh.revoked) == (False, True)
+    assert not state.read_ended(seventh)
+    state.ready[0].reading = False  # 5: its receive was cancelled
+    assert [a.header.msg_id for a in state.unread(0)] == [5, 6]  # 7 was read
+    for expected in (5, 0, 6):
+        arrival, _ = state.take()
+        assert arrival.header.msg_id == expected
+    arrival, done_due = state.take()
+    assert (arrival.header.msg_id, done_due) == (7, False)  # its DONE went when it landed
+
+
 def test_eager_messages_need_no_done_and_the_first_in_line_is_offered() -> None:
     state = _state()
     assert _queue(state, 3, Header(Kind.EAGER, 0, 0, 10), 50)
