@@ -7,9 +7,9 @@ receive turn, so messages are taken whole and in order: a small or saved
 one is copied out, a MEDIUM one piece by piece as its PIECEs arrive, a
 large one read by :class:`~aiordma.channel.rendezvous.Reader` where the
 receiver chose. While the application takes large messages as new
-objects, the large ones queued behind are read ahead into new buffers
-(up to :data:`~aiordma.channel.rendezvous.READ_AHEAD` bytes), so the
-device is busy while the application handles the one it has.
+objects, the next large one queued is read ahead into a new buffer (up to
+:data:`~aiordma.channel.rendezvous.READ_AHEAD` bytes), so the device works
+while the application handles the one it has.
 
 Call order: ``in_turn`` (any number at once: they queue), or ``chosen ->
 Packets.small_body -> Packets.consumed`` for the head of the queue.
@@ -58,9 +58,8 @@ class Receiver:
         self.landed_large = False
         """Whether a body of :data:`GIVE_BACK_AFTER` bytes or more landed in a new buffer."""
         self._ahead: dict[int, tuple[asyncio.Task[None], bytearray]] = {}
-        """Large messages being read (or read) ahead of their receive, by id:
-        the read and the new buffer it lands in."""
-        self._ahead_bytes = 0
+        """The large message being read (or read) ahead of its receive, by
+        id: the read and the new buffer it lands in."""
         self._new_objects = False
         """Whether the last large message was taken as a new object (then
         those behind it are read ahead)."""
@@ -73,7 +72,6 @@ class Receiver:
         for task, _ in self._ahead.values():
             task.cancel()
         self._ahead.clear()
-        self._ahead_bytes = 0
 
     def answer_revokes(self) -> None:
         """Tell the sender, by DONE, that revoked messages will not be read,
@@ -142,16 +140,16 @@ class Receiver:
         return head, body
 
     def _read_ahead(self) -> None:
-        """Start reading the large messages queued behind into new buffers,
-        while the application takes them so, up to :data:`READ_AHEAD` bytes
-        (those small enough for the staging buffer are left to their receive)."""
-        if not self._new_objects:
+        """Start reading the next large message queued into a new buffer,
+        while the application takes them so and none is read ahead yet (one
+        at most, up to :data:`READ_AHEAD` bytes; one small enough for the
+        staging buffer is left to its receive)."""
+        if not self._new_objects or self._ahead:
             return
         for arrival in self._packets.unread(STAGED_READ_LIMIT):
             header = arrival.header
-            if self._ahead_bytes + header.length > READ_AHEAD:
+            if header.length > READ_AHEAD:
                 return
-            assert header.remote is not None
             landed = bytearray(header.length)
             if header.length >= GIVE_BACK_AFTER:
                 self.landed_large = True
@@ -159,8 +157,8 @@ class Receiver:
             task = asyncio.ensure_future(self._read_one_ahead(arrival, landed))
             task.add_done_callback(consume_outcome)
             self._ahead[header.msg_id] = (task, landed)
-            self._ahead_bytes += header.length
             self._stats.add("large_read_ahead")
+            return
 
     async def _read_one_ahead(self, arrival: Arrival, landed: bytearray) -> None:
         """Read a queued message's body into ``landed``; once it is whole, its
@@ -187,8 +185,7 @@ class Receiver:
             if not read.done():  # this receive was cancelled
                 raise
             self._check()
-            _, landed = self._ahead.pop(msg_id)
-            self._ahead_bytes -= len(landed)
+            del self._ahead[msg_id]
             return False
         return True
 
@@ -196,7 +193,6 @@ class Receiver:
         """The body of a message read ahead, landed: its new buffer, or
         (``into`` chosen) copied there."""
         _, landed = self._ahead.pop(msg_id)
-        self._ahead_bytes -= len(landed)
         if into is None:
             return landed
         self._new_objects = False  # the application chooses buffers now
@@ -210,9 +206,7 @@ class Receiver:
         head = self._packets.head(arrival)
         if arrival.revoked:
             self._packets.consumed()
-            ahead = self._ahead.pop(header.msg_id, None)
-            if ahead is not None:  # its read goes on; the buffer is dropped
-                self._ahead_bytes -= len(ahead[1])
+            self._ahead.pop(header.msg_id, None)  # read, and dropped
             raise MessageRevokedError(
                 f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
                 "before it was read: its send was cancelled or it was not read within "
