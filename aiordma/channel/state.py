@@ -345,8 +345,8 @@ class ChannelState:
                 exposed: Header = arrival.header
                 if exposed.code == _WIRE.rendezvous and exposed.msg_id == header.msg_id:
                     arrival.revoked = True
-                    if not arrival.reading:  # answered now; else once the read ends
-                        self._ack(arrival)
+                    if not arrival.reading and not arrival.acked:  # answered now, or
+                        self._ack(arrival)  # once the read ends, or by the DONE that went
         return 0
 
     @cython.cfunc

@@ -106,6 +106,13 @@ def test_a_message_read_ahead_owes_its_done_when_it_lands_and_none_when_taken() 
     assert state.read_ended(seventh)  # landed: its DONE is due now, once
     assert (seventh.reading, seventh.revoked) == (False, True)
     assert not state.read_ended(seventh)
+    _queue(state, 5, _rendezvous(9, 1000))
+    ninth = state.ready[5]
+    ninth.reading = True  # 9: read ahead, landed, then a REVOKE that crossed its DONE
+    assert state.read_ended(ninth)
+    _control(state, Header(Kind.REVOKE, 0, 9))
+    assert ninth.revoked  # not to be delivered: its sender gave up on it
+    assert state.acks_due == [8]  # the DONE that went answers it: no second one
     state.ready[0].reading = False  # 5: its receive was cancelled
     assert [a.header.msg_id for a in state.unread(0)] == [5, 6]  # 7 was read
     for expected in (5, 0, 6):
