@@ -118,6 +118,11 @@ class ChannelOptions:
     """Large messages are read in RDMA reads of this many bytes (at least
     4096), four at a time; None: by the path, 1 MiB from a peer on the same
     device, 64 KiB across a wire (where larger reads lose more to a lossy link)."""
+    read_ahead: int | None = None
+    """While the application takes large messages as new objects
+    (``recv_message``), the next one queued is read before it is asked for
+    if it is at most this many bytes (0: never); None: by the path, 16 MiB
+    from a peer on the same device, 0 across a wire."""
 
     def __post_init__(self) -> None:
         timeout = check_seconds("exposure_timeout", self.exposure_timeout, zero=False)
@@ -144,7 +149,8 @@ class ChannelOptions:
         """
         for name in ("window", "max_message", "medium_limit", "registration_cache"):
             check_int(name, getattr(self, name))
-        for name in ("control_window", "buffer_size", "max_exposed", "send_slots", "read_piece"):
+        optional = ("control_window", "buffer_size", "max_exposed", "send_slots")
+        for name in (*optional, "read_piece", "read_ahead"):
             value = getattr(self, name)
             if value is not None:
                 check_int(name, value)
@@ -157,6 +163,8 @@ class ChannelOptions:
             raise ValueError(
                 f"registration_cache must not be negative, not {self.registration_cache}"
             )
+        if self.read_ahead is not None and self.read_ahead < 0:
+            raise ValueError(f"read_ahead must not be negative, not {self.read_ahead}")
         if self.read_piece is not None and self.read_piece < MIN_READ_PIECE:
             raise ValueError(
                 f"read_piece must be at least {MIN_READ_PIECE} bytes, not {self.read_piece}"
@@ -219,6 +227,7 @@ class TuningKeywords(TypedDict, total=False):  # (a TypedDict cannot be made fro
     medium_limit: int
     registration_cache: int
     read_piece: int | None
+    read_ahead: int | None
 
 
 class ChannelKeywords(TuningKeywords, total=False):

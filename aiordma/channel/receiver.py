@@ -8,8 +8,8 @@ one is copied out, a MEDIUM one piece by piece as its PIECEs arrive, a
 large one read by :class:`~aiordma.channel.rendezvous.Reader` where the
 receiver chose. While the application takes large messages as new
 objects, the next large one queued is read ahead into a new buffer (up to
-:data:`~aiordma.channel.rendezvous.READ_AHEAD` bytes), so the device works
-while the application handles the one it has.
+the channel's ``read_ahead`` bytes), so the device works while the
+application handles the one it has.
 
 Call order: ``in_turn`` (any number at once: they queue), or ``chosen ->
 Packets.small_body -> Packets.consumed`` for the head of the queue.
@@ -25,7 +25,7 @@ from aiordma.channel.buffers import GIVE_BACK_AFTER, Into, buffer_length, buffer
 from aiordma.channel.link import Link
 from aiordma.channel.packets import Packets
 from aiordma.channel.registrations import RegistrationCache
-from aiordma.channel.rendezvous import READ_AHEAD, STAGED_READ_LIMIT, Reader
+from aiordma.channel.rendezvous import STAGED_READ_LIMIT, Reader
 from aiordma.channel.wire import Kind
 from aiordma.exceptions import BufferTooSmallError, MessageRevokedError
 from aiordma.lifecycle import consume_outcome
@@ -41,15 +41,18 @@ Chooser = Callable[[bytes, int], "Into | None"]
 class Receiver:
     """Takes ``packets``' queued messages in turn; large bodies through its
     :attr:`reader`, on ``link``, in pieces of ``read_piece`` bytes, keeping
-    registrations in ``cache``. ``check()`` raises once the channel failed;
+    registrations in ``cache``; one of at most ``read_ahead`` bytes may be
+    read before it is asked for. ``check()`` raises once the channel failed;
     ``send_done(msg_id)`` tells the sender a message was read, or a revoked
     one will not be; reads ahead are counted in ``stats``."""
 
     def __init__(
         self, packets: Packets, link: Link, cache: RegistrationCache, read_piece: int,
-        check: Callable[[], None], send_done: Callable[[int], None], stats: Stats,
+        read_ahead: int, check: Callable[[], None], send_done: Callable[[int], None],
+        stats: Stats,
     ) -> None:  # fmt: skip
         self._packets = packets
+        self._read_ahead_limit = read_ahead
         self._stats = stats
         self.reader = Reader(link, self.answer_revokes, cache, read_piece)
         self._check = check
@@ -142,13 +145,13 @@ class Receiver:
     def _read_ahead(self) -> None:
         """Start reading the next large message queued into a new buffer,
         while the application takes them so and none is read ahead yet (one
-        at most, up to :data:`READ_AHEAD` bytes; one small enough for the
-        staging buffer is left to its receive)."""
-        if not self._new_objects or self._ahead:
+        at most, up to the ``read_ahead`` bytes given; one small enough for
+        the staging buffer is left to its receive)."""
+        if not self._new_objects or self._ahead or not self._read_ahead_limit:
             return
         for arrival in self._packets.unread(STAGED_READ_LIMIT):
             header = arrival.header
-            if header.length > READ_AHEAD:
+            if header.length > self._read_ahead_limit:
                 return
             landed = bytearray(header.length)
             if header.length >= GIVE_BACK_AFTER:

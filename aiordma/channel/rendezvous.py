@@ -49,12 +49,6 @@ STAGED_READ_LIMIT = 256 << 10
 register, are read into one registered staging buffer and copied out: a
 copy costs less than registering and deregistering the destination
 (``docs/decisions/0004-compiled-core.md``, "Staged reads")."""
-READ_AHEAD = 16 << 20
-"""The largest message the receiver reads before it is asked for, one at a
-time, while its application takes large messages as new objects
-(``recv_message``), so the device works while the application handles the
-one it has (``docs/decisions/0022-stream-cost.md``, "Large messages read
-ahead": one message ahead paid, more did not)."""
 
 
 @dataclass(slots=True)

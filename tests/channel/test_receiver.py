@@ -174,6 +174,20 @@ async def test_the_next_large_message_is_read_ahead_and_its_sender_released(lab:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("read_ahead", [0, LARGE - 1])
+async def test_nothing_larger_than_read_ahead_is_read_before_it_is_asked_for(
+    lab: Lab, read_ahead: int
+) -> None:
+    async with channel_to(lab, burst, medium_limit=0, read_ahead=read_ahead) as channel:
+        await channel.send_message(b"3")
+        await queued(channel, 3)
+        for i in range(3):
+            assert await asyncio.wait_for(channel.recv_message(), 30) == _payload(i, LARGE)
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"sent"
+        assert "large_read_ahead" not in channel.stats()["counters"]
+
+
+@pytest.mark.asyncio
 @pytest.mark.both_loops("cancellation")
 async def test_receives_cancelled_at_any_moment_while_reading_ahead_lose_nothing(
     lab: Lab,

@@ -4,7 +4,7 @@
 # alternated twice; perftest beside each.
 # Run as: aiordma lab --hosts 2 -- sh docs/decisions/0022-stream-cost/read-ahead-across.sh
 PY=/work/main/.venv/bin/python
-for round in 1 2; do
+for round in ${ROUNDS:-1 2}; do
   for side in before after; do
     if [ $side = before ]; then D=/tmp/basepkgC; else D=/tmp; fi
     echo "== round $round: $side"

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Issue 65 item 2: read_ahead.py on cb369df (the budget then in bytes, 4 MiB by default),
-# READ_AHEAD at 0 (none), one,
+# Issue 65 item 2: read_ahead.py as it was at cb369df (it then set the receiver's budget of
+# bytes read ahead, 4 MiB by default, from READ_AHEAD) at 0 (none), one,
 # two and four 1 MiB messages, with and without 20 ms of awaited work per message.
 # Run as: aiordma lab -- sh docs/decisions/0022-stream-cost/read-ahead-budget.sh
 S=/work/main/docs/decisions/0022-stream-cost/read_ahead.py
