@@ -34,7 +34,10 @@ READ_AHEAD = os.environ.get("READ_AHEAD")
 SCRIPT = os.path.abspath(__file__)
 
 
-async def serve(addr: str) -> None:
+async def serve(addr: str | None) -> None:
+    """Serve on ``addr`` for host 1 across the link (printing ``port N``), or
+    beside the client (None: printing the port alone, for beside_server)."""
+
     async def handle(channel: aiordma.MessageChannel) -> None:
         taken = 0
         while True:
@@ -50,10 +53,10 @@ async def serve(addr: str) -> None:
 
     read_ahead = None if READ_AHEAD is None else int(READ_AHEAD)
     server = await aiordma.start_channel_server(
-        handle, addr, 0, max_message=SIZE, read_ahead=read_ahead
+        handle, addr or ADDR, 0, max_message=SIZE, read_ahead=read_ahead
     )
     port = server.addresses[0][1]
-    print(port if addr == ADDR else f"port {port}", flush=True)  # (beside_server reads a number)
+    print(port if addr is None else f"port {port}", flush=True)
     await asyncio.sleep(3600)
 
 
@@ -87,7 +90,8 @@ async def across(fabric: Fabric) -> None:
         env["READ_AHEAD"] = READ_AHEAD
     server = fabric.start([sys.executable, SCRIPT, "serve", fabric.peer_addr], env=env)
     try:
-        out = await server.wait_for_output("port ")
+        async with asyncio.timeout(120):
+            out = await server.wait_for_output("port ")
         await client(fabric.peer_addr, int(out.split("port ", 1)[1].split()[0]))
     finally:
         server.send_signal(signal.SIGKILL)
@@ -95,7 +99,7 @@ async def across(fabric: Fabric) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        uvloop.run(serve(sys.argv[2] if len(sys.argv) > 2 else ADDR))
+        uvloop.run(serve(sys.argv[2] if len(sys.argv) > 2 else None))
     elif (fabric := Fabric.from_environment()) is not None:
         uvloop.run(across(fabric))
     else:
