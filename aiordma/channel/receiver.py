@@ -169,7 +169,7 @@ class Receiver:
         header = arrival.header
         assert header.remote is not None
         try:
-            await self.reader.read_body(header.remote, landed, keep=False)
+            await self.reader.read_body(header.remote, landed, keep=False, ahead=True)
         except BaseException:
             self._packets.read_stopped(arrival)
             self.answer_revokes()

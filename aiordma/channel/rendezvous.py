@@ -333,6 +333,57 @@ def _nothing() -> None:
     """What a failed channel's reader calls when its reads end."""
 
 
+class _Window:
+    """Room for pieces in flight, shared by a channel's reads; a read of the
+    message being taken is given room before a read ahead, so reading ahead
+    only fills what the message being taken leaves.
+
+    Call order, per piece: ``take`` (or ``take_now`` returning True) ->
+    ``give`` once it has landed.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiting: tuple[collections.deque[asyncio.Future[None]], ...] = (
+            collections.deque(),  # reads of the message being taken
+            collections.deque(),  # reads ahead
+        )
+
+    def take_now(self) -> bool:
+        """Take room for one piece if there is some (nobody waits then)."""
+        if self._free:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self, ahead: bool) -> None:
+        """Take room for one piece, waiting behind earlier takers of the same
+        kind, and behind every read of a message being taken if ``ahead``."""
+        if self.take_now():
+            return
+        handed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting[ahead].append(handed)
+        try:
+            await handed
+        except asyncio.CancelledError:
+            if handed.done() and not handed.cancelled():  # handed over as it was cancelled
+                self.give()
+            elif handed in self._waiting[ahead]:  # (else give() dropped it already)
+                self._waiting[ahead].remove(handed)
+            raise
+
+    def give(self) -> None:
+        """A piece landed (or was never posted): its room goes to the first
+        waiting read, or is free."""
+        for waiting in self._waiting:
+            while waiting:
+                handed = waiting.popleft()
+                if not handed.done():
+                    handed.set_result(None)
+                    return
+        self._free += 1
+
+
 class Reader:
     """Reads the peer's large messages: in pieces, at most a few at once,
     into registered memory directly (the application's, or a registration
@@ -357,10 +408,10 @@ class Reader:
         self._idle = idle
         self._reads: set[asyncio.Future[WorkCompletion]] = set()
         """RDMA reads in flight (those of cancelled receives too)."""
-        self._room = asyncio.Semaphore(sizing.READS_IN_FLIGHT)
-        """Pieces in flight, whatever message they are of: reads ahead share
-        one window with the message being taken, so they never pace the
-        peer's adapter faster than one message's read does."""
+        self._room = _Window(sizing.READS_IN_FLIGHT)
+        """Pieces in flight, whatever message they are of: a read ahead shares
+        one window with the message being taken, so it never paces the peer's
+        adapter faster than one message's read does."""
         self._staging: MemoryRegion | None = None
 
     def let_go(self) -> None:
@@ -374,17 +425,20 @@ class Reader:
 
     def _landed(self, read: asyncio.Future[WorkCompletion]) -> None:
         self._reads.discard(read)
-        self._room.release()
+        self._room.give()
         if not self._reads:
             self._idle()
 
-    async def read_body(self, remote: RemoteBuffer, target: Into, keep: bool = True) -> None:
+    async def read_body(
+        self, remote: RemoteBuffer, target: Into, keep: bool = True, ahead: bool = False
+    ) -> None:
         """RDMA-read ``remote`` (a rendezvous message's body) into the start of
         ``target``, whose registration may be kept only if ``keep`` (not for a
-        buffer made for the message)."""
-        await self._read(target, remote, keep)
+        buffer made for the message); ``ahead``: before it is asked for (its
+        pieces wait for those of the message being taken)."""
+        await self._read(target, remote, keep, ahead)
 
-    async def _read(self, target: Into, remote: RemoteBuffer, keep: bool) -> None:
+    async def _read(self, target: Into, remote: RemoteBuffer, keep: bool, ahead: bool) -> None:
         """RDMA-read ``remote`` into the start of ``target``."""
         own: MemoryRegion | None = None
         if isinstance(target, MemoryRegion):
@@ -398,7 +452,7 @@ class Reader:
             if self._staging is None:
                 self._staging = self._link.alloc(STAGED_READ_LIMIT)
             staged = self._staging.segment(0, remote.length)
-            await self._read_pieces(staged, remote)
+            await self._read_pieces(staged, remote, ahead)
             with staged.view() as data:
                 buffer_view(target)[: remote.length] = data
             return
@@ -410,12 +464,12 @@ class Reader:
             else:
                 segment = kept[: remote.length]
         try:
-            await self._read_pieces(segment, remote)
+            await self._read_pieces(segment, remote, ahead)
         finally:
             if own is not None:
                 release_mr(own)
 
-    async def _read_pieces(self, local: Segment, remote: RemoteBuffer) -> None:
+    async def _read_pieces(self, local: Segment, remote: RemoteBuffer, ahead: bool) -> None:
         """RDMA-read ``remote`` into ``local`` in pieces of :attr:`piece`
         (sized by the path, :mod:`~aiordma.channel.sizing`), at most
         :data:`~aiordma.channel.sizing.READS_IN_FLIGHT` at once, counting
@@ -443,16 +497,15 @@ class Reader:
         index, count = 0, len(starts)
         try:
             while index < count:
-                await room.acquire()  # each read posted holds one, until it lands
+                await room.take(ahead)  # each read posted holds one, until it lands
                 last = index + 1
-                while last < count and not room.locked():
-                    await room.acquire()  # free now: returns at once
+                while last < count and room.take_now():
                     last += 1
                 try:
                     reads = await qp.post_batch([piece(start) for start in starts[index:last]])
                 except BaseException:
                     for _ in range(index, last):
-                        room.release()
+                        room.give()
                     raise
                 for read in reads:  # tracked until they land, awaited or not
                     self._reads.add(read)
