@@ -43,7 +43,7 @@ from aiordma.channel.receiver import Chooser, Receiver
 from aiordma.channel.registrations import RegistrationCache
 from aiordma.channel.rendezvous import Exposure, Exposures
 from aiordma.channel.sender import Sender
-from aiordma.channel.sizing import read_ahead_for, read_piece_for
+from aiordma.channel.sizing import read_piece_for
 from aiordma.channel.wire import Hello, Kind
 from aiordma.cm.connection import Connection
 from aiordma.exceptions import (
@@ -147,7 +147,7 @@ class MessageChannel(Closable):
         self._receiver = Receiver(
             self._packets, conn, self._kept_into,
             read_piece_for(options.read_piece, conn.loopback),
-            read_ahead_for(options.read_ahead, conn.loopback), self._check,
+            options.read_ahead, self._check,
             functools.partial(self._sender.control_soon, Kind.DONE), self._stats,
         )  # fmt: skip
         self._reader = self._receiver.reader

@@ -43,6 +43,10 @@ DEFAULT_MEDIUM_LIMIT = 256 << 10
 """Bodies up to this size (above the eager limit) are copied through the
 registered slots in pieces, by default; larger ones go by rendezvous
 (docs/decisions/0006)."""
+DEFAULT_READ_AHEAD = 16 << 20
+"""The largest message read before it is asked for, by default (the next
+one queued, while the application takes large messages as new objects;
+``docs/decisions/0022-stream-cost.md``, "Large messages read ahead")."""
 DEFAULT_REGISTRATION_CACHE = DEFAULT_CAPACITY
 """Bytes of plain buffers a channel keeps registered each way
 (:mod:`aiordma.channel.registrations`)."""
@@ -118,11 +122,10 @@ class ChannelOptions:
     """Large messages are read in RDMA reads of this many bytes (at least
     4096), four at a time; None: by the path, 1 MiB from a peer on the same
     device, 64 KiB across a wire (where larger reads lose more to a lossy link)."""
-    read_ahead: int | None = None
+    read_ahead: int = DEFAULT_READ_AHEAD
     """While the application takes large messages as new objects
     (``recv_message``), the next one queued is read before it is asked for
-    if it is at most this many bytes (0: never); None: by the path, 16 MiB
-    from a peer on the same device, 0 across a wire."""
+    if it is at most this many bytes (16 MiB by default; 0: never)."""
 
     def __post_init__(self) -> None:
         timeout = check_seconds("exposure_timeout", self.exposure_timeout, zero=False)
@@ -147,10 +150,9 @@ class ChannelOptions:
         queue's buffer size when the channel draws on one. ValueError (or
         TypeError) names the first option that cannot work.
         """
-        for name in ("window", "max_message", "medium_limit", "registration_cache"):
+        for name in ("window", "max_message", "medium_limit", "registration_cache", "read_ahead"):
             check_int(name, getattr(self, name))
-        optional = ("control_window", "buffer_size", "max_exposed", "send_slots")
-        for name in (*optional, "read_piece", "read_ahead"):
+        for name in ("control_window", "buffer_size", "max_exposed", "send_slots", "read_piece"):
             value = getattr(self, name)
             if value is not None:
                 check_int(name, value)
@@ -163,7 +165,7 @@ class ChannelOptions:
             raise ValueError(
                 f"registration_cache must not be negative, not {self.registration_cache}"
             )
-        if self.read_ahead is not None and self.read_ahead < 0:
+        if self.read_ahead < 0:
             raise ValueError(f"read_ahead must not be negative, not {self.read_ahead}")
         if self.read_piece is not None and self.read_piece < MIN_READ_PIECE:
             raise ValueError(
@@ -227,7 +229,7 @@ class TuningKeywords(TypedDict, total=False):  # (a TypedDict cannot be made fro
     medium_limit: int
     registration_cache: int
     read_piece: int | None
-    read_ahead: int | None
+    read_ahead: int
 
 
 class ChannelKeywords(TuningKeywords, total=False):

@@ -1,4 +1,4 @@
-"""One-sided work sized by the path: read pieces, reads ahead and bulk windows.
+"""One-sided work sized by the path: read pieces and bulk windows.
 
 A peer on the same device has no wire between: nothing to overrun, nothing
 lost, so larger pieces and more of them in flight cost nothing and save
@@ -24,16 +24,7 @@ READS_IN_FLIGHT = 4
 """Pieces of large messages being read at once (the one taken and the one
 read ahead together): 1 MiB in flight paces the sender's adapter to what
 the receiver takes in."""
-LOCAL_READ_AHEAD = 16 << 20
-"""From a peer on the same device, the largest message the receiver reads
-before it is asked for (the next one queued, while the application takes
-large messages as new objects): an application that handles each message
-before taking the next overlaps that work with the next read
-(``docs/decisions/0022-stream-cost.md``, "Large messages read ahead")."""
-WIRE_READ_AHEAD = 0
-"""From a peer across a wire, nothing is read ahead by default: the lab's
-link moved large messages no faster with it, and RPC results a tenth slower
-on average (the same record)."""
+
 WIRE_WINDOW = 16
 """Records of a bulk table in flight at once to a peer across a wire
 (pieces of :data:`READ_PIECE`: 1 MiB in flight, which a lossy link carries)."""
@@ -49,15 +40,6 @@ def read_piece_for(chosen: int | None, loopback: bool) -> int:
     if chosen is not None:
         return chosen
     return LOCAL_READ_PIECE if loopback else READ_PIECE
-
-
-def read_ahead_for(chosen: int | None, loopback: bool) -> int:
-    """The largest message read ahead: ``chosen`` if the caller set one, else
-    by the path (:data:`LOCAL_READ_AHEAD` on a ``loopback`` link, else
-    :data:`WIRE_READ_AHEAD`)."""
-    if chosen is not None:
-        return chosen
-    return LOCAL_READ_AHEAD if loopback else WIRE_READ_AHEAD
 
 
 def bulk_window_for(chosen: int | None, loopback: bool) -> int:

@@ -34,14 +34,7 @@ from aiordma.channel.options import (
     ChannelOptions,
     TuningKeywords,
 )
-from aiordma.channel.sizing import (
-    LOCAL_READ_AHEAD,
-    LOCAL_READ_PIECE,
-    READ_PIECE,
-    WIRE_READ_AHEAD,
-    read_ahead_for,
-    read_piece_for,
-)
+from aiordma.channel.sizing import LOCAL_READ_PIECE, READ_PIECE, read_piece_for
 from aiordma.channel.wire import MIN_BUFFER
 
 NOWHERE = ("192.0.2.99", 9)
@@ -215,11 +208,3 @@ def test_the_read_piece_follows_the_path_unless_set() -> None:
     assert read_piece_for(None, loopback=True) == LOCAL_READ_PIECE == 1 << 20
     assert read_piece_for(None, loopback=False) == READ_PIECE == 64 << 10
     assert read_piece_for(8192, loopback=True) == 8192
-
-
-def test_reading_ahead_follows_the_path_unless_set() -> None:
-    assert ChannelOptions().read_ahead is None
-    assert read_ahead_for(None, loopback=True) == LOCAL_READ_AHEAD == 16 << 20
-    assert read_ahead_for(None, loopback=False) == WIRE_READ_AHEAD == 0
-    assert read_ahead_for(1 << 20, loopback=False) == 1 << 20
-    assert read_ahead_for(0, loopback=True) == 0

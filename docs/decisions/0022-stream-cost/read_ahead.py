@@ -10,7 +10,7 @@ server (another process; on host 2 of the two-host lab, across its link) takes
 each with ``recv_message`` and then awaits ``asyncio.sleep(WORK_MS / 1000)``.
 Prints MB/s from the first send to the server's last take, and the server's
 ``large_read_ahead`` count. ``READ_AHEAD`` sets the server's ``read_ahead``
-option (unset: the default, by the path).
+option (unset: the default).
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ async def serve(addr: str | None) -> None:
             if WORK_MS:
                 await asyncio.sleep(WORK_MS / 1000)
 
-    read_ahead = None if READ_AHEAD is None else int(READ_AHEAD)
+    options = {} if READ_AHEAD is None else {"read_ahead": int(READ_AHEAD)}
     server = await aiordma.start_channel_server(
-        handle, addr or ADDR, 0, max_message=SIZE, read_ahead=read_ahead
+        handle, addr or ADDR, 0, max_message=SIZE, **options
     )
     port = server.addresses[0][1]
     print(port if addr is None else f"port {port}", flush=True)
