@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import BinaryIO
 
 from aiordma.exceptions import LabError
 
@@ -175,8 +176,11 @@ def guest_script(argv: list[str], path: Path) -> str:
     return shlex.join(["sh", str(path)])
 
 
-def _relay(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
-    """Copy the child's stdout/stderr to ours until it exits; return its status.
+def _relay(
+    proc: subprocess.Popen[bytes], timeout: float | None, sink: BinaryIO | None = None
+) -> int:
+    """Copy the child's stdout/stderr to ours (or both to ``sink``) until it
+    exits; return its status.
 
     vng is given pipes, not our descriptors: QEMU writes its console through
     descriptors of its own, which on a regular file clobber what we logged.
@@ -185,8 +189,8 @@ def _relay(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
     assert proc.stderr is not None
     deadline = None if timeout is None else time.monotonic() + timeout
     with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
-        sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
+        sel.register(proc.stdout, selectors.EVENT_READ, sink or sys.stdout.buffer)
+        sel.register(proc.stderr, selectors.EVENT_READ, sink or sys.stderr.buffer)
         while sel.get_map():
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
@@ -229,14 +233,19 @@ def _teardown_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run_group(argv: list[str], env: dict[str, str], timeout: float | None) -> int:
+def run_group(
+    argv: list[str], env: dict[str, str], timeout: float | None, sink: BinaryIO | None = None
+) -> int:
     """Run ``argv`` in its own process group; kill the whole group on timeout,
-    interrupt (SIGINT) or termination (SIGTERM, SIGHUP: raises :class:`Terminated`)."""
+    interrupt (SIGINT) or termination (SIGTERM, SIGHUP: raises :class:`Terminated`).
+    Its output goes to ours, or to ``sink`` if given."""
     with _teardown_on_signals():
-        return _run_group_now(argv, env, timeout)
+        return _run_group_now(argv, env, timeout, sink)
 
 
-def _run_group_now(argv: list[str], env: dict[str, str], timeout: float | None) -> int:
+def _run_group_now(
+    argv: list[str], env: dict[str, str], timeout: float | None, sink: BinaryIO | None
+) -> int:
     proc = subprocess.Popen(
         argv,
         env=env,
@@ -246,7 +255,7 @@ def _run_group_now(argv: list[str], env: dict[str, str], timeout: float | None) 
         start_new_session=True,
     )
     try:
-        return _relay(proc, timeout)
+        return _relay(proc, timeout, sink)
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -282,20 +291,33 @@ def kvm_works(kernel: Path, *, refresh: bool = False) -> bool:
         return verdicts[key]
     vng = find_vng()
     log(f"probing whether KVM works here (up to {KVM_PROBE_TIMEOUT:.0f} s, once per host)")
+    # What the trial guests print (QEMU's assertions when nested KVM cannot
+    # run one) is the probe's evidence, not news for the user: it goes to a file.
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    evidence = _cache_dir() / "kvm-probe.log"
 
     def boot(kvm: bool) -> int | None:
         cfg = GuestConfig(cpus=1, memory="512M")
         timeout = KVM_PROBE_TIMEOUT if kvm else TCG_PROBE_TIMEOUT
-        try:
-            argv = vng_argv(vng, kernel, cfg, kvm, "true")
-            return run_group(argv, vng_env() | {"TERM": "dumb"}, timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        with evidence.open("ab") as sink:
+            sink.write(f"--- trial boot, {'KVM' if kvm else 'TCG'}\n".encode())
+            sink.flush()
+            try:
+                argv = vng_argv(vng, kernel, cfg, kvm, "true")
+                status = run_group(argv, vng_env() | {"TERM": "dumb"}, timeout, sink)
+            except subprocess.TimeoutExpired:
+                status = None
+            sink.write(f"--- {'timed out' if status is None else f'exit status {status}'}\n".encode())
+        return status
 
+    evidence.write_bytes(b"")
     ok = probe_kvm(boot)
-    log(f"KVM {'works' if ok else 'does not work here; using TCG (software emulation)'}")
+    log(
+        "KVM works"
+        if ok
+        else f"KVM does not work here; using TCG (software emulation); the probe's output: {evidence}"
+    )
     verdicts[key] = ok
-    cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(verdicts, indent=1))
     return ok
 
@@ -321,7 +343,7 @@ def probe_kvm(boot: Callable[[bool], int | None]) -> bool:
     raise LabError(
         f"a trivial guest failed to boot both with KVM (exit status {status}) and without "
         f"({'timed out' if tcg is None else f'exit status {tcg}'}): the cause is not KVM; "
-        "see virtme-ng's output above (nothing was cached)"
+        f"see virtme-ng's output in {_cache_dir() / 'kvm-probe.log'} (nothing was cached)"
     )
 
 

@@ -77,6 +77,34 @@ def test_the_kvm_probe_blames_kvm_only_when_the_same_guest_boots_without_it() ->
     assert tried == [True, False]
 
 
+def test_the_kvm_probe_keeps_the_trial_guests_output_in_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 81: QEMU's assertion from a KVM trial boot read like a crash."""
+    from aiordma.lab import vm
+
+    def trial(argv: list[str], env: dict[str, str], timeout: float | None, sink: object) -> int:
+        assert sink is not None, "the trial guest's output must not reach the terminal"
+        kvm = "--disable-kvm" not in argv
+        sink.write(b"qemu-system-x86_64: error: failed to set MSR 0x10a\n" if kvm else b"ok\n")  # type: ignore[attr-defined]
+        return 1 if kvm else 0
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(vm, "run_group", trial)
+    monkeypatch.setattr(vm, "find_vng", lambda: "vng")
+    monkeypatch.setattr(vm.os, "access", lambda path, mode: True)
+    assert vm.kvm_works(Path("/boot/vmlinuz-test"), refresh=True) is False
+    shown = capsys.readouterr()
+    assert "MSR" not in shown.out + shown.err
+    assert shown.err.splitlines() == [
+        "aiordma lab: probing whether KVM works here (up to 40 s, once per host)",
+        f"aiordma lab: KVM does not work here; using TCG (software emulation); "
+        f"the probe's output: {tmp_path / 'aiordma' / 'kvm-probe.log'}"
+    ], shown.err
+    kept = (tmp_path / "aiordma" / "kvm-probe.log").read_text()
+    assert "failed to set MSR" in kept and "exit status 1" in kept and "exit status 0" in kept
+
+
 @pytest.mark.parametrize("tcg", [1, None])
 def test_a_guest_that_fails_with_and_without_kvm_gives_no_verdict(tcg: int | None) -> None:
     # What a host without busybox-static did: vng failed at once, and the
