@@ -6,7 +6,8 @@ an object collected open warns with ``ResourceWarning``.
 :class:`CloseWaiters` serves ``wait_closed()`` for objects that may be
 closed outside any event loop. :func:`check_loop` refuses a call from
 another loop than the one a resource is bound to (compiled, in
-:mod:`aiordma._loop_check`), and :func:`spawn` runs a task nobody awaits,
+:mod:`aiordma._loop_check`), :func:`check_thread` a ``close()`` from
+another thread than the one running that loop, and :func:`spawn` runs a task nobody awaits,
 kept referenced until it ends. This module imports nothing of the package
 but that check and its errors, so every layer can build on it.
 """
@@ -20,11 +21,13 @@ from collections.abc import Coroutine
 from typing import Any, Self
 
 from aiordma._loop_check import check_loop
+from aiordma.exceptions import WrongLoopError
 
 __all__ = [
     "Closable",
     "CloseWaiters",
     "check_loop",
+    "check_thread",
     "consume_outcome",
     "is_async_callable",
     "spawn",
@@ -111,6 +114,26 @@ class CloseWaiters:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def check_thread(loop: asyncio.AbstractEventLoop | None, what: str) -> None:
+    """WrongLoopError if ``loop`` is running in another thread than the caller's.
+
+    asyncio's loops are not thread-safe, so every ``close()`` of an object
+    bound to a loop makes this check before it changes any state. Closing
+    while that loop is not running (after its ``asyncio.run()`` returned,
+    say) stays allowed: nothing else can touch the object then.
+    """
+    if loop is None or not loop.is_running():
+        return
+    try:
+        check_loop(loop)
+    except WrongLoopError:
+        raise WrongLoopError(
+            f"{what} was called from another thread than the one running its event "
+            "loop (asyncio's loops are not thread-safe): call it there, for instance "
+            "with loop.call_soon_threadsafe()"
+        ) from None
 
 
 _background: set[asyncio.Task[Any]] = set()

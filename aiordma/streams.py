@@ -37,6 +37,7 @@ from aiordma.channel import (
     start_channel_server_with,
 )
 from aiordma.exceptions import RdmaError
+from aiordma.lifecycle import check_thread
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -207,6 +208,7 @@ class _ChannelTransport(asyncio.Transport):
         """Send what is buffered and end of file, then close the connection."""
         if self._closing or self._lost:
             return
+        check_thread(self._loop, "the stream's close()")
         self._closing = True
         self._eof_asked = True
         self._flush_soon()
@@ -215,6 +217,7 @@ class _ChannelTransport(asyncio.Transport):
         """Close the connection now, dropping what is buffered."""
         if self._lost:
             return
+        check_thread(self._loop, "the stream's abort()")
         self._closing = True
         self._buffer.clear()
         self._channel.close()

@@ -54,7 +54,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
     again,
 )
-from aiordma.lifecycle import Closable, check_loop
+from aiordma.lifecycle import Closable, check_loop, check_thread
 from aiordma.metrics import Stats
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access
@@ -671,6 +671,7 @@ class MessageChannel(Closable):
 
     def close(self) -> Awaitable[None]:
         """Close the channel's connection (see :meth:`aiordma.Connection.close`)."""
+        check_thread(self._loop, "MessageChannel.close()")
         return self.link.close()
 
     async def wait_closed(self) -> None:

@@ -28,7 +28,7 @@ from aiordma.exceptions import (
     ResourceBusyError,
     ResourceClosedError,
 )
-from aiordma.lifecycle import Closable
+from aiordma.lifecycle import Closable, check_thread
 from aiordma.metrics import Stats, merged
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
@@ -290,7 +290,10 @@ class Connection(Closable):
         every pending operation fails. Returns an awaitable that completes
         when everything is released, so both ``conn.close()`` followed by
         ``await conn.wait_closed()`` and ``await conn.close()`` work.
+        From another thread than the loop's it raises :class:`WrongLoopError`
+        and changes nothing.
         """
+        check_thread(self._loop, "Connection.close()")
         self._start_close(disconnect=True)
         return asyncio.shield(self._closed)
 

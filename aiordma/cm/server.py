@@ -40,7 +40,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
     WrongLoopError,
 )
-from aiordma.lifecycle import Closable, check_loop
+from aiordma.lifecycle import Closable, check_loop, check_thread
 from aiordma.metrics import Stats, merged
 from aiordma.verbs.device import Device
 
@@ -79,6 +79,7 @@ class Server(Closable):
         self._stopped: asyncio.Future[None] = self._loop.create_future()
         self._error: BaseException | None = None
         self._clients_closing = False
+        self._serving_forever = False
         self._totals = Stats("server", lambda: {"connections": len(self._connections)})
         """Counts of closed connections, and the server's own (requests,
         refusals, set-up failures)."""
@@ -110,8 +111,9 @@ class Server(Closable):
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
-        """The (host, port) pairs the server listens on; the port is real even if 0 was asked."""
-        return list(self._addresses)
+        """The (host, port) pairs the server listens on; the port is real even if 0
+        was asked. Empty once closed, as asyncio's ``Server.sockets``."""
+        return [] if self._stopped.done() else list(self._addresses)
 
     @property
     def connections(self) -> frozenset[Connection]:
@@ -213,19 +215,20 @@ class Server(Closable):
 
     # -- lifecycle ---------------------------------------------------------
 
-    def _check_loop(self) -> None:
+    def _check_loop(self, what: str) -> None:
         """WrongLoopError unless called from the server's loop, and while it is open."""
         if self._loop.is_closed():
             raise WrongLoopError(
                 f"{self!r} belongs to an event loop that has closed (an earlier "
                 "asyncio.run()): make servers and connections in the loop that uses them"
             )
+        check_thread(self._loop, what)
         check_loop(self._loop)
 
     def close(self) -> None:
         """Stop listening (idempotent). Accepted connections stay open."""
         if self._listeners or not self._stopped.done():
-            self._check_loop()
+            self._check_loop("Server.close()")
         listeners, self._listeners = self._listeners, []
         for cm_id in listeners:
             cm_id.destroy()
@@ -242,7 +245,7 @@ class Server(Closable):
         :func:`start_server`) after its connection closed is cancelled, so
         :meth:`wait_closed` always finishes.
         """
-        self._check_loop()
+        self._check_loop("Server.close_clients()")
         self._clients_closing = True
         for conn in list(self._connections):
             conn.close()
@@ -271,7 +274,7 @@ class Server(Closable):
     async def wait_closed(self) -> None:
         """Wait until the server stopped listening, its connections are closed and
         their handlers have returned."""
-        self._check_loop()
+        self._check_loop("Server.wait_closed()")
         await asyncio.shield(self._stopped)
         while self._connections or self._tasks or self._handlers:
             await asyncio.gather(
@@ -284,18 +287,24 @@ class Server(Closable):
         """Serve until closed or cancelled (cancelling closes the server).
 
         Raises the error that stopped the server, if one did, and
-        ``RuntimeError`` if it was closed already (as asyncio's servers do).
+        ``RuntimeError`` if it was closed already or another task awaits it
+        already (as asyncio's servers do).
         """
-        self._check_loop()
+        self._check_loop("Server.serve_forever()")
         if self._error is not None:
             raise self._error
         if self.is_closing():
             raise RuntimeError(f"{self!r} is closed")
+        if self._serving_forever:
+            raise RuntimeError(f"{self!r} is already awaited in serve_forever()")
+        self._serving_forever = True
         try:
             await asyncio.shield(self._stopped)
         except asyncio.CancelledError:
             self.close()
             raise
+        finally:
+            self._serving_forever = False
         if self._error is not None:
             raise self._error
 

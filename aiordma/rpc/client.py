@@ -30,7 +30,7 @@ from aiordma.exceptions import (
     ResourceClosedError,
     again,
 )
-from aiordma.lifecycle import Closable, check_loop
+from aiordma.lifecycle import Closable, check_loop, check_thread
 from aiordma.metrics import Stats
 from aiordma.rpc._pending import Call, Pending
 from aiordma.rpc.codecs import Codec, RawCodec, as_codec
@@ -258,6 +258,7 @@ class Client(Closable):
         followed by ``await client.wait_closed()`` and ``await client.close()``
         work.
         """
+        check_thread(self._loop, "rpc.Client.close()")
         self._fail(ResourceClosedError("RPC client closed"))
         closing = self._channel.close()
         if self._loop.is_closed():  # nothing runs there any more: what the connection returned

@@ -38,7 +38,7 @@ from aiordma.channel import (
     start_channel_server_with,
 )
 from aiordma.exceptions import MemoryLimitError, ResourceClosedError
-from aiordma.lifecycle import check_loop
+from aiordma.lifecycle import check_loop, check_thread
 from aiordma.metrics import Stats
 from aiordma.transfer import runs, wire
 from aiordma.transfer.descriptors import DescriptorList
@@ -440,6 +440,7 @@ class Agent:
         once nothing uses it (see :meth:`wait_closed`)."""
         if self._closing:
             return
+        check_thread(self._loop, "Agent.close()")
         self._closing = True
         metrics.unwatch(self)
         if self._server is not None:

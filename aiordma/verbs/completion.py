@@ -42,7 +42,7 @@ from aiordma.exceptions import (
     RemoteAccessError,
     ResourceClosedError,
 )
-from aiordma.lifecycle import check_loop
+from aiordma.lifecycle import check_loop, check_thread
 from aiordma.verbs import _driver
 from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
 from aiordma.verbs._driver.base import ACK_BATCH, POLL_BATCH
@@ -463,6 +463,7 @@ class CompletionQueue:
         cq, channel = self._cq, self._channel
         if cq is None or channel is None:
             return
+        check_thread(self._loop, "CompletionQueue.close()")
         self._abandon.detach()
         self._cq = self._channel = None
         if not self._loop.is_closed():

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiordma._checks import check_int
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, MemoryLimitError, ResourceClosedError
-from aiordma.lifecycle import Closable, CloseWaiters
+from aiordma.lifecycle import Closable, CloseWaiters, check_thread
 from aiordma.verbs._lifecycle import Child, Children
 from aiordma.verbs.attributes import DeviceAttributes
 from aiordma.verbs.completion import CompletionQueue
@@ -336,9 +336,15 @@ class Device(Closable):
             del _shared[self.name]
 
     def close(self) -> None:
-        """Release everything (idempotent): queue pairs, memory, CQs, PD, context."""
+        """Release everything (idempotent): queue pairs, memory, CQs, PD, context.
+
+        A device whose completion queues serve a loop running in another
+        thread is refused (:class:`WrongLoopError`, nothing released).
+        """
         if self._context is None:
             return
+        for loop in self._cqs:
+            check_thread(loop, "Device.close()")
         _open.discard(self)
         try:
             self._children.release_all()  # all of them, even if one fails

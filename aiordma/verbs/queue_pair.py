@@ -22,7 +22,7 @@ from pyverbs.qp import QP, QPAttr
 from aiordma import _ibv
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError
-from aiordma.lifecycle import Closable, consume_outcome
+from aiordma.lifecycle import Closable, check_thread, consume_outcome
 from aiordma.verbs import _qp_setup
 from aiordma.verbs._bulk import BulkRun
 from aiordma.verbs._bulk import Done as BulkDone
@@ -730,6 +730,7 @@ class QueuePair(Closable):
         Await :meth:`wait_closed` for the flush to finish and the QP to be
         destroyed; buffers of pending work stay referenced until then.
         """
+        check_thread(self._loop, "QueuePair.close()")
         self._close(closed_error)
 
     def _close(self, error: Callable[[], BaseException]) -> None:

@@ -27,7 +27,7 @@ from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from aiordma import _ibv, metrics
 from aiordma._pyverbs import verbs_errors
 from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedError, again
-from aiordma.lifecycle import Closable
+from aiordma.lifecycle import Closable, check_thread
 from aiordma.metrics import Stats
 from aiordma.verbs import _driver
 from aiordma.verbs._driver.base import QPDriver, SRQDriver
@@ -379,6 +379,7 @@ class SharedReceiveRing(Closable):
         the pool is destroyed (at once if none is)."""
         if self._closing:
             return
+        check_thread(self._loop, "SharedReceiveQueue.close()")
         self._closing = True
         if not self._qps:
             self._release()
