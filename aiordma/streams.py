@@ -270,7 +270,9 @@ async def open_connection(
     """
     if limit <= 0:
         raise ValueError("limit must be positive")
-    settings, options = split_keywords(ConnectOptions, keywords, protocol=PROTOCOL)
+    settings, options = split_keywords(
+        ConnectOptions, keywords, caller="aiordma.open_connection", protocol=PROTOCOL
+    )
     channel = await open_channel_with(host, port, settings, options, prepare)
     reader, writer, _ = _streams(channel, limit)
     return reader, writer
@@ -304,5 +306,7 @@ async def start_stream_server(
             transport.abort()
         await transport.closed
 
-    settings, options = split_keywords(ServeOptions, keywords, protocol=PROTOCOL)
+    settings, options = split_keywords(
+        ServeOptions, keywords, caller="aiordma.start_stream_server", protocol=PROTOCOL
+    )
     return await start_channel_server_with(handle, host, port, settings, options, prepare)

@@ -33,6 +33,7 @@ from aiordma.cm.options import (
     EndpointOptions,
     ServeKeywords,
     ServeOptions,
+    unexpected_keywords,
 )
 from aiordma.cm.server import Server, start_server_with
 from aiordma.exceptions import ConnectionLostError
@@ -126,56 +127,40 @@ def check_options(options: ChannelOptions, settings: EndpointOptions) -> None:
 
 @overload
 def split_keywords(
-    kind: type[ConnectOptions], keywords: Mapping[str, Any], *, protocol: str | None = None
-) -> tuple[ConnectOptions, ChannelOptions]: ...
+    kind: type[ConnectOptions], keywords: Mapping[str, Any], *, caller: str,
+    protocol: str | None = None, elsewhere: Mapping[str, str] | None = None,
+) -> tuple[ConnectOptions, ChannelOptions]: ...  # fmt: skip
 
 
 @overload
 def split_keywords(
-    kind: type[ServeOptions], keywords: Mapping[str, Any], *, protocol: str | None = None
-) -> tuple[ServeOptions, ChannelOptions]: ...
+    kind: type[ServeOptions], keywords: Mapping[str, Any], *, caller: str,
+    protocol: str | None = None, elsewhere: Mapping[str, str] | None = None,
+) -> tuple[ServeOptions, ChannelOptions]: ...  # fmt: skip
 
 
 def split_keywords(
     kind: type[ConnectOptions] | type[ServeOptions], keywords: Mapping[str, Any], *,
-    protocol: str | None = None,
+    caller: str, protocol: str | None = None, elsewhere: Mapping[str, str] | None = None,
 ) -> tuple[ConnectOptions | ServeOptions, ChannelOptions]:  # fmt: skip
     """A public function's keywords as the connection's settings (a ``kind``,
     checked) and the channel's options, with ``protocol`` set by the layer
-    that calls (unknown names refused; the sizes are checked against the
-    settings by the ``*_with`` function they go to)."""
+    that calls. Any other name is refused with a TypeError naming ``caller``
+    and where the name belongs (``elsewhere``: what the calling layer says
+    of names of its own, such as RPC's ``Service`` arguments); the sizes
+    are checked against the settings by the ``*_with`` function they go to."""
     settings, rest = kind.take(keywords)
-    misplaced = sorted(set(rest) & _MISPLACED)
-    if misplaced:
-        raise TypeError(_misplaced(kind, misplaced))
+    unknown = sorted(set(rest) - _CHANNEL_FIELDS)
+    if unknown:
+        raise unexpected_keywords(
+            kind, unknown, caller, also=_CHANNEL_FIELDS - {"protocol"}, elsewhere=elsewhere
+        )
     if protocol is not None:
         rest["protocol"] = protocol
     return settings, ChannelOptions.of(rest)
 
 
-_QP_FIELDS: Final = frozenset(field.name for field in dataclasses.fields(QueuePairOptions))
-_SIDE_FIELDS: Final = {
-    kind: frozenset(field.name for field in dataclasses.fields(kind))
-    for kind in (ConnectOptions, ServeOptions)
-}
-_MISPLACED: Final = (_QP_FIELDS | _SIDE_FIELDS[ConnectOptions] | _SIDE_FIELDS[ServeOptions]) - {
-    field.name for field in dataclasses.fields(ChannelOptions)
-}
-
-
-def _misplaced(kind: type[ConnectOptions] | type[ServeOptions], names: list[str]) -> str:
-    """What to say of keywords that belong to another settings value."""
-    other = ServeOptions if kind is ConnectOptions else ConnectOptions
-    side = "a server's" if other is ServeOptions else "a client's"
-    hints = []
-    for name in names:
-        said = []
-        if name in _SIDE_FIELDS[other]:
-            said.append(f"{side} setting ({other.__name__}), not one of {kind.__name__}'s")
-        if name in _QP_FIELDS:
-            said.append(f"a queue pair setting: pass options=aiordma.QueuePairOptions({name}=...)")
-        hints.append(f"{name} is {'; or '.join(said)}")
-    return f"unexpected keyword argument(s): {'; '.join(hints)}"
+_CHANNEL_FIELDS: Final = frozenset(field.name for field in dataclasses.fields(ChannelOptions))
 
 
 async def open_channel(
@@ -202,7 +187,7 @@ async def open_channel(
     :class:`ProtocolMismatchError`, and no HELLO within ``timeout``
     ``TimeoutError``; the connection is closed in each case.
     """
-    settings, options = split_keywords(ConnectOptions, keywords)
+    settings, options = split_keywords(ConnectOptions, keywords, caller="aiordma.open_channel")
     return await open_channel_with(host, port, settings, options, prepare)
 
 
@@ -265,7 +250,9 @@ async def start_channel_server(
     ``client_connected_cb`` must be an async function (the channel is
     closed when it returns): anything else raises ``TypeError`` here.
     """
-    settings, options = split_keywords(ServeOptions, keywords)
+    settings, options = split_keywords(
+        ServeOptions, keywords, caller="aiordma.start_channel_server"
+    )
     return await start_channel_server_with(
         client_connected_cb, host, port, settings, options, prepare
     )

@@ -72,7 +72,7 @@ async def connect(
     resolved, and ``ValueError``/``TypeError`` for a port outside 1-65535 or
     a bad setting. Nothing is left behind on failure.
     """
-    return await connect_with(host, port, ConnectOptions(**settings), prepare)
+    return await connect_with(host, port, ConnectOptions.of(settings, "aiordma.connect"), prepare)
 
 
 async def connect_with(

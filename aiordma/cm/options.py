@@ -102,6 +102,16 @@ class EndpointOptions:
         rest = {name: value for name, value in keywords.items() if name not in names}
         return cls(**mine), rest
 
+    @classmethod
+    def of(cls, keywords: Mapping[str, Any], caller: str) -> Self:
+        """The value made of a public function's ``keywords``, every one of them
+        a field of this class (``caller`` names that function in the
+        TypeError for any other, which says where each belongs)."""
+        unknown = sorted(set(keywords) - _FIELDS[cls])
+        if unknown:
+            raise unexpected_keywords(cls, unknown, caller)
+        return cls(**keywords)
+
 
 @fields_in_help
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +172,35 @@ _FIELDS: Final = {
 }
 
 
+_QP_FIELDS: Final = frozenset(field.name for field in dataclasses.fields(QueuePairOptions))
+
+
+def unexpected_keywords(
+    kind: type[EndpointOptions], names: list[str], caller: str, *,
+    also: frozenset[str] = frozenset(), elsewhere: Mapping[str, str] | None = None,
+) -> TypeError:  # fmt: skip
+    """The TypeError for ``names``, keywords that ``caller`` (taking ``kind``'s
+    fields and ``also``) does not take: each is said to be the other side's
+    setting, a queue pair's, what ``elsewhere`` says of it, or none of these."""
+    other = ServeOptions if kind is ConnectOptions else ConnectOptions
+    side = "a server's" if other is ServeOptions else "a client's"
+    mine = "a client's" if kind is ConnectOptions else "a server's"
+    hints = []
+    for name in names:
+        said = []
+        if elsewhere and name in elsewhere:
+            said.append(elsewhere[name])
+        if name in _FIELDS[other]:
+            said.append(f"{side} setting ({other.__name__}), not {mine}")
+        if name in _QP_FIELDS:
+            said.append(f"a queue pair setting: pass options=aiordma.QueuePairOptions({name}=...)")
+        hints.append(f"{name} is {'; or '.join(said)}" if said else f"{name} is unknown")
+    known = ", ".join(sorted(_FIELDS[kind] | also))
+    return TypeError(
+        f"{caller}() got unexpected keyword argument(s): {'; '.join(hints)} (it takes {known})"
+    )
+
+
 class EndpointKeywords(TypedDict, total=False):  # (a TypedDict cannot be made from a dataclass)
     """:class:`EndpointOptions`' fields as keyword arguments (for typing ``**``;
     ``tests/cm/test_options.py`` holds the two equal)."""
@@ -201,4 +240,5 @@ __all__ = [
     "EndpointOptions",
     "ServeKeywords",
     "ServeOptions",
+    "unexpected_keywords",
 ]

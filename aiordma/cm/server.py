@@ -372,7 +372,7 @@ async def start_server(
             f"connection), not {client_connected_cb!r}"
         )
     return await start_server_with(
-        client_connected_cb, host, port, ServeOptions(**settings), prepare
+        client_connected_cb, host, port, ServeOptions.of(settings, "aiordma.start_server"), prepare
     )
 
 

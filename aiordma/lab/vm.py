@@ -307,16 +307,15 @@ def kvm_works(kernel: Path, *, refresh: bool = False) -> bool:
                 status = run_group(argv, vng_env() | {"TERM": "dumb"}, timeout, sink)
             except subprocess.TimeoutExpired:
                 status = None
-            sink.write(f"--- {'timed out' if status is None else f'exit status {status}'}\n".encode())
+            sink.write(
+                f"--- {'timed out' if status is None else f'exit status {status}'}\n".encode()
+            )
         return status
 
     evidence.write_bytes(b"")
     ok = probe_kvm(boot)
-    log(
-        "KVM works"
-        if ok
-        else f"KVM does not work here; using TCG (software emulation); the probe's output: {evidence}"
-    )
+    tcg = "KVM does not work here; using TCG (software emulation)"
+    log("KVM works" if ok else f"{tcg}; the probe's output: {evidence}")
     verdicts[key] = ok
     cache.write_text(json.dumps(verdicts, indent=1))
     return ok

@@ -36,6 +36,7 @@ from aiordma.rpc._pending import Call, Pending
 from aiordma.rpc.codecs import Codec, RawCodec, as_codec
 from aiordma.rpc.errors import RemoteError, UnknownMethodError
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind, parse_error_body
+from aiordma.rpc.server import SERVICE_ONLY
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -298,6 +299,8 @@ async def connect(
     (its result is discarded).
     """
     codec = as_codec(codec)
-    settings, options = split_keywords(ConnectOptions, keywords, protocol=PROTOCOL)
+    settings, options = split_keywords(
+        ConnectOptions, keywords, caller="rpc.connect", protocol=PROTOCOL, elsewhere=SERVICE_ONLY
+    )
     channel = await open_channel_with(host, port, settings, options, prepare)
     return Client(channel, codec=codec)

@@ -50,6 +50,17 @@ H = TypeVar("H", bound=Handler)
 
 DEFAULT_MAX_CONCURRENCY = 256
 DEFAULT_MAX_HELD = 64 << 20
+
+SERVICE_ARGUMENTS = {
+    name: f"an argument of rpc.Service: pass rpc.Service({name}=...) as the service"
+    for name in ("codec", "max_concurrency", "max_held")
+}
+"""What :func:`start_server` says of its :class:`Service`'s arguments given to it."""
+SERVICE_ONLY = {
+    name: f"an argument of the server's rpc.Service({name}=...), not a client's setting"
+    for name in ("max_concurrency", "max_held")
+}
+"""What :func:`~aiordma.rpc.connect` says of them."""
 """Bytes of requests and results one connection's calls hold at once, by default."""
 
 
@@ -268,5 +279,11 @@ async def start_server(
     """
     if not isinstance(service, Service):
         raise TypeError(f"service must be an rpc.Service, not {type(service).__name__}")
-    settings, options = split_keywords(ServeOptions, keywords, protocol=PROTOCOL)
+    settings, options = split_keywords(
+        ServeOptions,
+        keywords,
+        caller="rpc.start_server",
+        protocol=PROTOCOL,
+        elsewhere=SERVICE_ARGUMENTS,
+    )
     return await start_channel_server_with(service.serve, host, port, settings, options, prepare)

@@ -6,11 +6,13 @@ import asyncio
 import dataclasses
 import inspect
 import math
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
 import aiordma
+from aiordma import rpc
 from aiordma.cm.options import (
     ConnectKeywords,
     ConnectOptions,
@@ -125,10 +127,13 @@ def test_take_splits_a_functions_keywords_and_checks_its_share() -> None:
 def test_the_channel_layer_checks_both_values_before_connecting() -> None:
     from aiordma.channel import open_channel_with, split_keywords, start_channel_server_with
 
-    settings, options = split_keywords(ConnectOptions, {"timeout": 1.0, "window": 8}, protocol="p")
+    settings, options = split_keywords(
+        ConnectOptions, {"timeout": 1.0, "window": 8}, caller="f", protocol="p"
+    )
     assert (settings.timeout, options.window, options.protocol) == (1.0, 8, "p")
-    with pytest.raises(TypeError, match="unknown MessageChannel option"):
-        split_keywords(ConnectOptions, {"windw": 8})
+    with pytest.raises(TypeError, match=r"f\(\) got unexpected keyword argument\(s\): windw is "
+                       r"unknown \(it takes .*timeout, .*window\)"):  # fmt: skip
+        split_keywords(ConnectOptions, {"windw": 8}, caller="f")
     too_wide = aiordma.ChannelOptions(window=200)
     with pytest.raises(ValueError, match="exceeds the queue pair's receive depth"):
         asyncio.run(open_channel_with("192.0.2.1", 9, ConnectOptions(), too_wide))
@@ -179,8 +184,50 @@ def test_a_keyword_of_another_value_says_where_it_belongs() -> None:
 
     with pytest.raises(TypeError, match=r"keepalive is a queue pair setting: pass "
                        r"options=aiordma.QueuePairOptions\(keepalive=...\)"):  # fmt: skip
-        split_keywords(ConnectOptions, {"keepalive": None})
+        split_keywords(ConnectOptions, {"keepalive": None}, caller="f")
     with pytest.raises(TypeError, match=r"timeout is a client's setting \(ConnectOptions\)"):
-        split_keywords(ServeOptions, {"timeout": 3})
+        split_keywords(ServeOptions, {"timeout": 3}, caller="f")
     with pytest.raises(TypeError, match=r"backlog is a server's setting \(ServeOptions\)"):
-        split_keywords(ConnectOptions, {"backlog": 3, "window": 8})
+        split_keywords(ConnectOptions, {"backlog": 3, "window": 8}, caller="f")
+
+
+def wrong(**keywords: Any) -> Any:
+    """Keywords a function does not take, past the type checker."""
+    return keywords
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda: aiordma.connect("192.0.2.1", 9, **wrong(keepalive=1)),
+         r"aiordma.connect\(\) got unexpected keyword argument\(s\): keepalive is a queue pair "
+         r"setting: pass options=aiordma.QueuePairOptions\(keepalive=...\)"),
+        (lambda: aiordma.connect("192.0.2.1", 9, **wrong(backlog=4)),
+         r"aiordma.connect\(\) .*: backlog is a server's setting \(ServeOptions\), not a client's"),
+        (lambda: aiordma.connect("192.0.2.1", 9, **wrong(window=4)),
+         r"aiordma.connect\(\) .*: window is unknown \(it takes auth, device, options, "
+         r"private_data, shared_receive, timeout\)"),
+        (lambda: aiordma.start_server(print, None, 0, **wrong(timeout=5)),
+         r"aiordma.start_server\(\) .*: timeout is a client's setting \(ConnectOptions\), "
+         r"not a server's"),
+        (lambda: aiordma.open_channel("192.0.2.1", 9, **wrong(backlog=4)),
+         r"aiordma.open_channel\(\) .*: backlog is a server's setting"),
+        (lambda: rpc.connect("192.0.2.1", 9, **wrong(max_concurrency=4)),
+         r"rpc.connect\(\) .*: max_concurrency is an argument of the server's "
+         r"rpc.Service\(max_concurrency=...\), not a client's setting"),
+        (lambda: rpc.connect("192.0.2.1", 9, **wrong(max_held=4)),
+         r"rpc.connect\(\) .*: max_held is an argument of the server's rpc.Service"),
+        (lambda: rpc.start_server(rpc.Service(), None, 0, **wrong(max_concurrency=4)),
+         r"rpc.start_server\(\) .*: max_concurrency is an argument of rpc.Service: pass "
+         r"rpc.Service\(max_concurrency=...\) as the service"),
+        (lambda: rpc.start_server(rpc.Service(), None, 0, **wrong(codec=rpc.JsonCodec())),
+         r"rpc.start_server\(\) .*: codec is an argument of rpc.Service"),
+    ],
+)  # fmt: skip
+def test_every_public_function_says_where_a_misplaced_keyword_belongs(
+    call: Callable[[], Coroutine[Any, Any, object]], says: str
+) -> None:
+    """Issue 81: connect() and start_server() named ConnectOptions.__init__ and
+    ServeOptions.__init__, rpc.connect() "unknown MessageChannel option(s)"."""
+    with pytest.raises(TypeError, match=says):
+        asyncio.run(call())

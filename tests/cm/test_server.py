@@ -169,18 +169,21 @@ async def test_failing_handler_is_logged_and_closes_only_its_connection(
 @pytest.mark.both_loops("cancellation")
 async def test_serve_forever_closes_when_cancelled_and_refuses_a_closed_server(lab: Lab) -> None:
     server = await aiordma.start_server(lambda conn: None, lab.addr, 0)
+    port = server.addresses[0][1]
     task = asyncio.create_task(server.serve_forever())
     await asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="already awaited"):  # as asyncio's (issue 81)
         await server.serve_forever()
-    assert not task.done() and server.is_serving()
+    assert not task.done()
+    assert server.is_serving()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not server.is_serving()
     await server.wait_closed()
     assert server.addresses == []  # as asyncio's Server.sockets once closed (issue 81)
-    assert "closed" in repr(server) and ":" in repr(server)  # the repr still says where
+    assert repr(server).endswith(" closed>")
+    assert f":{port}" in repr(server)  # the repr still says where
     with pytest.raises(RuntimeError, match="is closed"):  # as asyncio's servers (issue 41)
         await server.serve_forever()
 
