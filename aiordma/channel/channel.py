@@ -611,7 +611,9 @@ class MessageChannel(Closable):
         ``data`` must not change until the future is done, and cancelling the
         future revokes the message if the peer has not read it. Posting still
         waits for credit and for room under ``max_exposed``, so a writer that
-        does not wait for delivery is held back as by a socket's buffer.
+        does not wait for delivery is held back as by a socket's buffer. A
+        writer may drop the future: its failure (the channel closed, an
+        exposure timeout, which is logged) is not reported as never retrieved.
         """
         posted = await self._post(data, head)
         if posted is not None:

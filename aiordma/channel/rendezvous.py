@@ -224,7 +224,12 @@ class Exposures:
 
     def delivery(self, msg_id: int, exposure: Exposure) -> asyncio.Future[None]:
         """A future of the peer having read the message; cancelling it
-        revokes the message if the peer has not read it."""
+        revokes the message if the peer has not read it.
+
+        Its failure is marked retrieved: a writer may drop these futures
+        (fire and forget), and what fails them is news of its own already:
+        the channel's end, or an exposure timeout (logged as a warning).
+        Awaiting one still raises."""
         delivered: asyncio.Future[None] = self._loop.create_future()
 
         def settle(done: asyncio.Future[None]) -> None:
@@ -234,6 +239,7 @@ class Exposures:
                 delivered.cancel()
             elif (error := done.exception()) is not None:
                 delivered.set_exception(error)
+                delivered.exception()  # see above: no "never retrieved" report
             else:
                 delivered.set_result(None)
 

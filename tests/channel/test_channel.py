@@ -545,6 +545,31 @@ async def test_a_posted_large_message_is_delivered_after_the_post_returns(lab: L
 
 
 @pytest.mark.asyncio
+async def test_delivery_futures_left_unawaited_at_close_are_not_reported(lab: Lab) -> None:
+    """Issue 81: each dropped post_message() future of a large message made
+    asyncio log "Future exception was never retrieved" at a clean close (the
+    loop_errors fixture fails the test on such a report); one kept still
+    raises."""
+    release = asyncio.Event()
+
+    async def never_reads(conn: aiordma.Connection) -> None:
+        await release.wait()
+
+    async with channel_to(lab, never_reads) as channel:
+        try:
+            kept = await asyncio.wait_for(channel.post_message(_payload(5, 512 << 10)), 60)
+            for seed in (6, 7):
+                await asyncio.wait_for(channel.post_message(_payload(seed, 512 << 10)), 60)
+            assert channel.exposed_bytes == 3 * (512 << 10)
+            await asyncio.wait_for(channel.aclose(), 60)
+        finally:
+            release.set()
+    gc.collect()  # the two dropped futures go now, on this loop
+    with pytest.raises(aiordma.ResourceClosedError):
+        await kept
+
+
+@pytest.mark.asyncio
 @pytest.mark.both_loops("cancellation")
 async def test_cancelled_receive_leaves_the_message_queued(lab: Lab) -> None:
     async with channel_to(lab, echo) as channel:
