@@ -139,8 +139,13 @@ class Client(Closable):
                     raise
                 raise TimeoutError(f"call {method!r} got no reply within {timeout} s") from None
         except BaseException:
-            if self._pending.drop(call_id) and self._error is None:
-                self._spawn(self._send_cancel(call_id))
+            if self._pending.drop(call_id):
+                if self._error is None:
+                    self._spawn(self._send_cancel(call_id))
+            elif fut.done() and not fut.cancelled():
+                # The reader failed it (the connection ended) while the request
+                # was being sent: what this raises says so; no unretrieved report.
+                fut.exception()
             self._stats.add("calls_failed")
             raise
 

@@ -221,6 +221,43 @@ async def test_server_shutdown_fails_calls_in_flight(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_large_request_lost_with_its_server_leaves_no_unretrieved_reply(
+    lab: Lab,
+) -> None:
+    """Issue 81: a call whose send failed after the reader had failed its reply
+    future left that future unretrieved ("Future exception was never
+    retrieved" from the loop_errors fixture); both callers still fail."""
+    service = rpc.Service(max_concurrency=1)  # one call at a time: the second waits unread
+    started = asyncio.Event()
+
+    @service.method()
+    async def hang(payload: bytes) -> bytes:
+        started.set()
+        await asyncio.Event().wait()
+        return b""
+
+    server = await rpc.start_server(service, lab.addr, 0)
+    client = await rpc.connect(lab.addr, server.addresses[0][1])
+    try:
+        first = asyncio.create_task(client.call("hang", blob(1 << 20)))
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        second = asyncio.create_task(client.call("hang", blob(1 << 20)))
+        channel = client.conn.prepared
+        async with asyncio.timeout(TIMEOUT):
+            while channel.exposed_bytes < 1 << 20:  # noqa: ASYNC110  (no event marks it)
+                await asyncio.sleep(0.01)  # until the second request is announced, unread
+        await asyncio.wait_for(server.aclose(), TIMEOUT)
+        results = await asyncio.wait_for(
+            asyncio.gather(first, second, return_exceptions=True), TIMEOUT
+        )
+    finally:
+        await asyncio.wait_for(client.aclose(), TIMEOUT)
+    assert all(isinstance(r, ConnectionError) for r in results), results
+    del first, second, results  # their tracebacks hold the calls' frames, and so the futures
+    gc.collect()
+
+
+@pytest.mark.asyncio
 async def test_garbage_rpc_frame_closes_only_that_connection(
     lab: Lab, rpc_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
