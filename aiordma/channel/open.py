@@ -36,7 +36,7 @@ from aiordma.cm.options import (
     unexpected_keywords,
 )
 from aiordma.cm.server import Server, start_server_with
-from aiordma.exceptions import ConnectionLostError
+from aiordma.exceptions import ConnectionLostError, ProtocolMismatchError
 from aiordma.lifecycle import is_async_callable
 from aiordma.verbs.options import QueuePairOptions
 
@@ -184,8 +184,9 @@ async def open_channel(
     holds the connection too: a server that dropped it during set-up (its
     ``handshake_timeout`` expired under load, say) raises
     :class:`ConnectionLostError` here, a peer speaking another protocol
-    :class:`ProtocolMismatchError`, and no HELLO within ``timeout``
-    ``TimeoutError``; the connection is closed in each case.
+    :class:`ProtocolMismatchError` (a plain channel's peer is a plain
+    channel server: an RPC or stream server is refused), and no HELLO
+    within ``timeout`` ``TimeoutError``; the connection is closed in each case.
     """
     settings, options = split_keywords(ConnectOptions, keywords, caller="aiordma.open_channel")
     return await open_channel_with(host, port, settings, options, prepare)
@@ -207,6 +208,12 @@ async def open_channel_with(
     try:
         async with asyncio.timeout_at(deadline):
             await channel._peer_limit()
+        theirs = channel.peer_protocol
+        if not options.protocol and theirs:
+            # A plain server takes any peer (its handler decides, as
+            # rpc.Service.serve does); a plain client speaks plain messages,
+            # so a server that names a protocol is not its peer.
+            raise ProtocolMismatchError("", theirs, "{}:{}".format(*conn.peer_address))
     except BaseException as exc:
         conn.close()
         if not isinstance(exc, Exception):  # cancelled: the close goes on by itself

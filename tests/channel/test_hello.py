@@ -142,6 +142,33 @@ async def test_a_stream_client_of_an_rpc_server_fails_naming_both(lab: Lab) -> N
 
 
 @pytest.mark.asyncio
+async def test_a_plain_channel_to_an_rpc_or_stream_server_is_refused_naming_both(
+    lab: Lab, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 81: open_channel() to an RPC server returned a channel; its first
+    message made the server log a broken protocol and the client got
+    ConnectionLostError. A plain client speaks plain messages: the server's
+    HELLO names what it speaks, and the client is refused there."""
+    caplog.set_level(logging.WARNING)
+    async with await rpc.start_server(rpc.Service(), lab.addr, 0) as server:
+        async with asyncio.timeout(30):
+            with pytest.raises(aiordma.ProtocolMismatchError) as info:
+                await aiordma.open_channel(lab.addr, server.addresses[0][1])
+    assert (info.value.ours, info.value.theirs) == ("", "aiordma.rpc")
+    assert "speaks 'aiordma.rpc'" in str(info.value), info.value
+    assert "this side plain messages" in str(info.value), info.value
+    assert not [r for r in caplog.records if "broke the message protocol" in r.getMessage()]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    async with await streams.start_stream_server(serve, lab.addr, 0) as server:
+        async with asyncio.timeout(30):
+            with pytest.raises(aiordma.ProtocolMismatchError, match=r"speaks 'aiordma\.streams'"):
+                await aiordma.open_channel(lab.addr, server.addresses[0][1])
+
+
+@pytest.mark.asyncio
 async def test_an_rpc_client_of_a_plain_channel_server_is_told_it_speaks_plain_messages(
     lab: Lab,
 ) -> None:

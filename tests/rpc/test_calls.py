@@ -19,7 +19,7 @@ import pytest
 
 import aiordma
 from aiordma import rpc
-from aiordma.rpc.frames import Frame, FrameKind
+from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind
 from tests.channel.test_channel import exposures_ended
 from tests.conftest import ROOT, Lab, start_peer_server
 from tests.peer import blob
@@ -483,7 +483,7 @@ async def test_a_client_that_never_reads_large_replies_cannot_pin_server_memory(
     async with server:
         port = server.addresses[0][1]
         # A hostile client: raw channel, requests five large replies, reads none of them.
-        async with await aiordma.open_channel(lab.addr, port) as channel:
+        async with await aiordma.open_channel(lab.addr, port, protocol=PROTOCOL) as channel:
             (server_channel,) = channels  # prepared before the connection was accepted
             peaks: list[int] = []
             server_channel.watch_exposures(lambda _: peaks.append(server_channel.exposed_bytes))
@@ -530,7 +530,8 @@ async def test_a_client_that_floods_large_requests_makes_the_server_hold_at_most
     async with server:
         port = server.addresses[0][1]
         async with await aiordma.open_channel(
-            lab.addr, port, medium_limit=0, max_exposed=4 << 20, max_message=4 << 20
+            lab.addr, port, medium_limit=0, max_exposed=4 << 20, max_message=4 << 20,
+            protocol=PROTOCOL,  # a raw client that speaks RPC frames says so
         ) as channel:
             (server_channel,) = channels
 
@@ -636,7 +637,7 @@ async def test_a_reply_its_client_left_unread_is_freed_when_the_client_goes(lab:
     try:
         async with server:
             port = server.addresses[0][1]
-            async with await aiordma.open_channel(lab.addr, port) as channel:
+            async with await aiordma.open_channel(lab.addr, port, protocol=PROTOCOL) as channel:
                 await channel.send_message(b"", head=Frame(FrameKind.REQUEST, 1, "big").pack())
                 await asyncio.wait_for(returned.wait(), TIMEOUT)
                 (server_channel,) = channels
