@@ -194,6 +194,24 @@ SETUP_FAILED: Final = b"aiordma-setup:"
 (out of locked memory, say); the reason follows, in UTF-8."""
 
 
+REJECTED: Final = b"aiordma-rejected"
+"""What an aiordma server's rejection carries when its ``accept`` gave no
+data: a rejection with none (CM reason 28, zeros) is then the kernel's own,
+for a request no listener took."""
+
+
+def rejection(private_data: bytes) -> bytes:
+    """Private data for an application's rejection (:data:`REJECTED` for none)."""
+    return private_data if private_data.strip(b"\0") else REJECTED
+
+
+def accept_refusal(exc: BaseException) -> bytes:
+    """Private data for rejecting a request whose ``accept`` callback failed:
+    its exception's type (the server's log has the rest)."""
+    reason = f"{type(exc).__name__}: its accept callback failed (its log says why)".encode()
+    return SETUP_FAILED + reason[: _rdmacm.MAX_REJECT_DATA - len(SETUP_FAILED)]
+
+
 def setup_refusal(exc: BaseException) -> bytes:
     """Private data for rejecting a request that failed on the server's side,
     saying why in general terms (no detail of the server's state leaks to an
@@ -208,8 +226,9 @@ def setup_refusal(exc: BaseException) -> bytes:
     return SETUP_FAILED + reason[: _rdmacm.MAX_REJECT_DATA - len(SETUP_FAILED)]
 
 
-def setup_error(event: Event, where: str) -> OSError:
-    """The exception an asyncio user expects for a failed connection-setup event."""
+def setup_error(event: Event, where: str, *, requested: bool = False) -> OSError:
+    """The exception an asyncio user expects for a failed connection-setup
+    event (``requested``: the answer to this side's connection request)."""
     kind, status = event.type, event.status
     if kind == EventType.REJECTED and (reason := refused(event.private_data)) is not None:
         return failure(where, reason, event.private_data, status)
@@ -221,6 +240,15 @@ def setup_error(event: Event, where: str) -> OSError:
             status,
         )
     if kind == EventType.REJECTED:
+        if status == _REJ_CONSUMER_DEFINED and event.private_data.startswith(REJECTED):
+            return ConnectionRejectedError(f"{where} rejected the connection", b"", status)
+        if requested and status == _REJ_CONSUMER_DEFINED and not event.private_data.strip(b"\0"):
+            return NoListenerError(
+                f"nothing listening on {where} took the request (the kernel refused it: a "
+                "listener at that port of the other address family, as one on an IPv4 "
+                "address takes no IPv6 request, or one whose backlog is full)",
+                status,
+            )
         if status == _REJ_CONSUMER_DEFINED:
             return ConnectionRejectedError(
                 f"{where} rejected the connection", event.private_data, status
@@ -257,7 +285,7 @@ async def expect(cm_id: CMId, wanted: EventType, where: str) -> Event:
     if event.type != wanted:
         if event.type not in _SETUP_FAILURES:
             log.warning("unexpected rdma_cm %s while waiting for %s", event.name, wanted.name)
-        raise setup_error(event, where)
+        raise setup_error(event, where, requested=wanted == EventType.CONNECT_RESPONSE)
     return event
 
 

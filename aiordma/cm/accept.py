@@ -160,10 +160,10 @@ async def _decide(
         return _setup.check_private_data(reply or b"", limit, "accept")
     except RejectConnection as rejection:
         count("connections_rejected")
-        child.reject(rejection.private_data)
-    except Exception:
+        child.reject(_setup.rejection(rejection.private_data))
+    except Exception as exc:
         log.exception("accept callback failed; request from %s rejected", request.peer_address)
-        child.reject(b"")
+        child.reject(_setup.accept_refusal(exc))
     return None
 
 

@@ -189,11 +189,36 @@ async def test_serve_forever_closes_when_cancelled_and_refuses_a_closed_server(l
 
 
 @pytest.mark.asyncio
+async def test_the_other_family_of_a_listener_is_nothing_listening(lab: Lab) -> None:
+    """Issue 81: the kernel's refusal (CM reason 28, no data) of a request to
+    the IPv6 address at an IPv4 listener's port read as the application's."""
+    assert lab.addr6 is not None, "the lab provides an IPv6 address"
+    async with await aiordma.start_server(lambda conn: None, lab.addr, 0) as server:
+        with pytest.raises(aiordma.NoListenerError, match="other address family") as info:
+            await aiordma.connect(lab.addr6, server.addresses[0][1])
+    assert info.value.reason == 28
+
+    def turn_down(request: aiordma.ConnectionRequest) -> None:
+        raise aiordma.RejectConnection()  # no data: still the application's rejection
+
+    async with await aiordma.start_server(lambda conn: None, lab.addr, 0, accept=turn_down) as s:
+        with pytest.raises(aiordma.ConnectionRejectedError, match="rejected the connection") as no:
+            await aiordma.connect(lab.addr, s.addresses[0][1])
+    assert (no.value.reason, no.value.private_data) == (28, b"")
+
+
+@pytest.mark.asyncio
 async def test_oversized_accept_data_rejects_the_request(lab: Lab) -> None:
+    """Issue 81: the client saw only "rejected the connection"; it is told the
+    server's accept callback failed, and of what kind."""
     async with await aiordma.start_server(
         lambda conn: None, lab.addr, 0, accept=lambda request: bytes(197)
     ) as server:
-        with pytest.raises(ConnectionRefusedError):
+        with pytest.raises(
+            aiordma.ConnectionRejectedError,
+            match=r"could not set the connection up on its side: ValueError: its accept "
+            r"callback failed",
+        ):
             await aiordma.connect(lab.addr, server.addresses[0][1])
     with pytest.raises(ValueError, match="at most 148"):
         aiordma.RejectConnection(bytes(149))
