@@ -30,6 +30,7 @@ from aiordma.exceptions import (
 )
 from aiordma.lifecycle import Closable, check_thread
 from aiordma.metrics import Stats, merged
+from aiordma.verbs.completion import CompletionQueue
 from aiordma.verbs.device import Device
 from aiordma.verbs.memory import Access, Local, MemoryRegion, RemoteBuffer, Segment
 from aiordma.verbs.options import SendOp
@@ -140,6 +141,14 @@ class Connection(Closable):
         state = "closed" if self._closed.done() else "closing" if self._closing else "open"
         peer = f"{self.peer_address[0]}:{self.peer_address[1]}"
         return f"<Connection {peer} qp_num={self.qp.qp_num} {state}>"
+
+    @property
+    def completion_queue(self) -> CompletionQueue:
+        """The completion queue this connection's sends complete on: its
+        ``waiting()`` says what the waiting policy did for it (a channel's
+        is ``channel.conn.completion_queue``, an RPC client's
+        ``client.conn.completion_queue``)."""
+        return self.qp.completion_queue
 
     @property
     def loopback(self) -> bool:

@@ -59,8 +59,8 @@ else:
     except ImportError:  # no Cython: the declarations below mean nothing
         from aiordma import _cython_shim as cython
 
-__all__ = ["AUTO_CAP", "AUTO_START", "DEFAULT", "FLOOR", "HIT_SHARE", "MAX_BACKOFF", "Polling",
-           "WaitPolicy", "usable_cpus"]  # fmt: skip
+__all__ = ["AUTO_CAP", "AUTO_START", "DEFAULT", "FLOOR", "HIT_SHARE", "MAX_BACKOFF", "MAX_WINDOW",
+           "Polling", "WaitPolicy", "usable_cpus"]  # fmt: skip
 
 AUTO_CAP: Final = 2e-3
 """Seconds ``auto`` spins at most for one expected answer: longer spins paid
@@ -77,6 +77,10 @@ MAX_BACKOFF: Final = 7
 HIT_SHARE: Final = 0.5
 """While fewer than this share of recent spins hit, a hit halves the backoff
 instead of ending it."""
+MAX_WINDOW: Final = 0.1
+"""Seconds a setting may spin at most (100,000 microseconds): far beyond any
+round trip a spin could catch, and a longer one only burns a CPU that a
+sleep and a wake-up (tens of microseconds) would have left free."""
 _EWMA_WEIGHT: Final = 1 / 8
 
 Mode = Literal["auto", "off", "fixed"]
@@ -103,8 +107,10 @@ class Polling:
         window = self.window
         if isinstance(window, bool) or not isinstance(window, int | float):
             raise TypeError(f"polling window must be a number of seconds, not {window!r}")
-        if not 0 <= window < math.inf:
-            raise ValueError(f"polling window must be finite and 0 or more, not {window!r}")
+        if not 0 <= window <= MAX_WINDOW:
+            raise ValueError(
+                f"polling window must be 0 to {MAX_WINDOW} seconds (MAX_WINDOW), not {window!r}"
+            )
         if self.mode == "off":
             object.__setattr__(self, "window", 0.0)
 
@@ -142,10 +148,10 @@ class Polling:
             micros = float(value)
         else:
             raise TypeError(f"polling must be 'auto', 'off' or microseconds, not {value!r}")
-        if not 0 <= micros < math.inf:
+        if not 0 <= micros <= MAX_WINDOW * 1e6:
             raise ValueError(
-                "polling must be 'auto', 'off' or a finite number of microseconds, 0 or "
-                f"more, not {value!r}"
+                "polling must be 'auto', 'off' or a number of microseconds from 0 to "
+                f"{MAX_WINDOW * 1e6:.0f}, not {value!r}"
             )
         return cls("fixed", micros / 1e6) if micros > 0 else cls("off", 0.0)
 

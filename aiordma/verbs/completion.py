@@ -169,6 +169,13 @@ class CompletionQueue:
         self._policy = WaitPolicy(setting.window) if setting.mode == "auto" else None
         self._poll_until = 0.0
         self._polling = False  # a fixed window's
+        self._window_hit = False
+        """Whether the fixed window now open has drained a completion."""
+        self._fixed = [0, 0, 0]
+        """A fixed window's counts: windows opened, those that drained a
+        completion (hits) and those that did not (misses)."""
+        self._fixed_spun = 0.0
+        """Seconds a fixed window spent spinning."""
         self._spinner: Spinner | None = None
         """``auto``'s spin (None: another setting)."""
         self._drain_scheduled = False
@@ -345,16 +352,20 @@ class CompletionQueue:
         for while backing off (``skipped``), the CQ's armings (``arms``),
         the seconds spent spinning (``spun_seconds``), the current window
         (``window_seconds``; 0 until the first hit) and the longest spin
-        now (``limit_seconds``)."""
+        now (``limit_seconds``).
+        With a fixed window each window opened counts as a spin, a hit if
+        it drained a completion and a miss if not.
+        """
         policy = self._policy
+        spins, hits, misses = self._fixed
         return {
-            "spins": policy.spins if policy else 0,
-            "hits": policy.hits if policy else 0,
-            "misses": policy.misses if policy else 0,
+            "spins": policy.spins if policy else spins,
+            "hits": policy.hits if policy else hits,
+            "misses": policy.misses if policy else misses,
             "late": policy.late if policy else 0,
             "skipped": policy.skipped if policy else 0,
             "arms": self._driver.arms,
-            "spun_seconds": self._spinner.spun if self._spinner else 0.0,
+            "spun_seconds": self._spinner.spun if self._spinner else self._fixed_spun,
             "window_seconds": policy.window if policy else self._poll,
             "limit_seconds": policy.limit if policy else self._poll,
         }
@@ -388,6 +399,8 @@ class CompletionQueue:
         """Work was posted: poll for its completion for a fixed window."""
         if self._poll > 0 and not self._polling and self._cq is not None:
             self._polling = True
+            self._window_hit = False
+            self._fixed[0] += 1
             self._poll_until = _now() + self._poll
             self._loop.call_soon(self._poll_step)
 
@@ -397,13 +410,19 @@ class CompletionQueue:
             self._polling = False
             return
         # The compiled driver spins in C, with no Python per empty poll.
-        self._driver.spin(min(SPIN_SLICE, max(0.0, self._poll_until - _now())))
+        began = _now()
+        self._driver.spin(min(SPIN_SLICE, max(0.0, self._poll_until - began)))
+        now = _now()
+        self._fixed_spun += now - began
         if self._drain(arm=False):
-            self._poll_until = _now() + self._poll
-        if self._handlers and _now() < self._poll_until:
+            self._window_hit = True
+            now = _now()
+            self._poll_until = now + self._poll
+        if self._handlers and now < self._poll_until:
             self._loop.call_soon(self._poll_step)
             return
         self._polling = False
+        self._fixed[1 if self._window_hit else 2] += 1
         self._drain(keep_polling=False)
 
     def _drain(self, arm: bool = True, keep_polling: bool = True) -> int:

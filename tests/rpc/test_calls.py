@@ -530,7 +530,11 @@ async def test_a_client_that_floods_large_requests_makes_the_server_hold_at_most
     async with server:
         port = server.addresses[0][1]
         async with await aiordma.open_channel(
-            lab.addr, port, medium_limit=0, max_exposed=4 << 20, max_message=4 << 20,
+            lab.addr,
+            port,
+            medium_limit=0,
+            max_exposed=4 << 20,
+            max_message=4 << 20,
             protocol=PROTOCOL,  # a raw client that speaks RPC frames says so
         ) as channel:
             (server_channel,) = channels

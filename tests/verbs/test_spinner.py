@@ -15,7 +15,7 @@ import pytest_asyncio
 
 import aiordma
 from aiordma import Access, rpc
-from aiordma.verbs._waiting import AUTO_START
+from aiordma.verbs._waiting import AUTO_START, Polling
 from aiordma.verbs.completion import CompletionQueue, set_polling
 from tests.conftest import Lab, Pair, run_peer
 
@@ -156,6 +156,26 @@ async def test_answers_a_little_late_grow_the_spin_until_it_meets_them(lab: Lab)
     assert counts["hits"] >= 1
     assert counts["skipped"] == 0
     assert counts["limit_seconds"] > AUTO_START
+
+
+@pytest.mark.asyncio
+async def test_a_fixed_window_counts_its_spins_and_the_time_they_took(lab: Lab) -> None:
+    """Issue 81: with a fixed window waiting() said spins 0, hits 0 and
+    spun_seconds 0.0 after a ping-pong, so its CPU could not be seen. Each
+    window opened is a spin: a hit if it drained a completion."""
+    async with _apart(lab, "20000") as (a, b):  # 20 ms: the answers come within it
+        assert a.completion_queue.polling == Polling("fixed", 20e-3)
+        await _ping_pong((a, b), 12)
+        counts = await _settled(a.completion_queue)
+    assert counts["spins"] >= 1, counts
+    assert counts["spins"] == counts["hits"] + counts["misses"], counts
+    assert counts["hits"] >= 1, counts
+    assert counts["spun_seconds"] > 0, counts
+    async with _apart(lab, "1") as (a, b):  # 1 us: nothing comes that soon
+        await _ping_pong((a, b), 12)
+        counts = await _settled(a.completion_queue)
+    assert counts["spins"] >= 12, counts  # a window per request posted at least
+    assert counts["misses"] >= 12, counts
 
 
 ONE_CPU = """

@@ -13,6 +13,7 @@ from aiordma.verbs._waiting import (
     FLOOR,
     HIT_SHARE,
     MAX_BACKOFF,
+    MAX_WINDOW,
     Polling,
     WaitPolicy,
 )
@@ -166,11 +167,19 @@ def test_the_setting_reads_auto_off_and_microseconds(value: object, expected: Po
 
 
 @pytest.mark.parametrize(
-    "value", ["-5", "abc", "inf", "nan", "", -1, float("inf"), "auto:0", "auto:", "auto:x"]
-)
+    "value",
+    ["-5", "abc", "inf", "nan", "", -1, float("inf"), "auto:0", "auto:", "auto:x",
+     "1e9", "100001", 1e9, "auto:1e9"],  # issue 81: a 1,000-second spin was taken
+)  # fmt: skip
 def test_a_bad_setting_names_itself(value: object) -> None:
     with pytest.raises(ValueError, match=f"not {value!r}"):
         Polling.parse(value)  # type: ignore[arg-type]
+
+
+def test_the_window_is_bounded() -> None:
+    assert Polling.parse("100000") == Polling("fixed", MAX_WINDOW)  # 0.1 s: the most
+    with pytest.raises(ValueError, match=r"0 to 0.1 seconds \(MAX_WINDOW\), not 1000.0"):
+        Polling("fixed", 1000.0)
 
 
 def test_a_setting_of_the_wrong_kind_is_a_type_error() -> None:
