@@ -57,12 +57,12 @@ from aiordma.exceptions import (
 from aiordma.lifecycle import Closable, check_loop, check_thread
 from aiordma.metrics import Stats
 from aiordma.verbs.device import Device
-from aiordma.verbs.memory import Access
+from aiordma.verbs.memory import Access, MemoryRegion, Segment
+from aiordma.verbs.queue_pair import check_registered_on
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from aiordma.verbs.memory import MemoryRegion
     from aiordma.verbs.window import MemoryWindow
 
 log = logging.getLogger(__name__)
@@ -310,6 +310,14 @@ class MessageChannel(Closable):
         """Wait until credits, send slots, arrivals or the channel's state change."""
         await self._packets.changed()  # callers checked the loop
 
+    def _check_memory(self, body: object) -> None:
+        """ValueError for registered memory of another :class:`Device` (even
+        of this adapter) than the channel's: as its queue pair refuses it."""
+        if isinstance(body, MemoryRegion | Segment):
+            check_registered_on(
+                self.link.qp.device, body if isinstance(body, MemoryRegion) else body.mr
+            )
+
     def _check(self) -> None:
         if self._error is not None:
             # Its traceback as it failed: raising one object again and again
@@ -464,6 +472,7 @@ class MessageChannel(Closable):
         """
         check_into(buffer)
         check_loop(self._loop)
+        self._check_memory(buffer)
         packets = self._packets
         # A small message taken as it is (or once it comes), or a medium one
         # already whole, needs no task switch and no receive turn; anything
@@ -528,6 +537,8 @@ class MessageChannel(Closable):
         the memory their replies hold, such as :mod:`aiordma.rpc`'s, count
         it until then.
         """
+        if type(until_unexposed) is not bool:
+            raise TypeError(f"until_unexposed must be a bool, not {until_unexposed!r}")
         posted = await self._post(data, head)
         if posted is not None:
             await self._exposures.read_by_peer(*posted, until_unexposed)
@@ -548,8 +559,15 @@ class MessageChannel(Closable):
         sent; those posted are delivered.
         """
         check_loop(self._loop)
+        if isinstance(messages, bytes | bytearray | memoryview | str | MemoryRegion | Segment):
+            raise TypeError(
+                f"send_messages takes an iterable of messages, not one message "
+                f"({type(messages).__name__}): use send_message(data), or send_messages([data])"
+            )
         bodies = list(messages)
         sizes = [body_length(body) for body in bodies]
+        for body in bodies:
+            self._check_memory(body)
         peer_limit = self._packets.peer_max_message
         if peer_limit is None:
             peer_limit = await self._peer_limit()
@@ -626,7 +644,11 @@ class MessageChannel(Closable):
         """Check and post a message: None once a copied one is posted, or a
         large one's id and exposure once its announcement is."""
         check_loop(self._loop)
-        size = len(data) if type(data) is bytes or type(data) is bytearray else body_length(data)
+        if type(data) is bytes or type(data) is bytearray:
+            size = len(data)
+        else:
+            size = body_length(data)
+            self._check_memory(data)
         if size > self.max_message:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds this channel's max_message of {self.max_message}"

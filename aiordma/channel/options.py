@@ -240,8 +240,8 @@ class ChannelKeywords(TuningKeywords, total=False):
 
 def check_limits(max_message: int, max_exposed: int | None, exposure_timeout: float | None) -> int:
     """The effective ``max_exposed``; ValueError for limits that cannot work together."""
-    if max_message < 0:
-        raise ValueError("max_message must not be negative")
+    if max_message < 1:
+        raise ValueError(f"max_message must be at least 1 (byte), not {max_message}")
     if exposure_timeout is not None and exposure_timeout <= 0:
         raise ValueError("exposure_timeout must be positive (or None)")
     if max_exposed is None:

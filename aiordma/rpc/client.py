@@ -238,6 +238,10 @@ class Client(Closable):
             try:
                 call.future.set_result(body if self._raw else self._codec.decode(body))
             except Exception as exc:
+                exc.add_note(
+                    f"the client's codec ({type(self._codec).__name__}) could not decode the "
+                    f"reply to {call.method!r}: do the client and the service use the same codec?"
+                )
                 call.future.set_exception(exc)
 
     def _fail(self, exc: BaseException) -> None:

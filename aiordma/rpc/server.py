@@ -212,7 +212,18 @@ class Service:
         try:
             if handler is None:
                 raise _Unknown(f"no method named {frame.method!r}")
-            result = await handler(body if raw else codec.decode(body))
+            if raw:
+                argument: Any = body
+            else:
+                try:
+                    argument = codec.decode(body)
+                except Exception as exc:
+                    raise _Undecodable(
+                        f"the service's codec ({type(codec).__name__}) could not decode the "
+                        f"request ({type(exc).__name__}: {exc}): do the client and the "
+                        "service use the same codec?"
+                    ) from exc
+            result = await handler(argument)
             if not raw or type(result) is not bytes:
                 result = codec.encode(result)
             if result is not body:
@@ -222,6 +233,8 @@ class Service:
         except Exception as exc:
             stats.add("requests_failed")
             name = "UnknownMethodError" if isinstance(exc, _Unknown) else type(exc).__qualname__
+            if isinstance(exc, _Undecodable):
+                name = type(exc.__cause__).__qualname__
             if not isinstance(exc, _Unknown):
                 log.debug("%s raised %r", frame.method, exc)
             head = Frame(FrameKind.ERROR, frame.call_id).pack()
@@ -249,6 +262,10 @@ class Service:
 
 class _Unknown(Exception):
     pass
+
+
+class _Undecodable(Exception):
+    """A request the service's codec could not decode (its cause says why)."""
 
 
 def _size(result: object) -> int:

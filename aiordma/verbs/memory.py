@@ -54,10 +54,23 @@ _REMOTE_ANY: Final = Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_AT
 
 
 def _slice_bounds(key: slice, length: int) -> tuple[int, int]:
+    """A slice's bounds in ``length`` bytes. Unlike a sequence's, a bound past
+    either end is refused (IndexError), not clamped: an RDMA range silently
+    shorter than asked would move fewer bytes than the caller counts on."""
+    for bound in (key.start, key.stop):
+        if isinstance(bound, int) and not -length <= bound <= length:
+            raise IndexError(
+                f"memory slice [{_bound(key.start)}:{_bound(key.stop)}] reaches past the "
+                f"{length} bytes sliced"
+            )
     start, stop, step = key.indices(length)
     if step != 1:
         raise ValueError("memory slices must be contiguous (step 1)")
     return start, max(start, stop)
+
+
+def _bound(value: object) -> str:
+    return "" if value is None else str(value)
 
 
 def buffer_span(obj: Any) -> tuple[int, int]:

@@ -125,6 +125,18 @@ def check_same_device(what: str, theirs: Owner, ours: Owner) -> None:
     )
 
 
+def check_registered_on(device: Owner, region: MemoryRegion) -> None:
+    """ValueError for memory registered on another device (or another
+    :class:`Device` of the same one) than ``device``: its lkey means nothing
+    in that device's protection domain, and the adapter would fail the work."""
+    if not device._holds(region):
+        raise ValueError(
+            f"{region!r} is registered on another Device than this queue pair's "
+            f"({device.name}): register it on the connection's device "
+            "(conn.register(), or conn.device.register())"
+        )
+
+
 _T = TypeVar("_T")
 
 
@@ -683,17 +695,8 @@ class QueuePair(Closable):
         return seglists
 
     def _check_device(self, segments: tuple[Segment, ...]) -> None:
-        """ValueError for memory registered on another device (or another
-        :class:`Device` of the same one): its lkey means nothing in this
-        queue pair's protection domain, and the adapter would fail the work."""
-        device = self.device
         for seg in segments:
-            if not device._holds(seg.mr):
-                raise ValueError(
-                    f"{seg.mr!r} is registered on another Device than this queue pair's "
-                    f"({device.name}): register it on the connection's device "
-                    "(conn.register(), or conn.device.register())"
-                )
+            check_registered_on(self.device, seg.mr)
 
     async def post_recv_batch(
         self, locals_: Sequence[Local]

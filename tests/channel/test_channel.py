@@ -192,10 +192,33 @@ async def test_send_messages_refuses_a_bad_batch_before_sending_any(lab: Lab) ->
             await channel.send_messages([b"a", b"b", bytes(70_000)])
         with pytest.raises(TypeError):
             await channel.send_messages([b"a", memoryview(bytes(8))[::2]])
+        with pytest.raises(TypeError, match=r"an iterable of messages, not one message \(bytes\)"):
+            await channel.send_messages(b"abc")  # type: ignore[arg-type]  # issue 81: "not int"
         await channel.send_messages([])
         await channel.send_messages([b"only"])
         await asyncio.wait_for(arrived.wait(), 30)
     assert got == [b"only"]
+
+
+@pytest.mark.asyncio
+async def test_memory_of_another_device_object_and_a_bad_flag_are_refused(lab: Lab) -> None:
+    """Issue 81: send_message and recv_message_into took memory registered
+    with another Device object (a queue pair, and call(into=), refuse it),
+    and until_unexposed="yes"."""
+    async with channel_to(lab, echo) as channel, aiordma.Device(lab.device) as other:
+        assert other is not channel.conn.device
+        foreign = other.alloc(4096)
+        for body in (foreign, foreign[:100]):
+            with pytest.raises(ValueError, match="registered on another Device"):
+                await channel.send_message(body)
+            with pytest.raises(ValueError, match="registered on another Device"):
+                await channel.send_messages([b"a", body])
+            with pytest.raises(ValueError, match="registered on another Device"):
+                await channel.recv_message_into(body)
+        with pytest.raises(TypeError, match="until_unexposed must be a bool, not 'yes'"):
+            await channel.send_message(b"x", until_unexposed="yes")  # type: ignore[arg-type]
+        await channel.send_message(channel.conn.register(b"mine"))
+        assert await asyncio.wait_for(channel.recv_message(), 30) == b"mine"
 
 
 def _sizes(count: int, seed: int) -> list[int]:

@@ -63,7 +63,8 @@ BAD = [
     ({"window": 200}, ValueError, r"window \+ control_window \(208\) exceeds"),
     ({"send_slots": 500}, ValueError, r"send_slots \(500.*send depth"),
     ({"send_slots": 0}, ValueError, "send_slots must be at least 1"),
-    ({"max_message": -1}, ValueError, "max_message must not be negative"),
+    ({"max_message": -1}, ValueError, "max_message must be at least 1"),
+    ({"max_message": 0}, ValueError, "max_message must be at least 1"),  # issue 81: refused all
     ({"max_exposed": 10, "max_message": 100}, ValueError, r"max_exposed \(10\) must be"),
     ({"exposure_timeout": 0}, ValueError, "exposure_timeout must be positive"),
     ({"medium_limit": -1}, ValueError, "medium_limit must not be negative"),
@@ -88,7 +89,7 @@ def test_each_bad_option_is_named(options: dict[str, Any], error: type, match: s
 MADE_BAD = [
     ({"window": "32"}, TypeError, "window must be an int, not str"),
     ({"window": 0}, ValueError, "window must be at least 2"),
-    ({"max_message": -1}, ValueError, "max_message must not be negative"),
+    ({"max_message": -1}, ValueError, "max_message must be at least 1"),
     ({"exposure_timeout": "x"}, TypeError, "exposure_timeout must be a number of seconds"),
     ({"exposure_timeout": math.nan}, ValueError, "exposure_timeout must be a number .* not NaN"),
     ({"buffer_size": 1 << 40}, ValueError, f"buffer_size must be at most {MAX_BUFFER}"),

@@ -188,6 +188,36 @@ async def test_codec_is_pluggable(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_codec_mismatch_says_the_codecs_differ(lab: Lab) -> None:
+    """Issue 81: it surfaced as "RemoteError: echo: JSONDecodeError: Expecting value"."""
+    service = rpc.Service(codec=rpc.JsonCodec())
+
+    @service.method()
+    async def echo(value: object) -> object:
+        return value
+
+    async with await rpc.start_server(service, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await rpc.connect(lab.addr, port) as raw:  # RawCodec: bytes as they are
+            with pytest.raises(rpc.RemoteError, match=r"service's codec \(JsonCodec\) could not "
+                               r"decode the request .*same codec") as info:  # fmt: skip
+                await asyncio.wait_for(raw.call("echo", b"not json"), TIMEOUT)
+        assert info.value.remote_type == "JSONDecodeError"
+    plain = rpc.Service()
+
+    @plain.method()
+    async def hello(value: bytes) -> bytes:
+        return b"not json"
+
+    async with await rpc.start_server(plain, lab.addr, 0) as server:
+        port = server.addresses[0][1]
+        async with await rpc.connect(lab.addr, port, codec=rpc.JsonCodec()) as client:
+            with pytest.raises(ValueError, match="Expecting value") as decoding:
+                await asyncio.wait_for(client.call("hello", "x"), TIMEOUT)
+    assert any("client's codec (JsonCodec)" in note for note in decoding.value.__notes__)
+
+
+@pytest.mark.asyncio
 async def test_server_shutdown_fails_calls_in_flight(lab: Lab) -> None:
     service = rpc.Service()
     started = asyncio.Event()

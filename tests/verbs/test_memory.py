@@ -21,7 +21,10 @@ def test_remote_buffer_round_trips_and_narrows() -> None:
     assert RemoteBuffer.from_bytes(wire) == rb
     part = rb[100:200]
     assert (part.addr, part.length, part.rkey) == (rb.addr + 100, 100, rb.rkey)
-    assert rb[4000:9000].length == 96  # clipped to the buffer
+    assert rb[4000:].length == rb[-96:].length == 96
+    for past in (slice(4000, 9000), slice(5000, None), slice(-5000, 10)):
+        with pytest.raises(IndexError, match=r"reaches past the 4096 bytes"):
+            rb[past]  # issue 81: clipped once, so a write moved fewer bytes than asked
     with pytest.raises(ValueError, match="contiguous"):
         rb[::2]
     with pytest.raises(ValueError, match="20 bytes"):
@@ -119,6 +122,11 @@ async def test_segments_and_bounds(device: aiordma.Device) -> None:
         assert bytes(mr.view()[15:20]) == b"abcde"
         with pytest.raises(ValueError, match="outside the region"):
             mr.segment(90, 20)
+        with pytest.raises(IndexError, match=r"slice \[50:500\] reaches past the 100 bytes"):
+            mr[50:500]  # as segment() refuses it; it was clipped to 50 bytes (issue 81)
+        with pytest.raises(IndexError, match=r"reaches past the 40 bytes"):
+            mr[10:50][0:41]
+        assert len(mr[50:100]) == 50
     with pytest.raises(aiordma.ResourceClosedError):
         mr.view()
 
