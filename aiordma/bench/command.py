@@ -116,7 +116,9 @@ async def _run(args: argparse.Namespace, emit: Callable[[list[Result]], None]) -
         result = await run
         moved = (await fabric.link_bytes()).since(before)
         if result is not None:
-            result.extra["link"] = moved.to_json(result.size * result.iterations)
+            result.extra["link"] = moved.to_json(
+                result.size * result.iterations, warmup=result.size * result.warmup
+            )
         return result
 
     try:

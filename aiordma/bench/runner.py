@@ -204,7 +204,17 @@ async def _rate(
 async def measure(
     peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None = None
 ) -> Result:
-    """Run ``mode`` at ``size`` bytes over RDMA against ``peer``."""
+    """Run ``mode`` at ``size`` bytes over RDMA against ``peer``; its ``warmup``
+    says how many operations ran before the measured ones."""
+    result = await _measure(peer, mode, size, plan, progress)
+    if mode.startswith("xfer_"):  # it warmed up in whole transfers, and says how many blocks
+        return result
+    return dataclasses.replace(result, warmup=plan.warmup)
+
+
+async def _measure(
+    peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None
+) -> Result:
     if mode.startswith("rpc"):
         return await _measure_rpc(peer, mode, size, plan, progress)
     if mode == "connect":
@@ -281,7 +291,8 @@ async def _measure_transfers(
         await _window(transfers, post, None, warm=True)
         done, seconds = await _window(transfers, post, blocks)
         return Result("aiordma", mode, size, plan.depth, done * count, seconds,
-                      extra={"blocks_per_transfer": count})  # fmt: skip
+                      extra={"blocks_per_transfer": count},
+                      warmup=transfers.warmup * count)  # fmt: skip
 
 
 async def _measure_rpc(
@@ -429,7 +440,15 @@ async def _connect_result(
 async def measure_tcp(
     peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None = None
 ) -> Result:
-    """The same pattern as ``mode`` over asyncio TCP streams (see :mod:`aiordma.bench.tcp`)."""
+    """The same pattern as ``mode`` over asyncio TCP streams (see
+    :mod:`aiordma.bench.tcp`), after ``plan.warmup`` operations (its ``warmup``)."""
+    result = await _measure_tcp(peer, mode, size, plan, progress)
+    return dataclasses.replace(result, warmup=plan.warmup)
+
+
+async def _measure_tcp(
+    peer: Peer, mode: str, size: int, plan: Plan, progress: Progress | None
+) -> Result:
     if mode == "connect":
 
         async def connect() -> float:

@@ -54,6 +54,8 @@ class Result:
     """Wall time of the measured iterations."""
     latency: Latency | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    warmup: int = 0
+    """Operations of ``size`` bytes run before the measured ones (not in the figures)."""
 
     @property
     def mb_per_s(self) -> float:

@@ -67,18 +67,20 @@ class LinkBytes:
         1, a read's arrive there; headers and acknowledgements only add)."""
         return min(self.host1.total, self.host2.total) >= payload
 
-    def describe(self, payload: int) -> str:
+    def describe(self, payload: int, warmup: int = 0) -> str:
         """One line: what each card moved, against ``payload``, and the verdict."""
-        return describe(self.to_json(payload))
+        return describe(self.to_json(payload, warmup))
 
-    def to_json(self, payload: int) -> dict[str, Any]:
-        """Plain data for a result's ``extra``."""
+    def to_json(self, payload: int, warmup: int = 0) -> dict[str, Any]:
+        """Plain data for a result's ``extra``: ``payload`` is what the timed
+        part moved, ``warmup`` what ran before it (counted by the cards too)."""
         return {
             "host1_sent": self.host1.sent,
             "host1_received": self.host1.received,
             "host2_sent": self.host2.sent,
             "host2_received": self.host2.received,
             "payload": payload,
+            "warmup": warmup,
             "crossed": self.crossed(payload),
         }
 
@@ -89,8 +91,13 @@ def describe(row: dict[str, Any]) -> str:
     return (
         f"link MB out/in: host 1 {_mb(row['host1_sent'])}/{_mb(row['host1_received'])}, "
         f"host 2 {_mb(row['host2_sent'])}/{_mb(row['host2_received'])}, "
-        f"payload {_mb(row['payload'])}: {verdict}"
+        f"payload {_mb(row['payload'])}{_warmup(row.get('warmup', 0))}: {verdict}"
     )
+
+
+def _warmup(n: int) -> str:
+    """The warm-up's bytes, apart: the cards counted them, the MB/s beside did not."""
+    return f" timed + {_mb(n)} warm-up" if n else ""
 
 
 def _mb(n: int) -> str:

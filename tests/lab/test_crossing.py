@@ -44,3 +44,13 @@ def test_the_line_a_result_prints_says_what_moved_and_the_verdict() -> None:
         == ("link MB out/in: host 1 1.1/0.010, host 2 0.010/1.1, payload 1.0: crossed")
     )
     assert moved.describe(5_000_000).endswith("payload 5.0: NOT CROSSED")
+
+
+def test_the_warm_up_that_crossed_too_is_said_apart() -> None:
+    """Issue 81: "payload 67.1" beside 136.1 MB on each card, with nothing to
+    say that a warm-up of as much had crossed too."""
+    moved = LinkBytes(CardBytes(200_000, 136_100_000), CardBytes(136_100_000, 200_000))
+    assert moved.describe(67_100_000, warmup=67_100_000).endswith(
+        "payload 67.1 timed + 67.1 warm-up: crossed"
+    )
+    assert moved.to_json(67_100_000, 1_000)["warmup"] == 1_000
