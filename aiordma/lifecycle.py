@@ -7,8 +7,8 @@ an object collected open warns with ``ResourceWarning``.
 closed outside any event loop. :func:`check_loop` refuses a call from
 another loop than the one a resource is bound to (compiled, in
 :mod:`aiordma._loop_check`), :func:`check_thread` a ``close()`` from
-another thread than the one running that loop, and :func:`spawn` runs a task nobody awaits,
-kept referenced until it ends. This module imports nothing of the package
+another thread than the one running that loop, and :func:`spawn` runs a
+task nobody awaits, kept referenced until it ends. This module imports nothing of the package
 but that check and its errors, so every layer can build on it.
 """
 

@@ -208,8 +208,7 @@ def rejection(private_data: bytes) -> bytes:
 def accept_refusal(exc: BaseException) -> bytes:
     """Private data for rejecting a request whose ``accept`` callback failed:
     its exception's type (the server's log has the rest)."""
-    reason = f"{type(exc).__name__}: its accept callback failed (its log says why)".encode()
-    return SETUP_FAILED + reason[: _rdmacm.MAX_REJECT_DATA - len(SETUP_FAILED)]
+    return _setup_failed(f"{type(exc).__name__}: its accept callback failed (its log says why)")
 
 
 def setup_refusal(exc: BaseException) -> bytes:
@@ -222,8 +221,12 @@ def setup_refusal(exc: BaseException) -> bytes:
         why = "it has no room for another connection (a full shared receive queue?)"
     else:
         why = "it could not create the connection's resources"
-    reason = f"{type(exc).__name__}: {why}".encode()
-    return SETUP_FAILED + reason[: _rdmacm.MAX_REJECT_DATA - len(SETUP_FAILED)]
+    return _setup_failed(f"{type(exc).__name__}: {why}")
+
+
+def _setup_failed(reason: str) -> bytes:
+    """:data:`SETUP_FAILED` and ``reason``, cut to what a rejection carries."""
+    return SETUP_FAILED + reason.encode()[: _rdmacm.MAX_REJECT_DATA - len(SETUP_FAILED)]
 
 
 def setup_error(event: Event, where: str, *, requested: bool = False) -> OSError:

@@ -171,9 +171,9 @@ class CompletionQueue:
         self._polling = False  # a fixed window's
         self._window_hit = False
         """Whether the fixed window now open has drained a completion."""
-        self._fixed = [0, 0, 0]
-        """A fixed window's counts: windows opened, those that drained a
-        completion (hits) and those that did not (misses)."""
+        self._window_hits = 0
+        """Fixed windows that drained a completion (those that did not: misses)."""
+        self._window_misses = 0
         self._fixed_spun = 0.0
         """Seconds a fixed window spent spinning."""
         self._spinner: Spinner | None = None
@@ -357,9 +357,9 @@ class CompletionQueue:
         it drained a completion and a miss if not.
         """
         policy = self._policy
-        spins, hits, misses = self._fixed
+        hits, misses = self._window_hits, self._window_misses
         return {
-            "spins": policy.spins if policy else spins,
+            "spins": policy.spins if policy else hits + misses + self._polling,
             "hits": policy.hits if policy else hits,
             "misses": policy.misses if policy else misses,
             "late": policy.late if policy else 0,
@@ -400,7 +400,6 @@ class CompletionQueue:
         if self._poll > 0 and not self._polling and self._cq is not None:
             self._polling = True
             self._window_hit = False
-            self._fixed[0] += 1
             self._poll_until = _now() + self._poll
             self._loop.call_soon(self._poll_step)
 
@@ -422,7 +421,10 @@ class CompletionQueue:
             self._loop.call_soon(self._poll_step)
             return
         self._polling = False
-        self._fixed[1 if self._window_hit else 2] += 1
+        if self._window_hit:
+            self._window_hits += 1
+        else:
+            self._window_misses += 1
         self._drain(keep_polling=False)
 
     def _drain(self, arm: bool = True, keep_polling: bool = True) -> int:
