@@ -33,6 +33,8 @@ import aiordma
 from aiordma.lab.remote import Fabric
 from aiordma.lab.runner import native_environment
 
+pytest_plugins = ["tests.costs"]  # what each test pays for, in the JUnit report
+
 
 @dataclass(frozen=True)
 class Lab:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import sys
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -190,6 +191,7 @@ class Connection(Closable):
         assert self._cm_id is not None
         self._cm_id.set_handler(self._on_cm_event)
         self._established = True
+        sys.audit("aiordma.connection.established", self)  # as CPython's socket.connect
         if self._probing:
             self._keep_alive()
         callbacks, self._on_established = self._on_established, []

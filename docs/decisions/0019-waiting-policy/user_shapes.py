@@ -49,6 +49,7 @@ async def serve(shape: str) -> None:
     report: list[str] = []
 
     if shape == "tcp":
+
         async def tcp(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 while True:
@@ -60,6 +61,7 @@ async def serve(shape: str) -> None:
         server = await asyncio.start_server(tcp, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
     elif shape == "verbs":
+
         async def prepare(conn: aiordma.Connection) -> object:
             inbox = conn.alloc(SIZE)
             return inbox, (await conn.post_recv_batch([inbox]))[0]
@@ -80,6 +82,7 @@ async def serve(shape: str) -> None:
         server = await aiordma.start_server(verbs, ADDR, 0, prepare=prepare)
         port = server.addresses[0][1]
     else:
+
         async def channel(chan: aiordma.MessageChannel) -> None:
             buffer = bytearray(SIZE)
             try:
