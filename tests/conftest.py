@@ -30,6 +30,7 @@ import pytest_asyncio
 import uvloop
 
 import aiordma
+from aiordma.lab.forkserver import ForkedPopen, ForkedProcess, ForkServer
 from aiordma.lab.remote import Fabric
 from aiordma.lab.runner import native_environment
 
@@ -288,15 +289,45 @@ async def remote_server(fabric: Fabric, mode: str, addr: str, *args: str) -> Asy
         assert rc in (0, -15), f"host 2's {mode} server exited with {rc}:\n{proc.output()}"
 
 
-async def spawn_peer(*args: str) -> asyncio.subprocess.Process:
+_forks: list[ForkServer] = []
+
+
+def fork_server() -> ForkServer | None:
+    """The run's fork server (``aiordma.lab.forkserver``), preloaded with
+    ``tests.peer`` and started on first use, so a peer process costs a fork
+    rather than an interpreter's start and ``import aiordma`` (seconds in a
+    guest); None with ``AIORDMA_TEST_FORKS=0``, or if it died."""
+    if os.environ.get("AIORDMA_TEST_FORKS", "1") == "0":
+        return None
+    if not _forks:
+        _forks.append(ForkServer.start(["tests.peer"], cwd=ROOT))
+    server = _forks[0]
+    return server if server.can_run("tests.peer") else None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _forks:
+        _forks.pop().close()
+
+
+Peer = asyncio.subprocess.Process | ForkedProcess
+"""A peer process: forked from the fork server, or a fresh interpreter."""
+
+
+async def spawn_peer(*args: str) -> Peer:
     """Start ``python -m tests.peer ARGS`` (see tests/peer.py) as another process."""
+    server = fork_server()
+    if server is not None:
+        return await server.spawn(
+            "tests.peer", *args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.peer", *args, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
 
 
-async def read_line(proc: asyncio.subprocess.Process) -> str:
+async def read_line(proc: Peer) -> str:
     """The peer's next output line; fails with its stderr if it exits first."""
     assert proc.stdout is not None
     assert proc.stderr is not None
@@ -318,7 +349,7 @@ async def run_peer(*args: str) -> str:
     return out.decode()
 
 
-async def stop_peer(proc: asyncio.subprocess.Process) -> None:
+async def stop_peer(proc: Peer) -> None:
     if proc.returncode is None:
         proc.terminate()
     async with asyncio.timeout(30):
@@ -327,10 +358,18 @@ async def stop_peer(proc: asyncio.subprocess.Process) -> None:
 
 def start_peer_server(lab: Lab, mode: str) -> Iterator[int]:
     """Run ``tests.peer MODE`` (a server) for as long as the generator lives; yields its port."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.peer", mode, lab.addr, "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    server = fork_server()
+    proc: subprocess.Popen[str] | ForkedPopen
+    if server is not None:
+        proc = server.popen(
+            "tests.peer", mode, lab.addr, "0", cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+    else:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.peer", mode, lab.addr, "0"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
     assert proc.stdout is not None
     assert proc.stderr is not None
     line = proc.stdout.readline()

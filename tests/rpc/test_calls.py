@@ -21,7 +21,7 @@ import aiordma
 from aiordma import rpc
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind
 from tests.channel.test_channel import exposures_ended
-from tests.conftest import ROOT, Lab, start_peer_server
+from tests.conftest import Lab, spawn_peer, start_peer_server
 from tests.peer import blob
 
 TIMEOUT = 60
@@ -617,10 +617,7 @@ async def test_replies_a_frozen_client_never_took_count_against_max_held(lab: La
     )
     async with server:
         port = server.addresses[0][1]
-        argv = [sys.executable, "-m", "tests.peer", "requests", lab.addr, str(port), "copy"]
-        client = await asyncio.create_subprocess_exec(
-            *argv, str(count), str(size), cwd=ROOT, stdout=subprocess.PIPE
-        )
+        client = await spawn_peer("requests", lab.addr, str(port), "copy", str(count), str(size))
         try:
             assert client.stdout is not None
             line = await asyncio.wait_for(client.stdout.readline(), TIMEOUT)

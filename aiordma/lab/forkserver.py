@@ -1,0 +1,430 @@
+"""Start ``python -m MODULE ARGS`` as a fork of an interpreter that has
+already imported what the module needs.
+
+In a lab guest a fresh interpreter pays seconds before it runs a line of
+its own: CPython runs about 15x slower under software emulation, and each
+of the ~1,500 file lookups of ``import aiordma`` crosses the guest's 9p
+root. A test suite that starts a peer process per test pays that each
+time. A fork server pays it once: it imports the modules it was told to,
+then forks one child per request, and the child runs the module as
+``python -m`` would (``__main__``, ``sys.argv``, ``sys.path[0]``, the
+requested working directory and environment) and exits through the
+interpreter's normal shutdown.
+
+Contract: ``start(preload)`` → ``spawn(...)``/``popen(...)`` per child →
+``close()``. The server never opens a device, starts a thread or runs an
+event loop, so a fork of it is as clean as a fresh interpreter apart from
+the modules already imported. A request whose environment changes what
+those modules read at import (``IMPORT_TIME``, any ``PYTHON*`` variable)
+must start a fresh interpreter instead: :meth:`ForkServer.can_run` says so.
+
+The wire, one Unix stream connection per child: the client sends one JSON
+line (module, args, cwd, env) with the child's stdin, stdout and stderr
+attached (``SCM_RIGHTS``); the server answers ``pid N`` once the child
+exists and ``exit CODE`` when it ended (``-N``: killed by signal N, as
+:attr:`subprocess.Popen.returncode`). The server exits, killing its
+children, when its own stdin reaches end of file (the client went away).
+Each request raises the audit event ``aiordma.lab.forkserver.spawn``
+(module, args) in the client, as ``subprocess.Popen`` does for a program.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import functools
+import importlib
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO
+
+from aiordma.exceptions import LabError
+
+IMPORT_TIME = ("AIORDMA_PURE", "AIORDMA_METRICS")
+"""Environment variables aiordma reads at import: a child whose environment
+changes one of them cannot be a fork of a server that imported aiordma."""
+
+_FDS = 3  # stdin, stdout, stderr travel with every request
+
+
+@dataclass
+class _Request:
+    module: str
+    args: list[str]
+    cwd: str
+    env: dict[str, str]
+
+
+def _run_child(request: _Request, fds: list[int]) -> int:
+    """In the forked child: become ``python -m MODULE ARGS`` and run it."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.clear()
+    os.environ.update(request.env)
+    os.chdir(request.cwd)
+    sys.path[0] = request.cwd
+    sys.argv = [request.module, *request.args]
+    sys.modules.pop(request.module, None)  # as under ``-m``: run as __main__ only
+    try:
+        runpy.run_module(request.module, run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        code = stop.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    return 0
+
+
+class _Server:
+    """The server's loop: accept requests, fork, report pids and exits."""
+
+    def __init__(self, path: str) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(64)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(sys.stdin, selectors.EVENT_READ, "parent")
+        self.children: dict[int, tuple[socket.socket, int]] = {}  # pidfd -> (conn, pid)
+
+    def serve(self) -> tuple[_Request, list[int]] | None:
+        """Serve until the parent goes; in a forked child, return what it is to run."""
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "parent":
+                    if not os.read(sys.stdin.fileno(), 4096):
+                        self._kill_children()
+                        return None
+                elif key.data == "accept":
+                    conn, _ = self.listener.accept()
+                    child = self._fork(conn)
+                    if child is not None:
+                        return child
+                else:
+                    self._reap(key.fd)
+
+    def _fork(self, conn: socket.socket) -> tuple[_Request, list[int]] | None:
+        fds = array.array("i")
+        try:
+            data, ancdata, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(_FDS * fds.itemsize))
+            for level, kind, payload in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+            spec = json.loads(data)
+            request = _Request(spec["module"], list(spec["args"]), spec["cwd"], dict(spec["env"]))
+            if len(fds) != _FDS:
+                raise ValueError(f"{len(fds)} descriptors came with the request, not {_FDS}")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            with contextlib.suppress(OSError):
+                conn.sendall(f"error {exc}\n".encode())
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            return None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self.selector.close()
+            self.listener.close()
+            conn.close()
+            for other, _ in self.children.values():
+                other.close()
+            for pidfd in self.children:
+                os.close(pidfd)
+            return request, list(fds)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.children[pidfd] = (conn, pid)
+        self.selector.register(pidfd, selectors.EVENT_READ, "child")
+        with contextlib.suppress(OSError):
+            conn.sendall(f"pid {pid}\n".encode())
+        return None
+
+    def _reap(self, pidfd: int) -> None:
+        conn, pid = self.children.pop(pidfd)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        with contextlib.suppress(OSError):
+            conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+        conn.close()
+
+    def _kill_children(self) -> None:
+        for _, pid in self.children.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pidfd in list(self.children):
+            self._reap(pidfd)
+
+
+class ForkedProcess:
+    """A child of the fork server, awaited as an :class:`asyncio.subprocess.Process`."""
+
+    def __init__(self, sock: socket.socket, pid: int, stdout: int | None, stderr: int | None):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._sock = sock
+        self._pipes = {"stdout": stdout, "stderr": stderr}
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+
+    async def _attach(self) -> None:
+        loop = asyncio.get_running_loop()
+        for name, fd in self._pipes.items():
+            if fd is None:
+                continue
+            reader = asyncio.StreamReader()
+            pipe = os.fdopen(fd, "rb", buffering=0)
+            await loop.connect_read_pipe(
+                functools.partial(asyncio.StreamReaderProtocol, reader), pipe
+            )
+            setattr(self, name, reader)
+        self._sock.setblocking(False)
+        self._exit = loop.create_task(self._read_exit())
+
+    async def _read_exit(self) -> int:
+        loop = asyncio.get_running_loop()
+        line = b""
+        while not line.endswith(b"\n"):
+            chunk = await loop.sock_recv(self._sock, 64)
+            if not chunk:
+                break
+            line += chunk
+        self._sock.close()
+        self.returncode = _exit_code(line, self.pid)
+        return self.returncode
+
+    async def wait(self) -> int:
+        """Wait for the child to exit; its exit status."""
+        return await asyncio.shield(self._exit)
+
+    async def communicate(self, input: bytes | None = None) -> tuple[bytes, bytes]:
+        """Read stdout and stderr to their end, then wait; both outputs."""
+        if input is not None:
+            raise ValueError("a forked child's stdin is /dev/null")
+
+        async def drain(reader: asyncio.StreamReader | None) -> bytes:
+            return b"" if reader is None else await reader.read()
+
+        out, err = await asyncio.gather(drain(self.stdout), drain(self.stderr))
+        await self.wait()
+        return out, err
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkedPopen:
+    """A child of the fork server, used as a text-mode :class:`subprocess.Popen`."""
+
+    def __init__(self, sock: socket.socket, pid: int, stdout: int | None, stderr: int | None):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._sock = sock
+        self.stdout: IO[str] | None = None if stdout is None else os.fdopen(stdout, "r")
+        self.stderr: IO[str] | None = None if stderr is None else os.fdopen(stderr, "r")
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._sock.settimeout(timeout)
+            try:
+                line = self._sock.makefile("rb").readline()
+            except TimeoutError:
+                raise subprocess.TimeoutExpired([str(self.pid)], timeout or 0.0) from None
+            self._sock.close()
+            self.returncode = _exit_code(line, self.pid)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Read stdout and stderr to their end, then wait; both outputs."""
+        out = self.stdout.read() if self.stdout is not None else ""
+        err = self.stderr.read() if self.stderr is not None else ""
+        self.wait(timeout)
+        return out, err
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _exit_code(line: bytes, pid: int) -> int:
+    words = line.split()
+    if len(words) != 2 or words[0] != b"exit":
+        raise LabError(f"the fork server lost child {pid} (it said {line!r})")
+    return int(words[1])
+
+
+class ForkServer:
+    """A running fork server and the modules it preloaded."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], path: str, preload: Sequence[str]) -> None:
+        self._proc = proc
+        self._path = path
+        self.preload = tuple(preload)
+        self._env = dict(os.environ)
+
+    @classmethod
+    def start(cls, preload: Sequence[str], *, cwd: str | None = None) -> ForkServer:
+        """Start a server that imports ``preload`` (blocks until it did)."""
+        path = os.path.join(tempfile.mkdtemp(prefix="aiordma-forks-"), "socket")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aiordma.lab.forkserver", path, *preload],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != b"ready":
+            proc.kill()
+            proc.wait()
+            raise LabError(f"the fork server did not start (it said {line!r})")
+        return cls(proc, path, preload)
+
+    def can_run(self, module: str, env: Mapping[str, str] | None = None) -> bool:
+        """Whether a fork of this server is a faithful ``python -m module`` in ``env``."""
+        if self._proc.poll() is not None:
+            return False
+        if not any(module == p or module.startswith(p + ".") for p in self.preload):
+            return False
+        if env is None:
+            env = os.environ
+        keys = set(env) | set(self._env)
+        read_early = {k for k in keys if k.startswith("PYTHON") or k in IMPORT_TIME}
+        return all(env.get(k) == self._env.get(k) for k in read_early)
+
+    def _request(
+        self, module: str, args: Sequence[str], cwd: str | None, env: Mapping[str, str] | None,
+        stdout: int | None, stderr: int | None,
+    ) -> tuple[socket.socket, int, int | None, int | None]:  # fmt: skip
+        sys.audit("aiordma.lab.forkserver.spawn", module, tuple(args))
+        if self._proc.poll() is not None:
+            raise LabError(
+                f"the fork server has exited ({self._proc.returncode}): start {module} afresh"
+            )
+        ours: dict[str, int | None] = {}
+        theirs: list[int] = [os.open(os.devnull, os.O_RDONLY)]
+        closing = list(theirs)
+        for name, how in (("stdout", stdout), ("stderr", stderr)):
+            if how == subprocess.PIPE:
+                read, write = os.pipe()
+                ours[name] = read
+                theirs.append(write)
+                closing.append(write)
+            elif how == subprocess.STDOUT and name == "stderr":
+                ours[name] = None
+                theirs.append(theirs[1])
+            elif how == subprocess.DEVNULL:
+                ours[name] = None
+                fd = os.open(os.devnull, os.O_WRONLY)
+                theirs.append(fd)
+                closing.append(fd)
+            else:
+                ours[name] = None
+                theirs.append(1 if name == "stdout" else 2)  # inherited, as Popen's None
+        spec = {
+            "module": module,
+            "args": [str(a) for a in args],
+            "cwd": os.path.abspath(cwd or os.getcwd()),
+            "env": dict(os.environ if env is None else env),
+        }
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self._path)
+            fds = array.array("i", theirs)
+            sock.sendmsg([json.dumps(spec).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            line = sock.makefile("rb").readline()
+        except BaseException:
+            sock.close()
+            for mine in ours.values():
+                if mine is not None:
+                    os.close(mine)
+            raise
+        finally:
+            for fd in closing:
+                os.close(fd)
+        if not line.startswith(b"pid "):
+            sock.close()
+            raise LabError(f"the fork server refused {module}: {line.decode().strip()}")
+        return sock, int(line.split()[1]), ours["stdout"], ours["stderr"]
+
+    async def spawn(
+        self, module: str, *args: str, cwd: str | None = None,
+        env: Mapping[str, str] | None = None, stdout: int | None = None,
+        stderr: int | None = None,
+    ) -> ForkedProcess:  # fmt: skip
+        """``asyncio.create_subprocess_exec(python, "-m", module, *args, ...)``, forked."""
+        sock, pid, out, err = self._request(module, args, cwd, env, stdout, stderr)
+        proc = ForkedProcess(sock, pid, out, err)
+        await proc._attach()
+        return proc
+
+    def popen(
+        self, module: str, *args: str, cwd: str | None = None,
+        env: Mapping[str, str] | None = None, stdout: int | None = None,
+        stderr: int | None = None,
+    ) -> ForkedPopen:  # fmt: skip
+        """``subprocess.Popen([python, "-m", module, *args], text=True, ...)``, forked."""
+        sock, pid, out, err = self._request(module, args, cwd, env, stdout, stderr)
+        return ForkedPopen(sock, pid, out, err)
+
+    def close(self) -> None:
+        """Stop the server (its children that still run are killed)."""
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._path)
+            os.rmdir(os.path.dirname(self._path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print("usage: python -m aiordma.lab.forkserver SOCKET [MODULE...]", file=sys.stderr)
+        return 2
+    path, preload = args[0], args[1:]
+    for module in preload:
+        importlib.import_module(module)
+    server = _Server(path)
+    print("ready", flush=True)
+    child = server.serve()
+    if child is None:
+        return 0
+    return _run_child(*child)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
