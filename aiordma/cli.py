@@ -77,7 +77,9 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         if two:
             from aiordma.lab.fabric import FabricConfig, run_on_fabric
 
-            fabric = FabricConfig(cfg.cpus, cfg.memory, (args.mtu[0], args.mtu[-1]), args.link)
+            mtu = (args.mtu[0], args.mtu[-1])
+            preload = tuple(dict.fromkeys(["aiordma", *args.preload]))
+            fabric = FabricConfig(cfg.cpus, cfg.memory, mtu, args.link, preload)
             return run_on_fabric(cmd, cfg, fabric, timeout=args.timeout)
         return run_in_lab(cmd, cfg, force_guest=args.vm, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -173,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --hosts 2: what joins the guests: a stream (no loss: a frame waits "
         "until the other side takes it) or UDP datagrams (dropped when the other side "
         "cannot take them in time); default stream, or $AIORDMA_LAB_LINK",
+    )
+    p.add_argument(
+        "--preload",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="with --hosts 2: a module host 2 imports once (aiordma always), so each "
+        "'python -m' job under it starts as a fork instead of a fresh interpreter",
     )
     p.add_argument(
         "--kvm",

@@ -18,7 +18,10 @@ the agent starts it and writes its output and exit status next to it:
 
 The agent writes ``host2.ready`` when it starts serving, and exits (killing
 what still runs) when ``stop`` appears. Run as
-``python -m aiordma.lab.agent CONTROL_DIR``.
+``python -m aiordma.lab.agent CONTROL_DIR [PRELOAD...]``: with PRELOAD
+modules, a job ``python -m MODULE ...`` for a module under one of them is a
+fork of a server that imported them once (:mod:`aiordma.lab.forkserver`),
+not a fresh interpreter that imports them again (seconds in a guest).
 """
 
 from __future__ import annotations
@@ -30,7 +33,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+from aiordma.exceptions import LabError
+from aiordma.lab.forkserver import ForkedPopen, ForkServer
 
 POLL_INTERVAL = 0.05
 """Seconds between looks at the control directory (it is a shared
@@ -48,11 +55,13 @@ def write_atomically(path: Path, text: str) -> None:
 class Agent:
     """Serve job requests from ``control`` until ``control/stop`` appears."""
 
-    def __init__(self, control: Path) -> None:
+    def __init__(self, control: Path, preload: Sequence[str] = ()) -> None:
         self.control = control
         self.jobs = control / "jobs"
         self.jobs.mkdir(parents=True, exist_ok=True)
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.running: dict[str, subprocess.Popen[bytes] | ForkedPopen] = {}
+        self.preload = tuple(preload)
+        self.forks: ForkServer | None = None
 
     def serve(self) -> None:
         ready = {
@@ -61,6 +70,11 @@ class Agent:
             "addr": os.environ.get("AIORDMA_ADDR"),
             "addr6": os.environ.get("AIORDMA_ADDR6"),
         }
+        if self.preload:
+            try:
+                self.forks = ForkServer.start(self.preload)
+            except LabError as exc:  # jobs still run, each in a fresh interpreter
+                print(f"aiordma lab agent: no fork server: {exc}", file=sys.stderr, flush=True)
         write_atomically(self.control / "host2.ready", json.dumps(ready))
         try:
             while not (self.control / "stop").exists():
@@ -74,6 +88,8 @@ class Agent:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 write_atomically(self.jobs / f"{job_id}.rc", str(proc.returncode))
+            if self.forks is not None:
+                self.forks.close()
 
     def _start_new(self) -> None:
         for request in sorted(self.jobs.glob("*.json")):
@@ -88,20 +104,41 @@ class Agent:
                 continue
             request.rename(request.with_suffix(".taken"))
             env = os.environ | {str(k): str(v) for k, v in spec.get("env", {}).items()}
+            cwd = spec.get("cwd") or None
             with open(self.jobs / f"{job_id}.out", "wb") as out:
                 try:
-                    self.running[job_id] = subprocess.Popen(
-                        argv,
-                        cwd=spec.get("cwd") or None,
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
+                    self.running[job_id] = self._fork(argv, cwd, env, out.fileno()) or (
+                        subprocess.Popen(
+                            argv,
+                            cwd=cwd,
+                            env=env,
+                            stdin=subprocess.DEVNULL,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                        )
                     )
                 except OSError as exc:
                     out.write(f"aiordma lab agent: cannot start {argv[0]}: {exc}\n".encode())
                     write_atomically(self.jobs / f"{job_id}.rc", "127")
+
+    def _fork(
+        self, argv: list[str], cwd: str | None, env: dict[str, str], out: int
+    ) -> ForkedPopen | None:
+        """``python -m MODULE ARGS`` as a fork of the preloaded server, if it can be one."""
+        if self.forks is None or len(argv) < 3 or argv[1] != "-m":
+            return None
+        if os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+            return None
+        if not self.forks.can_run(argv[2], env):
+            return None
+        try:
+            return self.forks.popen(
+                argv[2], *argv[3:], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        except LabError:
+            return None
 
     def _deliver_kills(self) -> None:
         for request in self.jobs.glob("*.kill"):
@@ -124,10 +161,10 @@ class Agent:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m aiordma.lab.agent CONTROL_DIR", file=sys.stderr)
+    if not args:
+        print("usage: python -m aiordma.lab.agent CONTROL_DIR [PRELOAD...]", file=sys.stderr)
         return 2
-    Agent(Path(args[0])).serve()
+    Agent(Path(args[0]), args[1:]).serve()
     return 0
 
 

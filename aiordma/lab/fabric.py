@@ -79,6 +79,9 @@ class FabricConfig:
     link: str = "stream"
     """``"stream"`` (a stream socket: back-pressure, no loss) or ``"dgram"`` (UDP: drops
     what the receiving side cannot take in time)."""
+    preload: tuple[str, ...] = ("aiordma",)
+    """Modules host 2's agent imports once: a job ``python -m MODULE`` for a module
+    under one of them is a fork of that interpreter (:mod:`aiordma.lab.forkserver`)."""
 
     def __post_init__(self) -> None:
         if self.link not in LINKS:
@@ -203,7 +206,7 @@ class _Fabric:
                 (self.control / "host2.ready").unlink()
             (self.control / "stop").unlink(missing_ok=True)
             agent = [sys.executable, "-m", "aiordma.lab.agent"]
-            argv = self._argv(2, [*agent, str(self.control)])
+            argv = self._argv(2, [*agent, str(self.control), *self.cfg.preload])
             with open(self.host2_log, "ab") as log:
                 self.host2 = subprocess.Popen(
                     argv,

@@ -63,10 +63,13 @@ class _Request:
     args: list[str]
     cwd: str
     env: dict[str, str]
+    new_session: bool = False
 
 
 def _run_child(request: _Request, fds: list[int]) -> int:
     """In the forked child: become ``python -m MODULE ARGS`` and run it."""
+    if request.new_session:
+        os.setsid()
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -126,7 +129,10 @@ class _Server:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
             spec = json.loads(data)
-            request = _Request(spec["module"], list(spec["args"]), spec["cwd"], dict(spec["env"]))
+            request = _Request(
+                spec["module"], list(spec["args"]), spec["cwd"], dict(spec["env"]),
+                bool(spec.get("new_session", False)),
+            )  # fmt: skip
             if len(fds) != _FDS:
                 raise ValueError(f"{len(fds)} descriptors came with the request, not {_FDS}")
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -246,18 +252,38 @@ class ForkedPopen:
         self.pid = pid
         self.returncode: int | None = None
         self._sock = sock
+        self._line = b""
         self.stdout: IO[str] | None = None if stdout is None else os.fdopen(stdout, "r")
         self.stderr: IO[str] | None = None if stderr is None else os.fdopen(stderr, "r")
 
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            self._sock.settimeout(timeout)
+    def _read_exit(self, timeout: float | None) -> bool:
+        """Read what the server sent of the exit line; whether it came whole."""
+        self._sock.settimeout(timeout)
+        while not self._line.endswith(b"\n"):
             try:
-                line = self._sock.makefile("rb").readline()
-            except TimeoutError:
-                raise subprocess.TimeoutExpired([str(self.pid)], timeout or 0.0) from None
-            self._sock.close()
-            self.returncode = _exit_code(line, self.pid)
+                chunk = self._sock.recv(64)
+            except (BlockingIOError, TimeoutError):  # 0: non-blocking; else timed out
+                return False
+            if not chunk:
+                break
+            self._line += chunk
+        self._sock.close()
+        self.returncode = _exit_code(self._line, self.pid)
+        return True
+
+    def poll(self) -> int | None:
+        """The exit status if the child has exited, else None (never blocks)."""
+        if self.returncode is None:
+            self._read_exit(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the child to exit; its exit status.
+
+        Raises :class:`subprocess.TimeoutExpired` after ``timeout`` seconds."""
+        if self.returncode is None and not self._read_exit(timeout):
+            raise subprocess.TimeoutExpired([str(self.pid)], timeout or 0.0)
+        assert self.returncode is not None
         return self.returncode
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
@@ -325,7 +351,7 @@ class ForkServer:
 
     def _request(
         self, module: str, args: Sequence[str], cwd: str | None, env: Mapping[str, str] | None,
-        stdout: int | None, stderr: int | None,
+        stdout: int | None, stderr: int | None, new_session: bool = False,
     ) -> tuple[socket.socket, int, int | None, int | None]:  # fmt: skip
         sys.audit("aiordma.lab.forkserver.spawn", module, tuple(args))
         if self._proc.poll() is not None:
@@ -349,6 +375,9 @@ class ForkServer:
                 fd = os.open(os.devnull, os.O_WRONLY)
                 theirs.append(fd)
                 closing.append(fd)
+            elif how is not None and how >= 0:
+                ours[name] = None
+                theirs.append(how)  # a descriptor of the caller's, as Popen takes one
             else:
                 ours[name] = None
                 theirs.append(1 if name == "stdout" else 2)  # inherited, as Popen's None
@@ -357,6 +386,7 @@ class ForkServer:
             "args": [str(a) for a in args],
             "cwd": os.path.abspath(cwd or os.getcwd()),
             "env": dict(os.environ if env is None else env),
+            "new_session": new_session,
         }
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -392,10 +422,15 @@ class ForkServer:
     def popen(
         self, module: str, *args: str, cwd: str | None = None,
         env: Mapping[str, str] | None = None, stdout: int | None = None,
-        stderr: int | None = None,
+        stderr: int | None = None, start_new_session: bool = False,
     ) -> ForkedPopen:  # fmt: skip
-        """``subprocess.Popen([python, "-m", module, *args], text=True, ...)``, forked."""
-        sock, pid, out, err = self._request(module, args, cwd, env, stdout, stderr)
+        """``subprocess.Popen([python, "-m", module, *args], text=True, ...)``, forked.
+
+        ``stdout`` and ``stderr`` take what Popen's do (``PIPE``, ``STDOUT``,
+        ``DEVNULL``, a descriptor, None)."""
+        sock, pid, out, err = self._request(
+            module, args, cwd, env, stdout, stderr, start_new_session
+        )
         return ForkedPopen(sock, pid, out, err)
 
     def close(self) -> None:

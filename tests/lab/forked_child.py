@@ -4,6 +4,8 @@
 and ``$FORKED``, one per line, then exits with status 3. ``wait``: prints
 ``waiting`` and sleeps until killed. ``shutdown``: registers an atexit
 handler that prints ``atexit ran`` (the interpreter's shutdown ran).
+``family``: prints its pid, session id and parent's pid, then waits as
+``wait`` does.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ def main() -> int:
         return 3
     if mode == "wait":
         print("waiting", flush=True)
+        while True:
+            time.sleep(60)
+    if mode == "family":
+        print(os.getpid(), os.getsid(0), os.getppid(), flush=True)
         while True:
             time.sleep(60)
     if mode == "shutdown":

@@ -18,6 +18,7 @@ import pytest_asyncio
 
 from aiordma.exceptions import LabError
 from aiordma.lab.remote import Fabric, poll_until
+from tests.conftest import ROOT
 
 STARTUP = 180
 """Seconds an agent may take to start (it answers at once once it runs)."""
@@ -96,6 +97,38 @@ async def test_stopping_the_agent_kills_what_still_runs(tmp_path: Path) -> None:
         (tmp_path / "stop").touch()
         assert await agent.wait() == 0
     assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.asyncio
+async def test_a_preloaded_module_runs_forked_in_its_own_session(tmp_path: Path) -> None:
+    agent = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aiordma.lab.agent", str(tmp_path), "tests.lab.forked_child",
+        cwd=ROOT,
+    )  # fmt: skip
+    fab = Fabric(tmp_path, "192.0.2.1", "2001:db8::1", "192.0.2.2", "2001:db8::2", "eth9")
+    child = [sys.executable, "-m", "tests.lab.forked_child"]
+    try:
+        async with asyncio.timeout(STARTUP):
+            await fab.wait_for_peer()
+        async with asyncio.timeout(30):
+            report = fab.start([*child, "report", "x"], cwd=str(tmp_path))
+            assert await report.wait() == 3
+            lines = report.output().splitlines()
+            assert lines[:4] == ["report x", str(tmp_path), str(tmp_path), "__main__"]
+            forked = fab.start([*child, "family"])
+            pid, sid, parent = map(int, (await forked.wait_for_output("\n")).split())
+            assert sid == pid  # a session of its own: the agent's kill reaches its group
+            assert parent != agent.pid  # a child of the fork server, not of the agent
+            assert await forked.stop() == -signal.SIGTERM
+            # PYTHONPATH changes what the preloaded modules would have found: fresh
+            fresh = fab.start([*child, "family"], env={"PYTHONPATH": ROOT})
+            _, _, parent = map(int, (await fresh.wait_for_output("\n")).split())
+            assert parent == agent.pid
+            assert await fresh.stop() == -signal.SIGTERM
+    finally:
+        (tmp_path / "stop").touch()
+        async with asyncio.timeout(30):
+            assert await agent.wait() == 0
 
 
 def test_from_environment_needs_host_1_of_two() -> None:
