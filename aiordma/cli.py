@@ -181,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="MODULE",
-        help="with --hosts 2: a module host 2 imports once (aiordma always), so each "
-        "'python -m' job under it starts as a fork instead of a fresh interpreter",
+        help="with --hosts 2: a module host 2 imports once (aiordma always); its Python "
+        "programs start as forks of that interpreter instead of fresh ones",
     )
     p.add_argument(
         "--kvm",

@@ -21,7 +21,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,7 +162,9 @@ def _process_singletons(addr: str) -> None:
     """Make what libraries open once per process and keep, before any count
     starts: libuv's signal pipe (made by the first uvloop loop that runs) and
     librdmacm's own verbs context per device (opened by the first cm_id bound
-    to it, kept until the process exits)."""
+    to it, kept until the process exits), and the run's fork server (started
+    here, importing while the tests run; see :func:`fork_server`)."""
+    _start_fork_server(wait=False)
 
     async def listen_once() -> None:
         server = await aiordma.start_server(lambda conn: None, addr, 0)
@@ -297,12 +299,51 @@ def fork_server() -> ForkServer | None:
     ``tests.peer`` and started on first use, so a peer process costs a fork
     rather than an interpreter's start and ``import aiordma`` (seconds in a
     guest); None with ``AIORDMA_TEST_FORKS=0``, or if it died."""
+    server = _start_fork_server(wait=True)
+    return server if server is not None and server.can_run(["-m", "tests.peer"]) else None
+
+
+def run_python(
+    args: Sequence[str], *, timeout: float, cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``subprocess.run([python, *args], capture_output=True, text=True)``:
+    a fork of the run's fork server where that is the same program
+    (:meth:`ForkServer.can_run`), a fresh interpreter otherwise. For tests
+    whose subject is what a program does, not how an interpreter starts."""
+    server = fork_server()
+    if server is None or not server.can_run(args, env):
+        return subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+            cwd=cwd, env=env, check=False,
+        )  # fmt: skip
+    proc = server.popen(*args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess([sys.executable, *args], proc.wait(), out, err)
+
+
+def popen_python(args: Sequence[str]) -> subprocess.Popen[str] | ForkedPopen:
+    """``subprocess.Popen([python, *args], stdout=PIPE, stderr=PIPE, text=True)``,
+    forked where :func:`run_python` would fork."""
+    server = fork_server()
+    if server is None or not server.can_run(args):
+        return subprocess.Popen(
+            [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    return server.popen(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _start_fork_server(wait: bool) -> ForkServer | None:
     if os.environ.get("AIORDMA_TEST_FORKS", "1") == "0":
         return None
     if not _forks:
-        _forks.append(ForkServer.start(["tests.peer"], cwd=ROOT))
-    server = _forks[0]
-    return server if server.can_run("tests.peer") else None
+        _forks.append(ForkServer.start(["tests.peer"], cwd=ROOT, wait=wait))
+    return _forks[0]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -319,7 +360,7 @@ async def spawn_peer(*args: str) -> Peer:
     server = fork_server()
     if server is not None:
         return await server.spawn(
-            "tests.peer", *args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            "-m", "tests.peer", *args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.peer", *args, cwd=ROOT,
@@ -362,7 +403,7 @@ def start_peer_server(lab: Lab, mode: str) -> Iterator[int]:
     proc: subprocess.Popen[str] | ForkedPopen
     if server is not None:
         proc = server.popen(
-            "tests.peer", mode, lab.addr, "0", cwd=ROOT,
+            "-m", "tests.peer", mode, lab.addr, "0", cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
     else:

@@ -7,7 +7,7 @@ sums them by cost:
 - ``processes``: programs started in this process (the ``subprocess.Popen``,
   ``os.posix_spawn`` and ``os.fork`` audit events), and ``programs``, what
   they were (``python -m pytest``, ``ray``...), with the fork server's
-  children (``aiordma.lab.forkserver.spawn``) as ``forked python -m MOD``;
+  children (``aiordma.lab.forkserver.spawn``) as ``forked python ...``;
 - ``connections``: rdma_cm connections established in this process (the
   ``aiordma.connection.established`` audit event);
 - ``packets``: packets the machine's RDMA devices sent (rxe's ``sent_pkts``
@@ -56,7 +56,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         _programs.append("fork" if event.startswith("os.fork") else program_name(args[1]))
     elif event == "aiordma.lab.forkserver.spawn":
         _counts["processes"] += 1
-        _programs.append(f"forked python -m {args[0]}")
+        _programs.append("forked " + program_name([sys.executable, *args[0]]))
     elif event == "aiordma.connection.established":
         _counts["connections"] += 1
 

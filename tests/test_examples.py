@@ -9,19 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Lab
+from tests.conftest import Lab, popen_python, run_python
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _run(lab: Lab, name: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), lab.device],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_python([str(EXAMPLES / name), lab.device], timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -82,17 +76,12 @@ def _serve_and_run_client(
 ) -> tuple[str, str]:
     """Start an example server (serving one client), run ``client_argv(port)`` against
     it, and return both outputs once both have exited cleanly."""
-    server = subprocess.Popen(
-        [sys.executable, *server_argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    server = popen_python(server_argv)
     try:
         assert server.stdout is not None
         ready = server.stdout.readline().split()
         assert ready[:3] == ["listening", "on", lab.addr], ready
-        client = subprocess.run(
-            [sys.executable, *client_argv(ready[3])],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
+        client = run_python(client_argv(ready[3]), timeout=300)
         assert client.returncode == 0, client.stderr
         out, err = server.communicate(timeout=60)
         assert server.returncode == 0, err
@@ -167,20 +156,14 @@ def test_kv_blocks_example(lab: Lab) -> None:
 
 def test_kv_transfer_example_as_two_programs(lab: Lab) -> None:
     path = str(EXAMPLES / "kv_transfer.py")
-    decode = subprocess.Popen(
-        [sys.executable, path, "decode", lab.addr, "--blocks", "1000"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    decode = popen_python([path, "decode", lab.addr, "--blocks", "1000"])
     try:
         assert decode.stdout is not None
         agent = decode.stdout.readline().split()
         blocks = decode.stdout.readline().split()
         assert agent[0] == "agent", agent
         assert blocks[0] == "blocks", blocks
-        prefill = subprocess.run(
-            [sys.executable, path, "prefill", agent[1], blocks[1]],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
+        prefill = run_python([path, "prefill", agent[1], blocks[1]], timeout=300)
         assert prefill.returncode == 0, prefill.stderr
         out, err = decode.communicate(timeout=60)
         assert decode.returncode == 0, err

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Lab
+from tests.conftest import Lab, run_python
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -23,8 +21,6 @@ def test_snippet_runs(lab: Lab, index: int) -> None:
     snippets = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     assert len(snippets) == len(EXPECTED)
     code = snippets[index].replace('"192.0.2.1"', repr(lab.addr))
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    proc = run_python(["-c", code], timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == EXPECTED[index]

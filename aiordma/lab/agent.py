@@ -19,7 +19,7 @@ the agent starts it and writes its output and exit status next to it:
 The agent writes ``host2.ready`` when it starts serving, and exits (killing
 what still runs) when ``stop`` appears. Run as
 ``python -m aiordma.lab.agent CONTROL_DIR [PRELOAD...]``: with PRELOAD
-modules, a job ``python -m MODULE ...`` for a module under one of them is a
+modules, a Python job (``python -m MODULE``, ``-c CODE`` or a script) is a
 fork of a server that imported them once (:mod:`aiordma.lab.forkserver`),
 not a fresh interpreter that imports them again (seconds in a guest).
 """
@@ -125,16 +125,14 @@ class Agent:
     def _fork(
         self, argv: list[str], cwd: str | None, env: dict[str, str], out: int
     ) -> ForkedPopen | None:
-        """``python -m MODULE ARGS`` as a fork of the preloaded server, if it can be one."""
-        if self.forks is None or len(argv) < 3 or argv[1] != "-m":
+        """``python ARGS`` as a fork of the preloaded server, if it can be one."""
+        if self.forks is None or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
             return None
-        if os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
-            return None
-        if not self.forks.can_run(argv[2], env):
+        if not self.forks.can_run(argv[1:], env):
             return None
         try:
             return self.forks.popen(
-                argv[2], *argv[3:], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                *argv[1:], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
         except LabError:

@@ -80,8 +80,8 @@ class FabricConfig:
     """``"stream"`` (a stream socket: back-pressure, no loss) or ``"dgram"`` (UDP: drops
     what the receiving side cannot take in time)."""
     preload: tuple[str, ...] = ("aiordma",)
-    """Modules host 2's agent imports once: a job ``python -m MODULE`` for a module
-    under one of them is a fork of that interpreter (:mod:`aiordma.lab.forkserver`)."""
+    """Modules host 2's agent imports once; its Python jobs are forks of that
+    interpreter (:mod:`aiordma.lab.forkserver`)."""
 
     def __post_init__(self) -> None:
         if self.link not in LINKS:

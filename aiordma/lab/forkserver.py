@@ -1,15 +1,16 @@
-"""Start ``python -m MODULE ARGS`` as a fork of an interpreter that has
-already imported what the module needs.
+"""Start ``python -m MODULE``, ``python -c CODE`` or ``python SCRIPT`` as
+a fork of an interpreter that has already imported what the program needs.
 
 In a lab guest a fresh interpreter pays seconds before it runs a line of
 its own: CPython runs about 15x slower under software emulation, and each
 of the ~1,500 file lookups of ``import aiordma`` crosses the guest's 9p
 root. A test suite that starts a peer process per test pays that each
 time. A fork server pays it once: it imports the modules it was told to,
-then forks one child per request, and the child runs the module as
-``python -m`` would (``__main__``, ``sys.argv``, ``sys.path[0]``, the
-requested working directory and environment) and exits through the
-interpreter's normal shutdown.
+then forks one child per request, and the child runs the program as
+``python`` would (as ``__main__``, with its ``sys.argv`` and
+``sys.path[0]``, the requested working directory and environment) and
+exits through the interpreter's normal shutdown. A program that is not
+under the preloaded modules still runs; it imports what it needs itself.
 
 Contract: ``start(preload)`` → ``spawn(...)``/``popen(...)`` per child →
 ``close()``. The server never opens a device, starts a thread or runs an
@@ -19,13 +20,13 @@ those modules read at import (``IMPORT_TIME``, any ``PYTHON*`` variable)
 must start a fresh interpreter instead: :meth:`ForkServer.can_run` says so.
 
 The wire, one Unix stream connection per child: the client sends one JSON
-line (module, args, cwd, env) with the child's stdin, stdout and stderr
+line (the interpreter's arguments, cwd, env, new session) with the child's stdin, stdout and stderr
 attached (``SCM_RIGHTS``); the server answers ``pid N`` once the child
 exists and ``exit CODE`` when it ended (``-N``: killed by signal N, as
 :attr:`subprocess.Popen.returncode`). The server exits, killing its
 children, when its own stdin reaches end of file (the client went away).
 Each request raises the audit event ``aiordma.lab.forkserver.spawn``
-(module, args) in the client, as ``subprocess.Popen`` does for a program.
+(the interpreter's arguments) in the client, as ``subprocess.Popen`` does for a program.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
@@ -59,15 +63,47 @@ _FDS = 3  # stdin, stdout, stderr travel with every request
 
 @dataclass
 class _Request:
-    module: str
-    args: list[str]
+    argv: list[str]
     cwd: str
     env: dict[str, str]
     new_session: bool = False
 
 
+def program(argv: Sequence[str]) -> tuple[str, str, list[str]]:
+    """The interpreter's arguments ``argv`` as (kind, target, the program's
+    arguments): ``-m MODULE``, ``-c CODE`` or ``PATH``, then the rest.
+
+    Raises :class:`ValueError` for anything else (an interpreter option, a
+    program read from stdin): a fork could not be that interpreter."""
+    argv = list(argv)
+    if argv[:1] in (["-m"], ["-c"]) and len(argv) >= 2:
+        return argv[0], argv[1], list(argv[2:])
+    if argv and argv[0] and not argv[0].startswith("-"):
+        return "path", argv[0], list(argv[1:])
+    raise ValueError(f"a fork runs -m MODULE, -c CODE or a script's path, not {list(argv)!r}")
+
+
+def _run(kind: str, target: str, args: list[str], cwd: str) -> None:
+    """Run the program as ``python`` would run it, as ``__main__``."""
+    if kind == "-m":
+        sys.path[0] = cwd
+        sys.argv = [target, *args]  # runpy puts the module's file first
+        sys.modules.pop(target, None)  # as under ``-m``: run as __main__ only
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    elif kind == "-c":
+        sys.path[0] = ""
+        sys.argv = ["-c", *args]
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(target, "<string>", "exec"), main.__dict__)  # as python -c runs it
+    else:
+        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        sys.argv = [target, *args]
+        runpy.run_path(target, run_name="__main__")
+
+
 def _run_child(request: _Request, fds: list[int]) -> int:
-    """In the forked child: become ``python -m MODULE ARGS`` and run it."""
+    """In the forked child: become ``python ARGV`` and run it."""
     if request.new_session:
         os.setsid()
     for target, fd in enumerate(fds):
@@ -79,11 +115,8 @@ def _run_child(request: _Request, fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request.env)
     os.chdir(request.cwd)
-    sys.path[0] = request.cwd
-    sys.argv = [request.module, *request.args]
-    sys.modules.pop(request.module, None)  # as under ``-m``: run as __main__ only
     try:
-        runpy.run_module(request.module, run_name="__main__", alter_sys=True)
+        _run(*program(request.argv), request.cwd)
     except SystemExit as stop:
         code = stop.code
         if code is None or isinstance(code, int):
@@ -130,9 +163,10 @@ class _Server:
                     fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
             spec = json.loads(data)
             request = _Request(
-                spec["module"], list(spec["args"]), spec["cwd"], dict(spec["env"]),
+                [str(a) for a in spec["argv"]], spec["cwd"], dict(spec["env"]),
                 bool(spec.get("new_session", False)),
             )  # fmt: skip
+            program(request.argv)
             if len(fds) != _FDS:
                 raise ValueError(f"{len(fds)} descriptors came with the request, not {_FDS}")
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -287,11 +321,28 @@ class ForkedPopen:
         return self.returncode
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
-        """Read stdout and stderr to their end, then wait; both outputs."""
-        out = self.stdout.read() if self.stdout is not None else ""
-        err = self.stderr.read() if self.stderr is not None else ""
-        self.wait(timeout)
-        return out, err
+        """Read stdout and stderr to their end (both at once: a full pipe
+        never stalls the other), then wait; both outputs.
+
+        Raises :class:`subprocess.TimeoutExpired` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        read: dict[str, str] = {}
+
+        def drain(name: str, pipe: IO[str] | None) -> None:
+            read[name] = pipe.read() if pipe is not None else ""
+
+        readers = [
+            threading.Thread(target=drain, args=(name, pipe), daemon=True)
+            for name, pipe in (("out", self.stdout), ("err", self.stderr))
+        ]
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired([str(self.pid)], timeout or 0.0)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return read["out"], read["err"]
 
     def send_signal(self, signum: int) -> None:
         if self.returncode is None:
@@ -320,28 +371,47 @@ class ForkServer:
         self._path = path
         self.preload = tuple(preload)
         self._env = dict(os.environ)
+        self._ready = False
 
     @classmethod
-    def start(cls, preload: Sequence[str], *, cwd: str | None = None) -> ForkServer:
-        """Start a server that imports ``preload`` (blocks until it did)."""
+    def start(
+        cls, preload: Sequence[str], *, cwd: str | None = None, wait: bool = True
+    ) -> ForkServer:
+        """Start a server that imports ``preload``; with ``wait``, block until
+        it did, else the first request does (the imports run meanwhile)."""
         path = os.path.join(tempfile.mkdtemp(prefix="aiordma-forks-"), "socket")
         proc = subprocess.Popen(
             [sys.executable, "-m", "aiordma.lab.forkserver", path, *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd,
         )  # fmt: skip
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if line.strip() != b"ready":
-            proc.kill()
-            proc.wait()
-            raise LabError(f"the fork server did not start (it said {line!r})")
-        return cls(proc, path, preload)
+        server = cls(proc, path, preload)
+        if wait:
+            server.wait_ready()
+        return server
 
-    def can_run(self, module: str, env: Mapping[str, str] | None = None) -> bool:
-        """Whether a fork of this server is a faithful ``python -m module`` in ``env``."""
+    def wait_ready(self) -> None:
+        """Block until the server has imported its modules and listens.
+
+        Raises :class:`LabError` if it failed to (a preload that does not import)."""
+        if self._ready:
+            return
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        self._proc.stdout.close()  # it says nothing more
+        if line.strip() != b"ready":
+            self._proc.kill()
+            self._proc.wait()
+            raise LabError(f"the fork server did not start (it said {line!r})")
+        self._ready = True
+
+    def can_run(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> bool:
+        """Whether a fork of this server is a faithful ``python ARGV`` in ``env``
+        (``os.environ`` if None)."""
         if self._proc.poll() is not None:
             return False
-        if not any(module == p or module.startswith(p + ".") for p in self.preload):
+        try:
+            program(argv)
+        except ValueError:
             return False
         if env is None:
             env = os.environ
@@ -350,14 +420,17 @@ class ForkServer:
         return all(env.get(k) == self._env.get(k) for k in read_early)
 
     def _request(
-        self, module: str, args: Sequence[str], cwd: str | None, env: Mapping[str, str] | None,
+        self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None,
         stdout: int | None, stderr: int | None, new_session: bool = False,
     ) -> tuple[socket.socket, int, int | None, int | None]:  # fmt: skip
-        sys.audit("aiordma.lab.forkserver.spawn", module, tuple(args))
+        argv = [str(a) for a in argv]
+        program(argv)
+        sys.audit("aiordma.lab.forkserver.spawn", tuple(argv))
         if self._proc.poll() is not None:
             raise LabError(
-                f"the fork server has exited ({self._proc.returncode}): start {module} afresh"
+                f"the fork server has exited ({self._proc.returncode}): start {argv} afresh"
             )
+        self.wait_ready()
         ours: dict[str, int | None] = {}
         theirs: list[int] = [os.open(os.devnull, os.O_RDONLY)]
         closing = list(theirs)
@@ -382,8 +455,7 @@ class ForkServer:
                 ours[name] = None
                 theirs.append(1 if name == "stdout" else 2)  # inherited, as Popen's None
         spec = {
-            "module": module,
-            "args": [str(a) for a in args],
+            "argv": argv,
             "cwd": os.path.abspath(cwd or os.getcwd()),
             "env": dict(os.environ if env is None else env),
             "new_session": new_session,
@@ -405,32 +477,30 @@ class ForkServer:
                 os.close(fd)
         if not line.startswith(b"pid "):
             sock.close()
-            raise LabError(f"the fork server refused {module}: {line.decode().strip()}")
+            raise LabError(f"the fork server refused {argv}: {line.decode().strip()}")
         return sock, int(line.split()[1]), ours["stdout"], ours["stderr"]
 
     async def spawn(
-        self, module: str, *args: str, cwd: str | None = None,
+        self, *argv: str, cwd: str | None = None,
         env: Mapping[str, str] | None = None, stdout: int | None = None,
         stderr: int | None = None,
     ) -> ForkedProcess:  # fmt: skip
-        """``asyncio.create_subprocess_exec(python, "-m", module, *args, ...)``, forked."""
-        sock, pid, out, err = self._request(module, args, cwd, env, stdout, stderr)
+        """``asyncio.create_subprocess_exec(python, *argv, ...)``, forked."""
+        sock, pid, out, err = self._request(argv, cwd, env, stdout, stderr)
         proc = ForkedProcess(sock, pid, out, err)
         await proc._attach()
         return proc
 
     def popen(
-        self, module: str, *args: str, cwd: str | None = None,
+        self, *argv: str, cwd: str | None = None,
         env: Mapping[str, str] | None = None, stdout: int | None = None,
         stderr: int | None = None, start_new_session: bool = False,
     ) -> ForkedPopen:  # fmt: skip
-        """``subprocess.Popen([python, "-m", module, *args], text=True, ...)``, forked.
+        """``subprocess.Popen([python, *argv], text=True, ...)``, forked.
 
         ``stdout`` and ``stderr`` take what Popen's do (``PIPE``, ``STDOUT``,
         ``DEVNULL``, a descriptor, None)."""
-        sock, pid, out, err = self._request(
-            module, args, cwd, env, stdout, stderr, start_new_session
-        )
+        sock, pid, out, err = self._request(argv, cwd, env, stdout, stderr, start_new_session)
         return ForkedPopen(sock, pid, out, err)
 
     def close(self) -> None:
@@ -439,7 +509,7 @@ class ForkServer:
             self._proc.stdin.close()
         self._proc.wait()
         if self._proc.stdout is not None:
-            self._proc.stdout.close()
+            self._proc.stdout.close()  # closed by wait_ready unless never ready
         with contextlib.suppress(OSError):
             os.unlink(self._path)
             os.rmdir(os.path.dirname(self._path))

@@ -5,21 +5,20 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from aiordma.lab.remote import Fabric
-from tests.conftest import Lab
+from tests.conftest import Lab, run_python
 
 
 def _bench(lab: Lab, tmp_path: Path, *args: str) -> list[dict[str, object]]:
     out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiordma", "bench", *args, "--json", str(out),
+    proc = run_python(
+        ["-m", "aiordma", "bench", *args, "--json", str(out),
          "--device", lab.device, "--addr", lab.addr, "--loop", "uvloop"],
-        capture_output=True, text=True, timeout=240, check=False,
+        timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rows: list[dict[str, object]] = json.loads(out.read_text())
@@ -105,12 +104,12 @@ def test_across_the_link_with_perftest_and_tcp(fabric: Fabric, tmp_path: Path) -
     both hosts' cards, as the output says), ``--netem`` undone."""
     out = tmp_path / "bench.json"
     before = _link_packets(fabric)
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiordma", "bench", "--remote", "msg_bw",
+    proc = run_python(
+        ["-m", "aiordma", "bench", "--remote", "msg_bw",
          "--sizes", "4096", "--iterations", "30", "--warmup", "3", "--depth", "2",
          "--compare", "perftest", "--compare", "tcp", "--netem", "delay 1ms",
          "--json", str(out)],
-        capture_output=True, text=True, timeout=540, check=False,
+        timeout=540,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Lab
+from tests.conftest import Lab, run_python
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "docs" / "tutorial.md"
 
@@ -29,9 +27,7 @@ def test_the_page_has_five_programs_with_outputs() -> None:
 def test_program_prints_what_the_page_shows(lab: Lab, index: int) -> None:
     code, expected = programs()[index]
     code = code.replace('"192.0.2.1"', repr(lab.addr))
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    proc = run_python(["-c", code], timeout=120)
     assert proc.returncode == 0, proc.stderr
     if "rxe0" in expected:
         expected = expected.replace("rxe0", lab.device)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,7 @@ from aiordma.exceptions import LabError
 from aiordma.lab.forkserver import ForkServer
 from tests.conftest import ROOT
 
-CHILD = "tests.lab.forked_child"
+CHILD = ("-m", "tests.lab.forked_child")
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ async def test_a_child_runs_as_python_dash_m_with_its_own_cwd_env_and_status(
 ) -> None:
     env = dict(os.environ, FORKED="yes")
     proc = await server.spawn(
-        CHILD, "report", "a b", "c", cwd=str(tmp_path), env=env,
+        *CHILD, "report", "a b", "c", cwd=str(tmp_path), env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 30)
@@ -44,14 +45,14 @@ async def test_a_child_runs_as_python_dash_m_with_its_own_cwd_env_and_status(
 
 @pytest.mark.asyncio
 async def test_stderr_into_stdout_and_the_shutdown_runs(server: ForkServer) -> None:
-    proc = await server.spawn(CHILD, "shutdown", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = await server.spawn(*CHILD, "shutdown", stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert (proc.returncode, out, err) == (0, b"atexit ran\n", b"")
 
 
 @pytest.mark.asyncio
 async def test_a_signal_reaches_the_child_and_its_status_says_so(server: ForkServer) -> None:
-    proc = await server.spawn(CHILD, "wait", stdout=subprocess.PIPE)
+    proc = await server.spawn(*CHILD, "wait", stdout=subprocess.PIPE)
     assert proc.stdout is not None
     assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"waiting\n"
     proc.send_signal(signal.SIGSTOP)  # a stopped child is not an exited one
@@ -60,8 +61,31 @@ async def test_a_signal_reaches_the_child_and_its_status_says_so(server: ForkSer
     proc.terminate()  # after the exit: nothing to signal, no error
 
 
+SAID = "import sys; print(__name__, sys.argv, repr(sys.path[0]), 'serve' in globals())"
+"""A program that says how it was run (and whether it sees the server's names)."""
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> str:
+    path = tmp_path / "prog.py"
+    path.write_text(SAID + "\nraise SystemExit('bye')\n")
+    return str(path)
+
+
+@pytest.mark.asyncio
+async def test_code_and_a_script_run_as_python_runs_them(server: ForkServer, script: str) -> None:
+    said = SAID
+    proc = await server.spawn("-c", said, "x", stdout=subprocess.PIPE)
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert out.decode() == "__main__ ['-c', 'x'] '' False\n"  # not the server's __main__
+    proc = await server.spawn(script, "y", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert out.decode() == f"__main__ [{script!r}, 'y'] {os.path.dirname(script)!r} False\n"
+    assert (proc.returncode, err) == (1, b"bye\n")
+
+
 def test_the_popen_shape_reads_text_and_waits_with_a_timeout(server: ForkServer) -> None:
-    proc = server.popen(CHILD, "wait", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = server.popen(*CHILD, "wait", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     assert proc.stdout.readline() == "waiting\n"
     with pytest.raises(subprocess.TimeoutExpired):
@@ -71,10 +95,14 @@ def test_the_popen_shape_reads_text_and_waits_with_a_timeout(server: ForkServer)
     assert proc.returncode == -signal.SIGTERM
 
 
-def test_only_preloaded_modules_in_an_environment_they_read_alike(server: ForkServer) -> None:
+def test_a_fork_is_refused_where_a_fresh_interpreter_would_differ(server: ForkServer) -> None:
     assert server.can_run(CHILD)
     assert server.can_run(CHILD, dict(os.environ, FORKED="1"))
-    assert not server.can_run("tests.peer")
+    assert server.can_run(["-m", "tests.peer"])  # not preloaded: it imports it itself
+    assert not server.can_run(["-u", "-m", "tests.peer"])  # an interpreter option
+    assert not server.can_run([])  # a program from stdin
+    with pytest.raises(ValueError, match="not \\['-X', 'dev'\\]"):
+        server.popen("-X", "dev")
     other = "0" if os.environ.get("AIORDMA_PURE") == "1" else "1"
     assert not server.can_run(CHILD, dict(os.environ, AIORDMA_PURE=other))
     assert not server.can_run(CHILD, dict(os.environ, PYTHONPATH="/nowhere"))
@@ -82,14 +110,14 @@ def test_only_preloaded_modules_in_an_environment_they_read_alike(server: ForkSe
 
 def test_closing_the_server_kills_its_children_and_later_requests_fail() -> None:
     server = ForkServer.start(["tests.lab.forked_child"], cwd=ROOT)
-    proc = server.popen(CHILD, "wait", stdout=subprocess.PIPE)
+    proc = server.popen(*CHILD, "wait", stdout=subprocess.PIPE)
     assert proc.stdout is not None
     assert proc.stdout.readline() == "waiting\n"
     server.close()
     assert proc.wait(timeout=30) == -signal.SIGKILL
     assert not server.can_run(CHILD)
     with pytest.raises(LabError, match="has exited"):
-        server.popen(CHILD, "report")
+        server.popen(*CHILD, "report")
 
 
 def test_a_server_that_cannot_preload_says_so() -> None:
