@@ -161,6 +161,11 @@ class _Server:
             for level, kind, payload in ancdata:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+            while not data.endswith(b"\n"):  # the descriptors came with the first part
+                more = conn.recv(1 << 16)
+                if not more:
+                    raise ValueError("the request was cut short")
+                data += more
             spec = json.loads(data)
             request = _Request(
                 [str(a) for a in spec["argv"]], spec["cwd"], dict(spec["env"]),
@@ -464,8 +469,12 @@ class ForkServer:
         try:
             sock.connect(self._path)
             fds = array.array("i", theirs)
-            sock.sendmsg([json.dumps(spec).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            request = json.dumps(spec).encode() + b"\n"
+            sent = sock.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            sock.sendall(request[sent:])  # a stream may take a long request in parts
             line = sock.makefile("rb").readline()
+            if not line.startswith(b"pid "):
+                raise LabError(f"the fork server refused {argv}: {line.decode().strip()}")
         except BaseException:
             sock.close()
             for mine in ours.values():
@@ -475,9 +484,6 @@ class ForkServer:
         finally:
             for fd in closing:
                 os.close(fd)
-        if not line.startswith(b"pid "):
-            sock.close()
-            raise LabError(f"the fork server refused {argv}: {line.decode().strip()}")
         return sock, int(line.split()[1]), ours["stdout"], ours["stderr"]
 
     async def spawn(

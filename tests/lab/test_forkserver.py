@@ -84,6 +84,12 @@ async def test_code_and_a_script_run_as_python_runs_them(server: ForkServer, scr
     assert (proc.returncode, err) == (1, b"bye\n")
 
 
+def test_arguments_longer_than_a_socket_buffer_arrive_whole(server: ForkServer) -> None:
+    long = "x" * (1 << 20)  # as a program handed a serialized handle in its arguments
+    proc = server.popen("-c", "import sys; print(len(sys.argv[1]))", long, stdout=subprocess.PIPE)
+    assert proc.communicate(timeout=30) == (f"{1 << 20}\n", "")
+
+
 def test_the_popen_shape_reads_text_and_waits_with_a_timeout(server: ForkServer) -> None:
     proc = server.popen(*CHILD, "wait", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None

@@ -3,8 +3,9 @@
     aiordma lab -- aiordma bench study dask_cluster [--protocol rdma tcp] [--json]
 
 For each protocol: starts a scheduler and two workers (each behind its
-nanny, which spawns it, unless ``--no-nanny``) as separate processes with
-the ``dask`` command line, connects a client, and measures
+nanny, which spawns it, unless ``--no-nanny``) as separate processes, the
+programs of the ``dask`` command line (``dask scheduler`` and ``dask
+worker``), connects a client, and measures
 
 - ``workload``: a dask.array rechunk (as tasks) from row slabs to column
   slabs of a 768 MiB integer array (``--rows``, 64 KiB each), summed per
@@ -19,6 +20,13 @@ the ``dask`` command line, connects a client, and measures
 
 It prints a table, or with ``--json`` one JSON line per protocol that
 ``tests/dask/test_cluster.py`` checks (the results must agree).
+
+The scheduler and the nannies (or the workers, without nannies) are forks
+of one interpreter that imported ``distributed`` once
+(:mod:`aiordma.lab.forkserver`): in a lab guest that import is the
+longest part of a process's start, which each would otherwise pay again. A
+nanny still spawns its worker as Dask does, as a fresh interpreter: a fork
+of a nanny would inherit its RDMA resources.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from aiordma.bench.stats import percentile
+from aiordma.lab.forkserver import ForkedPopen, ForkServer
 
 ROWS, COLS, ROW_CHUNK, COL_CHUNK = 12288, 8192, 1024, 1024
 TRANSFER = 64 << 20
@@ -46,9 +55,10 @@ START_TIMEOUT = 300.0
 """Seconds for the scheduler and the workers to come up (the lab emulates its CPU)."""
 
 
-def _dask() -> list[str]:
-    found = Path(sys.executable).parent / "dask"
-    return [str(found)] if found.exists() else [sys.executable, "-m", "dask"]
+SCHEDULER = ["-m", "distributed.cli.dask_scheduler"]
+"""``dask scheduler``, as the interpreter's arguments."""
+WORKER = ["-m", "distributed.cli.dask_worker"]
+"""``dask worker``, as the interpreter's arguments."""
 
 
 @contextlib.contextmanager
@@ -58,19 +68,23 @@ def cluster(protocol: str, host: str, workers: int = 2, nanny: bool = True) -> I
     stopped on exit."""
     tmp = Path(tempfile.mkdtemp(prefix="aiordma-dask-"))
     scheduler_file = tmp / "scheduler.json"
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[ForkedPopen] = []
     logs = []
     common = ["--no-dashboard"]
+    forks = ForkServer.start(["distributed"], wait=False)
+    import distributed  # noqa: F401 (the client's, imported while the fork server imports it)
 
     def start(name: str, argv: list[str]) -> None:
         log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed below)
         logs.append(log)
         procs.append(
-            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            forks.popen(
+                *argv, stdout=log.fileno(), stderr=subprocess.STDOUT, start_new_session=True
+            )
         )
 
     try:
-        start("scheduler", [*_dask(), "scheduler", "--protocol", protocol, "--host", host,
+        start("scheduler", [*SCHEDULER, "--protocol", protocol, "--host", host,
                             "--port", "0", "--scheduler-file", str(scheduler_file),
                             *common])  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT
@@ -79,7 +93,7 @@ def cluster(protocol: str, host: str, workers: int = 2, nanny: bool = True) -> I
                 raise RuntimeError(f"the scheduler did not start:\n{_tail(tmp)}")
             time.sleep(0.2)
         for i in range(workers):
-            start(f"worker{i}", [*_dask(), "worker", address, "--host", host,
+            start(f"worker{i}", [*WORKER, address, "--host", host,
                                  "--nthreads", "1", "--memory-limit", "0",
                                  "--nanny" if nanny else "--no-nanny", *common])  # fmt: skip
         yield address
@@ -91,12 +105,13 @@ def cluster(protocol: str, host: str, workers: int = 2, nanny: bool = True) -> I
         # still answers (otherwise each waits out its timeout), then the scheduler.
         _stop(procs[1:])
         _stop(procs[:1])
+        forks.close()
         for log in logs:
             log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def _stop(procs: list[ForkedPopen]) -> None:
     for proc in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
