@@ -16,7 +16,8 @@ the agent starts it and writes its output and exit status next to it:
 ``jobs/ID.kill``
     a request to send the job's process group the signal named inside.
 
-The agent writes ``host2.ready`` when it starts serving, and exits (killing
+The agent writes ``host2.ready`` when it starts serving (and
+``host2.forks`` once its fork server, below, has imported), and exits (killing
 what still runs) when ``stop`` appears. Run as
 ``python -m aiordma.lab.agent CONTROL_DIR [PRELOAD...]``: with PRELOAD
 modules, a Python job (``python -m MODULE``, ``-c CODE`` or a script) is a
@@ -62,6 +63,7 @@ class Agent:
         self.running: dict[str, subprocess.Popen[bytes] | ForkedPopen] = {}
         self.preload = tuple(preload)
         self.forks: ForkServer | None = None
+        self.forks_ready = False
 
     def serve(self) -> None:
         ready = {
@@ -70,14 +72,12 @@ class Agent:
             "addr": os.environ.get("AIORDMA_ADDR"),
             "addr6": os.environ.get("AIORDMA_ADDR6"),
         }
-        if self.preload:
-            try:
-                self.forks = ForkServer.start(self.preload)
-            except LabError as exc:  # jobs still run, each in a fresh interpreter
-                print(f"aiordma lab agent: no fork server: {exc}", file=sys.stderr, flush=True)
+        if self.preload:  # importing while jobs that come first start afresh
+            self.forks = ForkServer.start(self.preload, wait=False)
         write_atomically(self.control / "host2.ready", json.dumps(ready))
         try:
             while not (self.control / "stop").exists():
+                self._watch_forks()
                 self._start_new()
                 self._deliver_kills()
                 self._reap()
@@ -122,13 +122,26 @@ class Agent:
                     out.write(f"aiordma lab agent: cannot start {argv[0]}: {exc}\n".encode())
                     write_atomically(self.jobs / f"{job_id}.rc", "127")
 
+    def _watch_forks(self) -> None:
+        """Note when the fork server has imported its modules (``host2.forks``)."""
+        if self.forks is None or self.forks_ready:
+            return
+        try:
+            self.forks_ready = self.forks.is_ready()
+        except LabError as exc:  # its preloads failed: every job starts afresh
+            print(f"aiordma lab agent: no fork server: {exc}", file=sys.stderr, flush=True)
+            self.forks = None
+            return
+        if self.forks_ready:
+            write_atomically(self.control / "host2.forks", " ".join(self.preload))
+
     def _fork(
         self, argv: list[str], cwd: str | None, env: dict[str, str], out: int
     ) -> ForkedPopen | None:
         """``python ARGS`` as a fork of the preloaded server, if it can be one."""
         if self.forks is None or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
             return None
-        if not self.forks.can_run(argv[1:], env):
+        if not self.forks_ready or not self.forks.can_run(argv[1:], env):
             return None
         try:
             return self.forks.popen(

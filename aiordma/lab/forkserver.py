@@ -39,6 +39,7 @@ import importlib
 import json
 import os
 import runpy
+import select
 import selectors
 import signal
 import socket
@@ -409,6 +410,16 @@ class ForkServer:
             raise LabError(f"the fork server did not start (it said {line!r})")
         self._ready = True
 
+    def is_ready(self) -> bool:
+        """Whether the server has imported its modules (never blocks; a
+        server that failed to start raises as :meth:`wait_ready` does)."""
+        if not self._ready:
+            assert self._proc.stdout is not None
+            readable, _, _ = select.select([self._proc.stdout], [], [], 0)
+            if readable:
+                self.wait_ready()
+        return self._ready
+
     def can_run(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> bool:
         """Whether a fork of this server is a faithful ``python ARGV`` in ``env``
         (``os.environ`` if None)."""
@@ -511,6 +522,8 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop the server (its children that still run are killed)."""
+        if not self._ready:
+            self._proc.kill()  # still importing, so no children yet: no need to wait
         if self._proc.stdin is not None:
             self._proc.stdin.close()
         self._proc.wait()

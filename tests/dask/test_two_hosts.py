@@ -108,9 +108,13 @@ async def cluster(
                                "1", "--no-nanny", "--name", "host1", *common])  # fmt: skip
 
         def start_there(name: str) -> PeerProcess:
-            argv = [*_dask(), "worker", address, "--host", fabric.peer_addr, "--nthreads", "1",
-                    "--no-nanny", "--name", name, *common]  # fmt: skip
-            remote.append(fabric.start(argv, env={"PYTHONPATH": ROOT}, cwd=ROOT))
+            # ``dask worker`` as a module: run from ROOT, it finds this module
+            # to unpickle, and host 2's agent starts it as a fork of its
+            # interpreter that imported distributed (``aiordma lab --preload``).
+            argv = [sys.executable, "-m", "distributed.cli.dask_worker", address, "--host",
+                    fabric.peer_addr, "--nthreads", "1", "--no-nanny", "--name", name,
+                    *common]  # fmt: skip
+            remote.append(fabric.start(argv, cwd=ROOT))
             return remote[-1]
 
         yield address, start_there

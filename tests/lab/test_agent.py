@@ -110,6 +110,7 @@ async def test_a_preloaded_module_runs_forked_in_its_own_session(tmp_path: Path)
     try:
         async with asyncio.timeout(STARTUP):
             await fab.wait_for_peer()
+            await poll_until((tmp_path / "host2.forks").exists)  # until then: fresh ones
         async with asyncio.timeout(30):
             report = fab.start([*child, "report", "x"], cwd=str(tmp_path))
             assert await report.wait() == 3
