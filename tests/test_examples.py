@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -65,9 +63,7 @@ after = counts()
 print(json.dumps([before, after]))
 sys.exit(0 if before == after else 1)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
+    proc = run_python(["-c", script], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -13,11 +13,10 @@ in a row, in a process of its own (a hang must not take the suite with it).
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import Lab
+from tests.conftest import Lab, run_python
 
 SCRIPT = """
 import asyncio, sys
@@ -59,13 +58,7 @@ print("ended", flush=True)
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_a_loop_ending_with_connections_open_or_closing_shuts_down(lab: Lab, loop: str) -> None:
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", SCRIPT, lab.addr, loop, "3"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        proc = run_python(["-c", SCRIPT, lab.addr, loop, "3"], timeout=120)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the loop's shutdown hung: {exc.stderr!r}", pytrace=False)
     assert proc.returncode == 0, proc.stderr

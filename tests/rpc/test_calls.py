@@ -8,8 +8,6 @@ import gc
 import hashlib
 import logging
 import signal
-import subprocess
-import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +19,7 @@ import aiordma
 from aiordma import rpc
 from aiordma.rpc.frames import PROTOCOL, Frame, FrameKind
 from tests.channel.test_channel import exposures_ended
-from tests.conftest import Lab, spawn_peer, start_peer_server
+from tests.conftest import Lab, run_python, spawn_peer, start_peer_server
 from tests.peer import blob
 
 TIMEOUT = 60
@@ -753,10 +751,7 @@ print("\\n".join(w for w in caught if "_reap_handlers" in w or "never awaited" i
 
 
 def test_objects_used_from_a_second_asyncio_run_raise_wrong_loop_error(lab: Lab) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", _SECOND_RUN, lab.addr],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    proc = run_python(["-c", _SECOND_RUN, lab.addr], timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert lines == [
@@ -788,10 +783,8 @@ def test_a_program_that_dies_on_a_remote_error_exits_cleanly(
     """Issue 50: the device's memory, PD and CQ were left to interpreter
     teardown (closing them at exit stopped at a queue pair whose loop had
     closed), which printed "Error in sys.excepthook:" five times."""
-    proc = subprocess.run(
-        [sys.executable, *flags, "-c", _DIES_ON_A_REMOTE_ERROR, lab.addr, str(rpc_port)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    # -X dev needs an interpreter started with it: run_python starts one afresh
+    proc = run_python([*flags, "-c", _DIES_ON_A_REMOTE_ERROR, lab.addr, str(rpc_port)], timeout=120)
     assert proc.returncode == 1, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line and not line.startswith(" ")]
     lines = [line for line in lines if not line.startswith("Executing <")]  # dev mode: slow steps

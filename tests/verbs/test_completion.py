@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 
 import pytest
 
 import aiordma
-from tests.conftest import Lab, rdma_counts
+from tests.conftest import Lab, rdma_counts, run_python
 
 
 @pytest.mark.asyncio
@@ -51,8 +49,6 @@ print("survived")
 def test_resources_dropped_unclosed_are_collected_without_a_crash(lab: Lab) -> None:
     """The collector tears an unreachable cycle down in no set order; a
     completion channel destroyed before its CQ would crash the process."""
-    done = subprocess.run(
-        [sys.executable, "-c", ABANDON, lab.device], capture_output=True, text=True, timeout=120
-    )
+    done = run_python(["-c", ABANDON, lab.device], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "survived"

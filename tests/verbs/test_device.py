@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
 import warnings
 from typing import Any
 
 import pytest
 
 import aiordma
-from tests.conftest import Lab
+from tests.conftest import Lab, run_python
 
 
 @pytest.mark.asyncio
@@ -49,10 +47,7 @@ print("\\n".join(sorted(caught)))
 
 
 def test_a_device_queue_pair_and_shared_receive_queue_collected_unclosed_warn(lab: Lab) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", _LEAK, lab.device],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    proc = run_python(["-c", _LEAK, lab.device], timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert [line.split(" <")[0] for line in lines] == ["ResourceWarning unclosed"] * 4, proc.stdout

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from aiordma.verbs.discovery import find_roce_endpoint, format_devices, gid_to_ip, list_devices
-from tests.conftest import Lab
+from tests.conftest import Lab, run_python
 
 
 def _fake_sysfs(root: Path) -> Path:
@@ -106,12 +104,9 @@ def test_pyverbs_sees_lab_device(lab: Lab) -> None:
 
 
 def test_devices_command_json(lab: Lab) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "aiordma", "devices", "--json"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    done = run_python(["-m", "aiordma", "devices", "--json"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     rows = json.loads(out)
     (row,) = [r for r in rows if r["name"] == lab.device]
     assert any(g["ip"] == lab.addr for p in row["ports"] for g in p["gids"])

@@ -15,7 +15,7 @@ import aiordma
 from aiordma.verbs import _driver as _accel
 from aiordma.verbs._driver.handles import official_handle
 from aiordma.verbs.srq import SharedReceiveRing
-from tests.conftest import Lab
+from tests.conftest import Lab, run_python
 
 FORCED_PURE = os.environ.get(_accel.PURE_ENV, "").strip() not in ("", "0")
 
@@ -209,10 +209,7 @@ asyncio.run(main())
 @pytest.mark.parametrize("pure", ["0", "1"])
 def test_exiting_with_resources_open_is_clean(lab: Lab, pure: str) -> None:
     env = dict(os.environ, **{_accel.PURE_ENV: pure})
-    proc = subprocess.run(
-        [sys.executable, "-c", _LEFT_OPEN, lab.device],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    proc = run_python(["-c", _LEFT_OPEN, lab.device], env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "exiting with everything open"
     assert "Error" not in proc.stderr, proc.stderr

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,7 +15,7 @@ import aiordma
 from aiordma import Access, rpc
 from aiordma.verbs._waiting import AUTO_START, Polling
 from aiordma.verbs.completion import CompletionQueue, set_polling
-from tests.conftest import Lab, Pair, run_peer
+from tests.conftest import Lab, Pair, run_peer, run_python
 
 
 @contextlib.asynccontextmanager
@@ -206,8 +204,6 @@ asyncio.run(main())
 
 
 def test_one_usable_cpu_never_spins(lab: Lab) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", ONE_CPU, lab.device], capture_output=True, text=True, timeout=120
-    )
+    done = run_python(["-c", ONE_CPU, lab.device], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "0", "0"]
