@@ -12,27 +12,38 @@ own; it uses no CPU while idle. See the Ray guide (``docs/guides/ray.md``).
 
 from __future__ import annotations
 
+import importlib.util
+from typing import TYPE_CHECKING
+
 from aiordma._extras import missing
 
 try:
     import numpy
-    import ray  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the install
-    what = "aiordma.ray is a Ray Direct Transport, which needs Ray and numpy"
-    raise missing(what, "ray") from exc
+    raise missing("aiordma.ray moves numpy arrays, which needs numpy", "ray") from exc
+if importlib.util.find_spec("ray") is None:  # pragma: no cover - depends on the install
+    raise missing("aiordma.ray is a Ray Direct Transport, which needs Ray", "ray")
 
 from aiordma.channel import PresharedKey
 from aiordma.ray.exchange import ArrayExchange, Export
-from aiordma.ray.manager import (
-    NAME,
-    AiordmaFetch,
-    AiordmaMetadata,
-    AiordmaTransport,
-    current_manager,
-    transport_available,
-    transport_class,
-)
-from aiordma.ray.specs import ArraySpec
+from aiordma.ray.specs import NAME, ArraySpec
+
+if TYPE_CHECKING:
+    from aiordma.ray.manager import (
+        AiordmaFetch,
+        AiordmaMetadata,
+        AiordmaTransport,
+        current_manager,
+        transport_available,
+        transport_class,
+    )
+
+_MANAGER = frozenset(
+    ["AiordmaFetch", "AiordmaMetadata", "AiordmaTransport", "current_manager",
+     "transport_available", "transport_class"]
+)  # fmt: skip
+"""Names of :mod:`aiordma.ray.manager`, which imports Ray (seconds): loaded
+when first used, so a process that only exchanges arrays never imports it."""
 
 __all__ = [
     "NAME",
@@ -57,6 +68,8 @@ def register(name: str = NAME, *, auth: PresharedKey | bytes | None = None) -> s
     calling it again with the same name and key does nothing."""
     from ray.experimental import register_tensor_transport
 
+    from aiordma.ray.manager import transport_class
+
     if not isinstance(name, str) or not name:
         raise TypeError(f"the transport's name must be a non-empty str, not {name!r}")
     if auth is not None and not isinstance(auth, PresharedKey | bytes):
@@ -80,6 +93,10 @@ _registered: dict[str, bytes | None] = {}
 
 
 def __getattr__(name: str) -> object:
+    if name in _MANAGER:
+        from aiordma.ray import manager
+
+        return getattr(manager, name)
     if name == "ArrayEngine":  # its name until 0.1: "engine" is the verbs layer's word
         import warnings
 

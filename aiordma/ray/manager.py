@@ -21,10 +21,7 @@ from ray.experimental.rdt.tensor_transport_manager import (
 )
 
 from aiordma.ray.exchange import ArrayExchange, Arrays, Export
-from aiordma.ray.specs import ArraySpec
-
-NAME = "AIORDMA"
-"""The transport's default name (``@ray.method(tensor_transport="AIORDMA")``)."""
+from aiordma.ray.specs import NAME, ArraySpec
 
 _DEFAULT_FETCH_TIMEOUT = 60.0
 

@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy
 
+NAME = "AIORDMA"
+"""The transport's default name (``@ray.method(tensor_transport="AIORDMA")``)."""
+
 ALIGN = 64
 """Where each array starts in a landing buffer: a cache line, which is also
 every numpy dtype's alignment."""

@@ -1,4 +1,5 @@
-"""Without Ray, importing the transport says what to install (no device needed)."""
+"""Importing the transport (no device needed): without Ray it says what to
+install; with Ray, Ray is imported only once its manager is used."""
 
 from __future__ import annotations
 
@@ -11,3 +12,15 @@ def test_importing_the_transport_without_ray_names_the_extra() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0
     assert "pip install 'aiordma[ray]'" in proc.stderr
+
+
+def test_exchanging_arrays_without_ray_leaves_ray_unimported() -> None:
+    """Ray's import takes seconds (minutes on a loaded guest): a process that
+    only exchanges arrays, as a producer outside Ray does, never pays it."""
+    code = (
+        "import sys, aiordma.ray as r; r.ArrayExchange; print('ray' in sys.modules); "
+        "r.AiordmaTransport; print('ray' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
