@@ -355,17 +355,23 @@ Peer = asyncio.subprocess.Process | ForkedProcess
 """A peer process: forked from the fork server, or a fresh interpreter."""
 
 
+async def spawn_python(
+    args: Sequence[str], *, stdout: int | None = subprocess.PIPE,
+    stderr: int | None = subprocess.PIPE,
+) -> Peer:  # fmt: skip
+    """``asyncio.create_subprocess_exec(python, *args, cwd=ROOT)``, forked where
+    :func:`run_python` would fork."""
+    server = fork_server()
+    if server is not None and server.can_run(args):
+        return await server.spawn(*args, cwd=ROOT, stdout=stdout, stderr=stderr)
+    return await asyncio.create_subprocess_exec(
+        sys.executable, *args, cwd=ROOT, stdout=stdout, stderr=stderr
+    )
+
+
 async def spawn_peer(*args: str) -> Peer:
     """Start ``python -m tests.peer ARGS`` (see tests/peer.py) as another process."""
-    server = fork_server()
-    if server is not None:
-        return await server.spawn(
-            "-m", "tests.peer", *args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.peer", *args, cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    return await spawn_python(["-m", "tests.peer", *args])
 
 
 async def read_line(proc: Peer) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,7 +22,7 @@ from distributed.protocol.serialize import Serialize, Serialized, to_serialize
 
 import aiordma
 from aiordma.dask.comm import REFUSAL, RdmaComm
-from tests.conftest import ROOT, Lab
+from tests.conftest import Lab, spawn_python
 
 TIMEOUT = 120
 STARTUP = 600
@@ -255,10 +254,7 @@ async def test_a_peer_process_killed_fails_the_read_promptly(lab: Lab) -> None:
             "    await asyncio.sleep(3600)\n"
             "asyncio.run(main())\n"
         )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", code, listener.contact_address, cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        proc = await spawn_python(["-c", code, listener.contact_address], stderr=None)
         try:
             # The child first imports distributed: minutes in an emulated guest
             # that shares its cores with other guests (seen: over 120 s).
