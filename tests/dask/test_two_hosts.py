@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from aiordma.bench.studies.dask_cluster import SCHEDULER, WORKER
+from aiordma.lab.forkserver import ForkedPopen, ForkServer
 from aiordma.lab.remote import Fabric, PeerProcess, poll_until
 from tests.conftest import ROOT
 
@@ -34,11 +36,6 @@ START = 600.0
 """Seconds for the scheduler and the workers to come up (the lab emulates its CPU)."""
 SIZE = 4 << 20
 """Bytes of each array that crosses the link: past the eager limit, so they go by rendezvous."""
-
-
-def _dask() -> list[str]:
-    found = Path(sys.executable).parent / "dask"
-    return [str(found)] if found.exists() else [sys.executable, "-m", "dask"]
 
 
 def _scheduler_address(path: Path) -> str | None:
@@ -83,20 +80,21 @@ async def cluster(
     tmp = Path(tempfile.mkdtemp(prefix="aiordma-dask2-"))
     scheduler_file = tmp / "scheduler.json"
     common = ["--no-dashboard"]
-    # The workers unpickle this module's functions by reference.
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    local: list[subprocess.Popen[bytes]] = []
+    # ``dask scheduler`` and ``dask worker`` as modules, run from ROOT (where
+    # the workers find this module's functions to unpickle), each a fork of
+    # one interpreter that imported distributed: host 1 has one CPU, which
+    # would otherwise import it once per process.
+    forks = ForkServer.start(["distributed"], cwd=ROOT, wait=False)
+    local: list[ForkedPopen] = []
     remote: list[PeerProcess] = []
     logs = []
 
     def start_here(name: str, argv: list[str]) -> None:
         log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed below)
         logs.append(log)
-        local.append(
-            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-        )
+        local.append(forks.popen(*argv, cwd=ROOT, stdout=log.fileno(), stderr=subprocess.STDOUT))
 
-    start_here("scheduler", [*_dask(), "scheduler", "--protocol", protocol, "--host",
+    start_here("scheduler", [*SCHEDULER, "--protocol", protocol, "--host",
                              fabric.addr, "--port", "0", "--scheduler-file", str(scheduler_file),
                              *common])  # fmt: skip
     try:
@@ -104,16 +102,15 @@ async def cluster(
             await poll_until(lambda: _scheduler_address(scheduler_file) is not None)
         address = _scheduler_address(scheduler_file)
         assert address is not None
-        start_here("worker1", [*_dask(), "worker", address, "--host", fabric.addr, "--nthreads",
+        start_here("worker1", [*WORKER, address, "--host", fabric.addr, "--nthreads",
                                "1", "--no-nanny", "--name", "host1", *common])  # fmt: skip
 
         def start_there(name: str) -> PeerProcess:
             # ``dask worker`` as a module: run from ROOT, it finds this module
             # to unpickle, and host 2's agent starts it as a fork of its
             # interpreter that imported distributed (``aiordma lab --preload``).
-            argv = [sys.executable, "-m", "distributed.cli.dask_worker", address, "--host",
-                    fabric.peer_addr, "--nthreads", "1", "--no-nanny", "--name", name,
-                    *common]  # fmt: skip
+            argv = [sys.executable, *WORKER, address, "--host", fabric.peer_addr,
+                    "--nthreads", "1", "--no-nanny", "--name", name, *common]  # fmt: skip
             remote.append(fabric.start(argv, cwd=ROOT))
             return remote[-1]
 
@@ -141,6 +138,7 @@ async def cluster(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        forks.close()
         for log in logs:
             log.close()
 
