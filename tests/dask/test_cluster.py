@@ -11,22 +11,20 @@ moved, checked against ``tcp://``.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Lab
+from tests.conftest import ROOT, Lab, run_python
 
 MIB = 1 << 20
 
 
 def _study(lab: Lab, *args: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "aiordma.bench.studies.dask_cluster", "--json", "--host", lab.addr,
+    proc = run_python(
+        ["-m", "aiordma.bench.studies.dask_cluster", "--json", "--host", lab.addr,
          "--rounds", "1", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=2400,
+        cwd=ROOT, timeout=2400,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-5000:]
     row: dict[str, Any] = json.loads(proc.stdout)
