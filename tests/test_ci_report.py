@@ -63,20 +63,35 @@ def test_the_recorded_budgets_are_read_from_their_table(tmp_path: Path) -> None:
     }
 
 
+PART = "one host (boot, demo, suite, pure path)"
+
+
+def _warnings(tmp_path: Path, lines: str, speeds: str) -> str:
+    times, speed = tmp_path / "times.tsv", tmp_path / "speed.tsv"
+    times.write_text(lines)
+    speed.write_text(speeds)
+    return subprocess.run([sys.executable, str(SCRIPT), str(times)], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+
+
 def test_a_part_grown_past_its_scaled_record_is_warned_of(tmp_path: Path) -> None:
     recorded = _report().recorded()
-    assert "lint" in recorded, "CONTRIBUTING.md's scaled budgets table names the parts"
-    seconds, python = recorded["lint"]
-    times, speed = tmp_path / "times.tsv", tmp_path / "speed.tsv"
+    assert PART in recorded, "CONTRIBUTING.md's scaled budgets table names the parts"
+    seconds, python = recorded[PART]
     # the same machine speed twice as slow: twice the time is no growth
-    speed.write_text(f"host\tpython\t{2 * python}\n")
-    times.write_text(f"{round(2 * seconds)}\tlint\n")
-    out = subprocess.run([sys.executable, str(SCRIPT), str(times)], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
-    assert "machine speed (host): python" in out
+    slow = f"one host\tpython\t{2 * python}\n"
+    out = _warnings(tmp_path, f"{round(2 * seconds)}\t{PART}\n", slow)
+    assert "machine speed (one host): python" in out
     assert "warning" not in out
-    times.write_text(f"{round(3 * seconds)}\tlint\n")  # 1.5x the scaled record
-    out = subprocess.run([sys.executable, str(SCRIPT), str(times)], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
-    assert "warning: lint: " in out
+    out = _warnings(tmp_path, f"{round(3 * seconds)}\t{PART}\n", slow)  # 1.5x the record
+    assert f"warning: {PART}: " in out
     assert "1.50x" in out
+
+
+def test_a_short_part_is_warned_of_only_past_a_floor(tmp_path: Path) -> None:
+    seconds, python = _report().recorded()["lint"]
+    assert seconds < 40  # 50% of it is under the 30 s floor
+    host = f"host\tpython\t{python}\n"
+    assert "warning" not in _warnings(tmp_path, f"{round(1.5 * seconds)}\tlint\n", host)
+    out = _warnings(tmp_path, f"{round(seconds + 31)}\tlint\n", host)
+    assert "warning: lint: " in out
