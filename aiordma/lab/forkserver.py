@@ -274,14 +274,17 @@ class ForkedProcess:
         return out, err
 
     def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the child, unless it is known to have exited."""
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signum)
 
     def terminate(self) -> None:
+        """``SIGTERM`` the child."""
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
+        """``SIGKILL`` the child."""
         self.send_signal(signal.SIGKILL)
 
 
@@ -351,14 +354,17 @@ class ForkedPopen:
         return read["out"], read["err"]
 
     def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the child, unless it is known to have exited."""
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signum)
 
     def terminate(self) -> None:
+        """``SIGTERM`` the child."""
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
+        """``SIGKILL`` the child."""
         self.send_signal(signal.SIGKILL)
 
 
