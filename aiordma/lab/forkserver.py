@@ -220,7 +220,29 @@ class _Server:
             self._reap(pidfd)
 
 
-class ForkedProcess:
+class _Child:
+    """What both client shapes share: the child's pid, its status once
+    known, and signals to it."""
+
+    pid: int
+    returncode: int | None
+
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the child, unless it is known to have exited."""
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        """``SIGTERM`` the child."""
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """``SIGKILL`` the child."""
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkedProcess(_Child):
     """A child of the fork server, awaited as an :class:`asyncio.subprocess.Process`."""
 
     def __init__(self, sock: socket.socket, pid: int, stdout: int | None, stderr: int | None):
@@ -273,22 +295,8 @@ class ForkedProcess:
         await self.wait()
         return out, err
 
-    def send_signal(self, signum: int) -> None:
-        """Send ``signum`` to the child, unless it is known to have exited."""
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signum)
 
-    def terminate(self) -> None:
-        """``SIGTERM`` the child."""
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        """``SIGKILL`` the child."""
-        self.send_signal(signal.SIGKILL)
-
-
-class ForkedPopen:
+class ForkedPopen(_Child):
     """A child of the fork server, used as a text-mode :class:`subprocess.Popen`."""
 
     def __init__(self, sock: socket.socket, pid: int, stdout: int | None, stderr: int | None):
@@ -352,20 +360,6 @@ class ForkedPopen:
                 raise subprocess.TimeoutExpired([str(self.pid)], timeout or 0.0)
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return read["out"], read["err"]
-
-    def send_signal(self, signum: int) -> None:
-        """Send ``signum`` to the child, unless it is known to have exited."""
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signum)
-
-    def terminate(self) -> None:
-        """``SIGTERM`` the child."""
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        """``SIGKILL`` the child."""
-        self.send_signal(signal.SIGKILL)
 
 
 def _exit_code(line: bytes, pid: int) -> int:
