@@ -90,29 +90,36 @@ async def test_a_ping_pong_spins_for_answers_and_an_idle_queue_never_does(apart:
 async def test_a_reply_sent_from_the_drain_is_spun_for_not_counted_a_miss(lab: Lab) -> None:
     """An RPC handler that returns at once replies from inside the
     completion drain, while its queue spins for the request: the spin
-    counts its hit, then spins for the next request. (It used to record a
-    miss for that next expectation without spinning, about half the spins
-    of a client calling one call after another; with a cap of 50 ms no
-    request here comes late enough to miss.)"""
+    counts its hit, then spins for the next request. It used to record a
+    miss for that next expectation without spinning: every hit paired with
+    a miss, half the spins, idle or busy. Real misses are the policy
+    learning the client's pace (the window starts at AUTO_START and is
+    trimmed to twice the mean wait), fewer than a fifth of the spins here
+    even beside a busy CPU; how many requests get a spin at all depends on
+    the machine (a credit update can be the answer a spin takes), so the
+    share is what is asserted, not a count of hits. The counts are taken
+    from the first request on: the queue may be shared with earlier tests."""
     service = rpc.Service()
-    queues: set[CompletionQueue] = set()
+    before: dict[CompletionQueue, dict[str, float]] = {}
 
     @service.method()
     async def echo(payload: bytes) -> bytes:
-        queues.add(rpc.current_connection().qp.completion_queue)
+        cq = rpc.current_connection().qp.completion_queue
+        before.setdefault(cq, cq.waiting())
         return payload
 
     set_polling("auto:50000")
     try:
         async with await rpc.start_server(service, lab.addr, 0) as server:
             await run_peer("calls", lab.addr, str(server.addresses[0][1]), "echo", "30")
-            (cq,) = queues
-            counts = await _settled(cq)
+            ((cq, first),) = before.items()
+            after = await _settled(cq)
     finally:
         set_polling(None)
+    counts = {key: after[key] - first[key] for key in ("spins", "hits", "misses")}
     assert counts["spins"] == counts["hits"] + counts["misses"]
-    assert counts["hits"] >= 25, counts
-    assert counts["misses"] <= counts["spins"] // 4, counts
+    assert counts["spins"] >= 10, counts  # it spun for a third of the requests at least
+    assert counts["misses"] <= counts["spins"] // 4, counts  # the fault: half
 
 
 @pytest.mark.asyncio
