@@ -61,13 +61,17 @@ def _digest(array: Any) -> str:
     return hashlib.sha256(memoryview(array).cast("B")).hexdigest()
 
 
-def _slow_digest(array: Any, started: str) -> str:
-    """The digest, 20 s late the first time (long enough to be killed in the
-    middle of); at once when run again after its first worker was lost."""
+def _held_digest(array: Any, started: str, release: str) -> str:
+    """The digest, held the first time until the test creates ``release``
+    (so that its worker can be killed or cut off in the middle of it, and
+    a worker let go returns at once on its SIGTERM instead of finishing a
+    fixed wait); at once when run again after its first worker was lost."""
     path = Path(started)
     if not path.exists():
         path.write_text("started")
-        time.sleep(20)
+        deadline = time.monotonic() + START
+        while not Path(release).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # a worker thread: the file is the event
     return _digest(array)
 
 
@@ -149,12 +153,14 @@ async def _workers(client: Any) -> dict[str, str]:
     return {w["name"]: address for address, w in info["workers"].items()}
 
 
-async def _running_on(client: Any, fabric: Fabric, data: Any, worker: str, name: str) -> Any:
-    """``_slow_digest(data)`` submitted to ``worker`` (others allowed), once it
-    runs there: a file on the filesystem both hosts share says when."""
+async def _running_on(
+    client: Any, fabric: Fabric, data: Any, worker: str, name: str, release: Path
+) -> Any:
+    """``_held_digest(data)`` submitted to ``worker`` (others allowed), once
+    it runs there: a file on the filesystem both hosts share says when."""
     started = fabric.control / f"dask-{name}-{os.getpid()}"
     started.unlink(missing_ok=True)
-    slow = client.submit(_slow_digest, data, str(started), workers=[worker],
+    slow = client.submit(_held_digest, data, str(started), str(release), workers=[worker],
                          allow_other_workers=True, pure=False)  # fmt: skip
     async with asyncio.timeout(START):
         await poll_until(started.exists)
@@ -195,30 +201,37 @@ async def _run(fabric: Fabric, protocol: str, faults: bool) -> dict[str, Any]:
         if not faults:
             return result
 
-        # Host 2's worker dies in the middle of a task that needs data from host 1.
-        slow = await _running_on(client, fabric, made_here, there, f"killed-{protocol}")
-        first.send_signal(signal.SIGKILL)
-        killed_at = time.monotonic()
-        async with asyncio.timeout(START):
-            result["survived_kill"] = await slow
-        result["recovered_kill_s"] = time.monotonic() - killed_at
-
-        # Another worker on host 2 (the killed one is gone: its task was
-        # rescheduled), whose host is cut off in the middle of a task.
-        start_there("host2-again")
-        await client.wait_for_workers(2, timeout=START)
-        there = (await _workers(client))["host2-again"]
-        slow = await _running_on(client, fabric, made_here, there, f"cut-{protocol}")
-        await fabric.link(False)
-        cut_at = time.monotonic()
+        release = fabric.control / f"dask-release-{protocol}-{os.getpid()}"
+        release.unlink(missing_ok=True)
         try:
+            # Host 2's worker dies in the middle of a task that needs data from host 1.
+            slow = await _running_on(
+                client, fabric, made_here, there, f"killed-{protocol}", release
+            )
+            first.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
             async with asyncio.timeout(START):
-                result["survived_cut"] = await slow
-            result["recovered_cut_s"] = time.monotonic() - cut_at
-            result["workers_after_cut"] = set(await _workers(client))
+                result["survived_kill"] = await slow
+            result["recovered_kill_s"] = time.monotonic() - killed_at
+
+            # Another worker on host 2 (the killed one is gone: its task was
+            # rescheduled), whose host is cut off in the middle of a task.
+            start_there("host2-again")
+            await client.wait_for_workers(2, timeout=START)
+            there = (await _workers(client))["host2-again"]
+            slow = await _running_on(client, fabric, made_here, there, f"cut-{protocol}", release)
+            await fabric.link(False)
+            cut_at = time.monotonic()
+            try:
+                async with asyncio.timeout(START):
+                    result["survived_cut"] = await slow
+                result["recovered_cut_s"] = time.monotonic() - cut_at
+                result["workers_after_cut"] = set(await _workers(client))
+            finally:
+                await fabric.link(True)
+            return result
         finally:
-            await fabric.link(True)
-        return result
+            release.touch()  # the held tasks end, and their workers with them
 
 
 @pytest.mark.asyncio

@@ -19,6 +19,8 @@ import pytest
 import aiordma
 from aiordma import Access, RemoteBuffer, rpc
 from aiordma.channel.open import prepare_channel
+from aiordma.channel.options import DEFAULT_READ_AHEAD
+from aiordma.channel.sizing import READ_PIECE
 from aiordma.lab.remote import Fabric
 from aiordma.lab.vm import LAB_MTU
 from tests.conftest import PEER_TIMEOUT, ROOT, remote_server
@@ -26,6 +28,9 @@ from tests.peer import blob, digest_each
 
 BIG = 64 << 20
 PIECE = 1 << 20
+PAST_READ_AHEAD = DEFAULT_READ_AHEAD + READ_PIECE + 1
+"""The largest message the link tests move: past the read ahead (a message
+read when it is asked for, not before), its last piece a partial one."""
 
 
 def _addrs(fabric: Fabric, family: int) -> tuple[str, str]:
@@ -33,11 +38,14 @@ def _addrs(fabric: Fabric, family: int) -> tuple[str, str]:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize(("family", "largest"), [(4, BIG), (6, 3 << 20)], ids=["4", "6"])
+@pytest.mark.parametrize(
+    ("family", "largest"), [(4, PAST_READ_AHEAD), (6, 3 << 20)], ids=["4", "6"]
+)
 async def test_messages_cross_the_link_intact(fabric: Fabric, family: int, largest: int) -> None:
-    """Eager, medium and rendezvous messages. Over IPv4 up to 64 MiB (read in
-    pieces, which the link would drop read at once); over IPv6, whose subject
-    is the addressing, up to 3 MiB (still many pieces in flight)."""
+    """Eager, medium and rendezvous messages (1 MiB: read ahead). Over IPv4 up
+    to :data:`PAST_READ_AHEAD` in 258 pieces, read as asked for (the link
+    would drop the message read at once); over IPv6, whose subject is the
+    addressing, up to 3 MiB (still many pieces in flight)."""
     _, peer = _addrs(fabric, family)
     sizes = [0, 100, 8152, 70_000, 1 << 20, largest]
     async with remote_server(fabric, "checksums", peer) as port:
@@ -54,12 +62,15 @@ async def test_messages_cross_the_link_intact(fabric: Fabric, family: int, large
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
-    ("family", "calls", "largest"), [(4, 1000, BIG), (6, 100, 3 << 20)], ids=["4", "6"]
+    ("family", "calls", "largest"),
+    [(4, 1000, PAST_READ_AHEAD), (6, 100, 3 << 20)],
+    ids=["4", "6"],
 )
 async def test_rpc_across_the_link(fabric: Fabric, family: int, calls: int, largest: int) -> None:
     """Small calls (over IPv4 a thousand: the credits go round many times),
-    then a large result from host 2 read by host 1 (64 MiB over IPv4; over
-    IPv6, whose subject is the addressing, 100 calls and 3 MiB)."""
+    then a large result from host 2 read by host 1 (over IPv4
+    :data:`PAST_READ_AHEAD`; over IPv6, whose subject is the addressing, 100
+    calls and 3 MiB)."""
     _, peer = _addrs(fabric, family)
     async with (
         remote_server(fabric, "rpc", peer) as port,
