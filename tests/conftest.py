@@ -327,15 +327,19 @@ def run_python(
     return subprocess.CompletedProcess([sys.executable, *args], proc.wait(), out, err)
 
 
-def popen_python(args: Sequence[str]) -> subprocess.Popen[str] | ForkedPopen:
-    """``subprocess.Popen([python, *args], stdout=PIPE, stderr=PIPE, text=True)``,
-    forked where :func:`run_python` would fork."""
+def popen_python(
+    args: Sequence[str], *, stdin: int = subprocess.DEVNULL, cwd: str | None = None
+) -> subprocess.Popen[str] | ForkedPopen:
+    """``subprocess.Popen([python, *args], stdout=PIPE, stderr=PIPE, text=True)``
+    with ``stdin`` (``PIPE`` or ``DEVNULL``) in ``cwd``, forked where
+    :func:`run_python` would fork."""
     server = fork_server()
     if server is None or not server.can_run(args):
         return subprocess.Popen(
-            [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    return server.popen(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            [sys.executable, *args], stdin=stdin, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, cwd=cwd,
+        )  # fmt: skip
+    return server.popen(*args, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def _start_fork_server(wait: bool) -> ForkServer | None:

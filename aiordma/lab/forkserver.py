@@ -299,11 +299,15 @@ class ForkedProcess(_Child):
 class ForkedPopen(_Child):
     """A child of the fork server, used as a text-mode :class:`subprocess.Popen`."""
 
-    def __init__(self, sock: socket.socket, pid: int, stdout: int | None, stderr: int | None):
+    def __init__(
+        self, sock: socket.socket, pid: int, stdout: int | None, stderr: int | None,
+        stdin: int | None = None,
+    ) -> None:  # fmt: skip
         self.pid = pid
         self.returncode: int | None = None
         self._sock = sock
         self._line = b""
+        self.stdin: IO[str] | None = None if stdin is None else os.fdopen(stdin, "w")
         self.stdout: IO[str] | None = None if stdout is None else os.fdopen(stdout, "r")
         self.stderr: IO[str] | None = None if stderr is None else os.fdopen(stderr, "r")
 
@@ -338,10 +342,12 @@ class ForkedPopen(_Child):
         return self.returncode
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
-        """Read stdout and stderr to their end (both at once: a full pipe
-        never stalls the other), then wait; both outputs.
+        """Close stdin, read stdout and stderr to their end (both at once: a
+        full pipe never stalls the other), then wait; both outputs.
 
         Raises :class:`subprocess.TimeoutExpired` after ``timeout`` seconds."""
+        if self.stdin is not None and not self.stdin.closed:
+            self.stdin.close()
         deadline = None if timeout is None else time.monotonic() + timeout
         read: dict[str, str] = {}
 
@@ -438,7 +444,8 @@ class ForkServer:
     def _request(
         self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None,
         stdout: int | None, stderr: int | None, new_session: bool = False,
-    ) -> tuple[socket.socket, int, int | None, int | None]:  # fmt: skip
+        stdin: int | None = None,
+    ) -> tuple[socket.socket, int, int | None, int | None, int | None]:  # fmt: skip
         argv = [str(a) for a in argv]
         program(argv)
         sys.audit("aiordma.lab.forkserver.spawn", tuple(argv))
@@ -447,8 +454,12 @@ class ForkServer:
                 f"the fork server has exited ({self._proc.returncode}): start {argv} afresh"
             )
         self.wait_ready()
-        ours: dict[str, int | None] = {}
-        theirs: list[int] = [os.open(os.devnull, os.O_RDONLY)]
+        ours: dict[str, int | None] = {"stdin": None}
+        if stdin == subprocess.PIPE:
+            theirs_in, ours["stdin"] = os.pipe()
+        else:
+            theirs_in = os.open(os.devnull, os.O_RDONLY)
+        theirs: list[int] = [theirs_in]
         closing = list(theirs)
         for name, how in (("stdout", stdout), ("stderr", stderr)):
             if how == subprocess.PIPE:
@@ -495,15 +506,16 @@ class ForkServer:
         finally:
             for fd in closing:
                 os.close(fd)
-        return sock, int(line.split()[1]), ours["stdout"], ours["stderr"]
+        return sock, int(line.split()[1]), ours["stdout"], ours["stderr"], ours["stdin"]
 
     async def spawn(
         self, *argv: str, cwd: str | None = None,
         env: Mapping[str, str] | None = None, stdout: int | None = None,
         stderr: int | None = None,
     ) -> ForkedProcess:  # fmt: skip
-        """``asyncio.create_subprocess_exec(python, *argv, ...)``, forked."""
-        sock, pid, out, err = self._request(argv, cwd, env, stdout, stderr)
+        """``asyncio.create_subprocess_exec(python, *argv, ...)``, forked (its
+        stdin /dev/null)."""
+        sock, pid, out, err, _ = self._request(argv, cwd, env, stdout, stderr)
         proc = ForkedProcess(sock, pid, out, err)
         await proc._attach()
         return proc
@@ -512,13 +524,17 @@ class ForkServer:
         self, *argv: str, cwd: str | None = None,
         env: Mapping[str, str] | None = None, stdout: int | None = None,
         stderr: int | None = None, start_new_session: bool = False,
+        stdin: int | None = None,
     ) -> ForkedPopen:  # fmt: skip
         """``subprocess.Popen([python, *argv], text=True, ...)``, forked.
 
         ``stdout`` and ``stderr`` take what Popen's do (``PIPE``, ``STDOUT``,
-        ``DEVNULL``, a descriptor, None)."""
-        sock, pid, out, err = self._request(argv, cwd, env, stdout, stderr, start_new_session)
-        return ForkedPopen(sock, pid, out, err)
+        ``DEVNULL``, a descriptor, None); ``stdin`` is ``PIPE`` (written
+        through :attr:`ForkedPopen.stdin`) or else /dev/null."""
+        sock, pid, out, err, into = self._request(
+            argv, cwd, env, stdout, stderr, start_new_session, stdin
+        )
+        return ForkedPopen(sock, pid, out, err, into)
 
     def close(self) -> None:
         """Stop the server (its children that still run are killed)."""

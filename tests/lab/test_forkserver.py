@@ -101,6 +101,25 @@ def test_the_popen_shape_reads_text_and_waits_with_a_timeout(server: ForkServer)
     assert proc.returncode == -signal.SIGTERM
 
 
+def test_the_popen_shape_takes_lines_on_stdin_and_ends_at_its_close(server: ForkServer) -> None:
+    """A command-line peer (as the Ray tests' producer): one answer per line
+    written, then end of file once stdin is closed."""
+    echo = "import sys\nfor line in sys.stdin: print(line.strip().upper(), flush=True)"
+    proc = server.popen("-c", echo, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    for word in ("one", "two"):
+        proc.stdin.write(word + "\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == word.upper() + "\n"  # answered before the next
+    proc.stdin.write("three\n")
+    assert proc.communicate(timeout=30) == ("THREE\n", "")  # stdin closed: it ended
+    assert proc.returncode == 0
+    quiet = server.popen("-c", "import sys; print(repr(sys.stdin.read()))", stdout=subprocess.PIPE)
+    assert quiet.stdin is None
+    assert quiet.communicate(timeout=30) == ("''\n", "")  # /dev/null unless asked
+
+
 def test_a_fork_is_refused_where_a_fresh_interpreter_would_differ(server: ForkServer) -> None:
     assert server.can_run(CHILD)
     assert server.can_run(CHILD, dict(os.environ, FORKED="1"))

@@ -16,7 +16,6 @@ import pickle
 import queue
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,7 +27,7 @@ from ray.experimental.rdt.tensor_transport_manager import CommunicatorMetadata
 from aiordma import RemoteAccessError, TransferError
 from aiordma.ray import AiordmaFetch, AiordmaMetadata, AiordmaTransport, ArrayExchange, Export
 from aiordma.ray.loop_thread import default_loop_factory
-from tests.conftest import PEER_TIMEOUT, ROOT, Lab
+from tests.conftest import PEER_TIMEOUT, ROOT, Lab, popen_python
 from tests.ray.producer import arrays, digests
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -49,13 +48,10 @@ class Producer:
     """A producer process and its command lines (see ``tests/ray/producer.py``)."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.ray.producer", *args],
-            cwd=ROOT,
-            text=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+        # A fork of the run's fork server (aiordma imported), which then
+        # imports Ray's transport manager itself.
+        self.proc = popen_python(
+            ["-m", "tests.ray.producer", *args], stdin=subprocess.PIPE, cwd=ROOT
         )
         self._lines: queue.Queue[str] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
