@@ -37,6 +37,7 @@ from aiordma.channel.buffers import Body, Into, body_length, check_into, give_ba
 from aiordma.channel.link import Link
 from aiordma.channel.medium import send_medium
 from aiordma.channel.options import ChannelKeywords, ChannelOptions
+from aiordma.channel.outbox import Outbox
 from aiordma.channel.packet_path import open_packet_path
 from aiordma.channel.packets import Event
 from aiordma.channel.receiver import Chooser, Receiver
@@ -132,6 +133,9 @@ class MessageChannel(Closable):
         self._stats = Stats("channel", self._gauges)
         path = open_packet_path(conn, options, self._stats, self._on_event, self._fail)
         self._packets, self._shared, self._hello = path.packets, path.shared, path.layout.hello
+        self._outbox = Outbox(path.packets, self._stats)
+        self._inbox = path.packets.inbox  # (read by the tests, as _data_credits)
+        self._data_credits = path.packets.state.data
         self._regions = path.regions  # the link deregisters them while they live
         # Kept registrations of the application's buffers: local only for
         # reads into them; a window exposes a kept one being sent.
@@ -308,7 +312,7 @@ class MessageChannel(Closable):
 
     async def _changed(self) -> None:
         """Wait until credits, send slots, arrivals or the channel's state change."""
-        await self._packets.changed()  # callers checked the loop
+        await self._packets.waiting.changed()  # callers checked the loop
 
     def _check_memory(self, body: object) -> None:
         """ValueError for registered memory of another :class:`Device` (even
@@ -343,7 +347,7 @@ class MessageChannel(Closable):
         self._stats.freeze()
         self._packets.let_go()
         self._sender.let_go(check)
-        self._exposures.let_go(check, self._packets.changed)
+        self._exposures.let_go(check, self._packets.waiting.changed)
         self._receiver.let_go(check)
         if self._receiver.landed_large:
             give_back_memory()
@@ -371,7 +375,7 @@ class MessageChannel(Closable):
         task wake-up per message, which is what request/reply protocols
         such as :mod:`aiordma.rpc` pay for latency.
         """
-        self._packets.deliver_to(deliver)
+        self._packets.deliver = deliver
 
     async def wait_message(self) -> None:
         """Wait until a message has arrived, without taking it.
@@ -387,7 +391,7 @@ class MessageChannel(Closable):
         arrived (after :meth:`wait_message`); None if none has. Its body has
         not been read yet when it is large: a receiver may decide from this
         whether to take it now."""
-        arrival = self._packets.first()
+        arrival = self._packets.inbox.first()
         return None if arrival is None else arrival.header.length
 
     async def recv_message_with_head(
@@ -409,9 +413,8 @@ class MessageChannel(Closable):
         arrival = packets.eager_first()
         if arrival is not None:  # a small message is here: taken without a task switch
             head, into = self._receiver.chosen(arrival, choose)
-            small = packets.small_body(arrival, into)
+            small = packets.inbox.small_body(arrival, into)
             packets.consumed()
-            packets.count_received(arrival.header)
             return head, small
         return await self._receiver.in_turn(choose)
 
@@ -431,7 +434,7 @@ class MessageChannel(Closable):
             if packets.needs_turn():
                 _, body = await self.recv_message_with_head()
                 break
-            await packets.arrivals()
+            await packets.waiting.arrivals()
             body = packets.take_eager(None)
         assert body is not None
         assert not isinstance(body, int)
@@ -486,7 +489,7 @@ class MessageChannel(Closable):
                 # (No small message to take without a turn: take_eager saw to that.)
                 _, n = await self._receiver.in_turn(lambda _head, _n: buffer)
                 break
-            await packets.arrivals()
+            await packets.waiting.arrivals()
             n = packets.take_eager(buffer)
         assert isinstance(n, int)
         return n
@@ -593,15 +596,15 @@ class MessageChannel(Closable):
     async def _send_small(self, bodies: list[Body], sizes: list[int]) -> None:
         """Post ``bodies`` (neighbours sharing packets), in order and in chains as credit
         allows: at once if nobody waits ahead, else in the send turn."""
-        packets = self._packets
-        done = packets.send_eagers(bodies, sizes, 0, False)
+        outbox = self._outbox
+        done = outbox.send_eagers(bodies, sizes, 0, False)
         if done == len(bodies):
             return
         sender = self._sender
         await sender.take_turn()
         try:
             stalled = False
-            while (done := packets.send_eagers(bodies, sizes, done, True)) < len(bodies):
+            while (done := outbox.send_eagers(bodies, sizes, done, True)) < len(bodies):
                 # Wait for what the next needs; then it goes with what can follow.
                 stalled = await sender.wait_to_post(stalled)
         finally:
@@ -670,13 +673,13 @@ class MessageChannel(Closable):
             )
         if head_size + size <= packets.eager_limit:
             # Nobody ahead of us and credit there: posted without a task switch.
-            if packets.send_eager(head, data, size):
+            if self._outbox.send_eager(head, data, size):
                 return None
             await self._sender.in_turn(Kind.EAGER, 0, size, None, head, data)
             self._stats.count("messages_sent", "bytes_sent", size)
             return None
         if size <= self.medium_limit and head_size < self.eager_limit:  # registered too
-            await send_medium(self._sender, packets, head, data, size)
+            await send_medium(self._sender, self._outbox, head, data, size)
             self._stats.count("messages_sent", "bytes_sent", size)
             return None
         return await self._exposures.announce(self._sender, data, size, head)

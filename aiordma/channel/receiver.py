@@ -12,7 +12,7 @@ the channel's ``read_ahead`` bytes), so the device works while the
 application handles the one it has.
 
 Call order: ``in_turn`` (any number at once: they queue), or ``chosen ->
-Packets.small_body -> Packets.consumed`` for the head of the queue.
+Inbox.small_body -> Packets.consumed`` for the head of the queue.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiordma.channel.buffers import GIVE_BACK_AFTER, Into, buffer_length, buffer_view
+from aiordma.channel.inbox import Phase
 from aiordma.channel.link import Link
 from aiordma.channel.packets import Packets
 from aiordma.channel.registrations import RegistrationCache
@@ -32,7 +33,7 @@ from aiordma.lifecycle import consume_outcome
 from aiordma.metrics import Stats
 
 if TYPE_CHECKING:
-    from aiordma.channel.packets import Arrival
+    from aiordma.channel.inbox import Arrival
 
 Chooser = Callable[[bytes, int], "Into | None"]
 """Where a message's body goes, from its head and length (None: a new object)."""
@@ -52,6 +53,7 @@ class Receiver:
         stats: Stats,
     ) -> None:  # fmt: skip
         self._packets = packets
+        self._inbox = packets.inbox
         self._read_ahead_limit = read_ahead
         self._stats = stats
         self.reader = Reader(link, self.answer_revokes, cache, read_piece)
@@ -60,37 +62,32 @@ class Receiver:
         self._lock = asyncio.Lock()
         self.landed_large = False
         """Whether a body of :data:`GIVE_BACK_AFTER` bytes or more landed in a new buffer."""
-        self._ahead: dict[int, tuple[asyncio.Task[None], bytearray]] = {}
-        """The large message being read (or read) ahead of its receive, by
-        id: the read and the new buffer it lands in."""
-        self._new_objects = False
-        """Whether the last large message was taken as a new object (then
-        those behind it are read ahead)."""
+        self._ahead_read: asyncio.Task[None] | None = None
+        """The read of the message read ahead (its state is the inbox's)."""
 
     def let_go(self, check: Callable[[], None]) -> None:
         """The channel failed: check with ``check`` (which raises its error)
         from now on, answer no more revocations, and stop reading ahead."""
         self._check = check
         self.reader.let_go()
-        for task, _ in self._ahead.values():
-            task.cancel()
-        self._ahead.clear()
+        if self._ahead_read is not None:
+            self._ahead_read.cancel()
+            self._ahead_read = None
 
     def answer_revokes(self) -> None:
         """Tell the sender, by DONE, that revoked messages will not be read,
         once no read is in flight (so no read can meet a revoked key)."""
         if self.reader.busy or self._packets.failed:
             return
-        for msg_id in self._packets.acks():
+        for msg_id in self._inbox.acks():
             self._send_done(msg_id)
 
     async def next_arrival(self) -> Arrival:
         """The first queued message, once one is there (raises once the
         channel failed and nothing that arrived before is left)."""
-        packets = self._packets
-        while (arrival := packets.first()) is None:
+        while (arrival := self._inbox.first()) is None:
             self._check()
-            await packets.arrivals()
+            await self._packets.waiting.arrivals()
         return arrival
 
     async def in_turn(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
@@ -105,20 +102,20 @@ class Receiver:
             packets.turn(False, -1)
 
     async def _take(self, choose: Chooser | None) -> tuple[bytes, bytes | bytearray | int]:
-        packets = self._packets
+        inbox = self._inbox
         arrival = await self.next_arrival()
         header = arrival.header
-        ahead = self._ahead.get(header.msg_id) if header.kind == Kind.RENDEZVOUS else None
-        if ahead is not None and not await self._landed(header.msg_id, ahead[0]):
-            ahead = None  # (landed first: it may be revoked, and no DONE may meet the read)
+        ahead = arrival is inbox.ahead
+        if ahead and not await self._landed():
+            ahead = False  # (landed first: it may be revoked, and no DONE may meet the read)
         head, into = self.chosen(arrival, choose)
         body: bytes | bytearray | int
-        if arrival.saved is not None or header.kind == Kind.EAGER:
-            body = packets.small_body(arrival, into)
+        if arrival.phase == Phase.COPIED or header.kind == Kind.EAGER:
+            body = inbox.small_body(arrival, into)
         elif header.kind == Kind.MEDIUM:
             body = await self._take_pieces(arrival, into)
-        elif ahead is not None:
-            body = self._take_read_ahead(header.msg_id, into)
+        elif ahead:
+            body = self._take_read_ahead(arrival, into)
         else:
             landed = bytearray(header.length) if into is None else None
             if landed is not None and header.length >= GIVE_BACK_AFTER:
@@ -126,40 +123,44 @@ class Receiver:
             target = landed if landed is not None else into
             assert header.remote is not None
             assert target is not None
-            packets.read_started(arrival)
-            self._new_objects = landed is not None
+            inbox.read_started(arrival)
+            inbox.new_objects = landed is not None
             self._read_ahead()
             try:  # a buffer made for the message keeps no registration
                 await self.reader.read_body(header.remote, target, keep=landed is None)
             except BaseException:
-                packets.read_stopped(arrival)
-                self.answer_revokes()
+                self._stopped(arrival)
                 raise
             body = landed if landed is not None else header.length
-        packets.consumed()
-        packets.count_received(header)
+        self._packets.consumed()
         if header.kind == Kind.RENDEZVOUS:
             self._read_ahead()
         return head, body
+
+    def _stopped(self, arrival: Arrival) -> None:
+        """A read of ``arrival``'s body failed or was cancelled: a REVOKE that
+        came meanwhile is answered now."""
+        self._inbox.read_stopped(arrival)
+        self.answer_revokes()
 
     def _read_ahead(self) -> None:
         """Start reading the next large message queued into a new buffer,
         while the application takes them so and none is read ahead yet (one
         at most, up to the ``read_ahead`` bytes given; one small enough for
         the staging buffer is left to its receive)."""
-        if not self._new_objects or self._ahead or not self._read_ahead_limit:
+        inbox = self._inbox
+        if not inbox.new_objects or inbox.ahead is not None or not self._read_ahead_limit:
             return
-        for arrival in self._packets.unread(STAGED_READ_LIMIT):
-            header = arrival.header
-            if header.length > self._read_ahead_limit:
+        for arrival in inbox.unread(STAGED_READ_LIMIT):
+            length = arrival.header.length
+            if length > self._read_ahead_limit:
                 return
-            landed = bytearray(header.length)
-            if header.length >= GIVE_BACK_AFTER:
+            landed = bytearray(length)
+            if length >= GIVE_BACK_AFTER:
                 self.landed_large = True
-            self._packets.read_started(arrival)
-            task = asyncio.ensure_future(self._read_one_ahead(arrival, landed))
-            task.add_done_callback(consume_outcome)
-            self._ahead[header.msg_id] = (task, landed)
+            inbox.read_ahead(arrival, landed)
+            self._ahead_read = asyncio.ensure_future(self._read_one_ahead(arrival, landed))
+            self._ahead_read.add_done_callback(consume_outcome)
             self._stats.add("large_read_ahead")
             return
 
@@ -171,34 +172,38 @@ class Receiver:
         try:
             await self.reader.read_body(header.remote, landed, keep=False, ahead=True)
         except BaseException:
-            self._packets.read_stopped(arrival)
-            self.answer_revokes()
+            self._stopped(arrival)
             raise
-        if self._packets.read_ended(arrival):
+        if self._inbox.read_landed(arrival):
             self._send_done(header.msg_id)
 
-    async def _landed(self, msg_id: int, read: asyncio.Task[None]) -> bool:
-        """Wait for the read ahead of message ``msg_id`` to land; False if it
-        failed but the channel did not (the message is then read in its
-        turn, as if not read ahead). Cancelled, the read goes on (the
-        message stays queued); the channel failed, its error is raised."""
+    async def _landed(self) -> bool:
+        """Wait for the read ahead to land; False if it failed but the channel
+        did not (the message is then read in its turn, as if not read
+        ahead). Cancelled, the read goes on (the message stays queued); the
+        channel failed, its error is raised."""
+        read = self._ahead_read
+        assert read is not None
         try:
             await asyncio.shield(read)
         except BaseException:
             if not read.done():  # this receive was cancelled
                 raise
             self._check()
-            del self._ahead[msg_id]
+            self._inbox.forget_ahead()
+            self._ahead_read = None
             return False
         return True
 
-    def _take_read_ahead(self, msg_id: int, into: Into | None) -> bytearray | int:
+    def _take_read_ahead(self, arrival: Arrival, into: Into | None) -> bytearray | int:
         """The body of a message read ahead, landed: its new buffer, or
         (``into`` chosen) copied there."""
-        _, landed = self._ahead.pop(msg_id)
+        landed = arrival.landed
+        assert landed is not None
+        self._ahead_read = None
         if into is None:
             return landed
-        self._new_objects = False  # the application chooses buffers now
+        self._inbox.new_objects = False  # the application chooses buffers now
         buffer_view(into)[: len(landed)] = landed
         return len(landed)
 
@@ -206,10 +211,11 @@ class Receiver:
         """The message's head and where its body goes (None: a new object);
         raises for a revoked message (consuming it) or a buffer too small."""
         header = arrival.header
-        head = self._packets.head(arrival)
-        if arrival.revoked:
+        head = self._inbox.head(arrival)
+        if self._inbox.withdrawn(arrival):
+            if arrival is self._inbox.ahead:
+                self._ahead_read = None  # read, and dropped
             self._packets.consumed()
-            self._ahead.pop(header.msg_id, None)  # read, and dropped
             raise MessageRevokedError(
                 f"the sender withdrew message {header.msg_id} ({header.length} bytes) "
                 "before it was read: its send was cancelled or it was not read within "
@@ -239,13 +245,13 @@ class Receiver:
                     offset = packets.take_pieces(arrival, target, offset)
                     if offset == length:
                         break
-                    packets.fill(arrival, target, offset)  # the rest copied as it lands
+                    self._inbox.fill(arrival, target, offset)  # the rest copied as it lands
                     try:
-                        await packets.arrivals()
+                        await packets.waiting.arrivals()
                     finally:
-                        offset = packets.filled()
+                        offset = self._inbox.filled()
             except BaseException:
                 if not packets.failed:  # cancelled: the next receive resumes
-                    packets.keep_taken(arrival, head, target, offset)
+                    self._inbox.keep(arrival, head, target, offset)
                 raise
         return landed if landed is not None else length

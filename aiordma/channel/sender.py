@@ -1,7 +1,7 @@
 """A message channel's send turn, and posting that waits for what a packet needs.
 
 Messages go out whole and in order: a send that cannot go at once (the
-one-call path, :meth:`~aiordma.channel.packets.Packets.send_eager`, found
+one-call path, :meth:`~aiordma.channel.outbox.Outbox.send_eager`, found
 someone ahead, or no credit) takes the channel's send turn and posts its
 packets once the send queue has room and a send slot and a credit are
 there. Control packets (DONE, REVOKE) and a credit update that met a full
@@ -88,7 +88,7 @@ class Sender:
             if not stalled:
                 stalled = True
                 self._stats.add("credit_stalls")
-            await packets.changed()
+            await packets.waiting.changed()
 
     async def wait_to_post(self, stalled: bool = False) -> bool:
         """Wait for what the next packet needs once a one-call post stopped
@@ -97,12 +97,12 @@ class Sender:
         returned). Raises once the channel failed."""
         self._check()
         packets = self._packets
-        if not packets.lane.send_room():  # type: ignore[union-attr]
+        if not packets.lane.send_room():
             await self._qp.wait_send_room()
             return stalled
         if not stalled:
             self._stats.add("credit_stalls")
-        await packets.changed()
+        await packets.waiting.changed()
         return True
 
     def hello(

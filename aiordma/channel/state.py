@@ -3,28 +3,27 @@
 
 :class:`ChannelState` holds the protocol state of a
 :class:`~aiordma.MessageChannel`: credits both ways, which send slots are
-free, the messages that arrived and wait to be taken (and the peer's
-revocations of them), the peer's announced ``max_message``, and which
-credit update, if any, is due. Only :class:`~aiordma.channel.packets.Packets`
-drives it, and does the I/O, as httpcore drives h11; keeping the decisions
-here lets them be tested on a host without a device. (The bytes this side
-exposes are counted apart, by :class:`~aiordma.channel.ledger.Ledger`.)
+free, the peer's announced ``max_message``, and which credit update, if
+any, is due. Only :class:`~aiordma.channel.packets.Packets` drives it, and
+does the I/O, as httpcore drives h11; keeping the decisions here lets them
+be tested on a host without a device. (The messages that arrived are
+:class:`~aiordma.channel.inbox.Inbox`'s; the bytes this side exposes are
+counted by :class:`~aiordma.channel.ledger.Ledger`.)
 
-Per message, three events go in and each returns what the channel must do:
-:meth:`~ChannelState.send` (a slot and a stamped header, or not yet),
-:meth:`~ChannelState.arrived` (what ended, whether to offer the message to
-a delivery hook, whether to repost the buffer) and :meth:`~ChannelState.take`
-(the arrival, whether its sender is owed a DONE). :meth:`~ChannelState.update`
-and :meth:`~ChannelState.sent` complete the sending side.
+Per packet, two events go in and each returns what the channel must do:
+:meth:`~ChannelState.send` (a slot and a stamped header, or not yet) and
+:meth:`~ChannelState.arrived` (what ended, whether to repost the buffer);
+:meth:`~ChannelState.emptied` counts a receive buffer back, and
+:meth:`~ChannelState.update` and :meth:`~ChannelState.sent` complete the
+sending side.
 """
 
 from __future__ import annotations
 
-import collections
 from typing import TYPE_CHECKING
 
 from aiordma.channel.credits import CreditWindow, DataCredits
-from aiordma.channel.wire import HEADER_SIZE, LAST_CREDIT, WIRE, Header, Kind, WireCodes
+from aiordma.channel.wire import LAST_CREDIT, WIRE, Header, Kind, WireCodes
 from aiordma.exceptions import ProtocolError
 from aiordma.verbs.memory import RemoteBuffer
 
@@ -36,10 +35,8 @@ if TYPE_CHECKING:
     # For the type checker only (compiled, these methods return objects).
     Packet: TypeAlias = tuple[int, Header]
     """A packet :meth:`ChannelState.send` granted: its send slot and stamped header."""
-    Arrived: TypeAlias = tuple[int, bool, bool]
+    Arrived: TypeAlias = tuple[int, bool]
     """What :meth:`ChannelState.arrived` returns."""
-    Taken: TypeAlias = tuple["Arrival", bool]
-    """What :meth:`ChannelState.take` returns."""
 else:
     try:
         import cython
@@ -50,42 +47,6 @@ else:
 def hello_windows(header: Header) -> tuple[int, int]:
     """The data and control windows a HELLO announces (in its ``msg_id``)."""
     return header.msg_id & 0xFFFFFFFF, header.msg_id >> 32
-
-
-@cython.cclass
-class Arrival:
-    """A message that arrived and waits to be taken.
-
-    ``slot``: the receive buffer it sits in. ``size``: bytes of the packet
-    (header, head and, when eager, body). ``saved``: head and body of an
-    eager message, copied out when the connection failed. ``revoked``: the
-    sender withdrew this rendezvous message (REVOKE). ``reading``: this side
-    is reading the rendezvous body now. ``acked``: this side answered the
-    sender's REVOKE (a DONE that says it will not read). A MEDIUM message
-    also has ``pieces``, the ``(slot, length)`` of each PIECE that arrived
-    and was not taken yet, and ``missing``, the body bytes still to arrive;
-    ``taken`` holds its head and the body bytes a receive took before it
-    was cancelled (``slot`` is then -1: the first buffer went back).
-    """
-
-    def __init__(
-        self, slot: cython.int, header: Header, size: cython.Py_ssize_t,
-        saved: bytes | None = None,
-    ) -> None:  # fmt: skip
-        self.slot = slot
-        self.header = header
-        self.size = size
-        self.saved = saved
-        self.revoked = False
-        self.reading = False
-        self.acked = False
-        self.pieces: collections.deque[tuple[int, int]] | None = None
-        self.missing = 0
-        self.taken: bytes | None = None
-
-    def __repr__(self) -> str:
-        return (f"Arrival(slot={self.slot}, header={self.header!r}, size={self.size}, "
-                f"revoked={self.revoked}, reading={self.reading}, acked={self.acked})")  # fmt: skip
 
 
 _WIRE = cython.declare(WireCodes, WIRE)  # the wire's codes as C integers
@@ -109,7 +70,7 @@ def _cost(code: cython.int) -> cython.int:
 
 @cython.cclass
 class ChannelState:
-    """Credits, send slots, arrivals and exposures of one channel side.
+    """Credits and send slots of one channel side.
 
     ``buffers`` receive slots are split into a data ``window`` and a
     ``control_window`` (see :mod:`aiordma.channel.credits`); ``send_slots`` (as many
@@ -137,93 +98,25 @@ class ChannelState:
         """Whether our HELLO went: it carries our first grants, so no credit
         update may go before it."""
         self.failed = False
-        self.ready: collections.deque[Arrival] = collections.deque()
-        self.filling: Arrival | None = None
-        """The MEDIUM message whose pieces are still arriving."""
-        self.acks_due: list[int] = []
-        """Ids of revoked messages to answer with DONE once no read is in flight."""
         self.peer_max_message: int | None = None
 
     # -- the per-message events --------------------------------------------
 
     @cython.ccall
-    def arrived(self, slot: cython.int, header: Header, size: cython.Py_ssize_t) -> Arrived:
-        """A packet of ``size`` bytes landed in receive buffer ``slot``.
-
-        Applies its credits and control meaning and queues a message (a
-        BATCH's, the channel queues with :meth:`queue_batch`). Returns
-        ``(ended, offer, repost)``: the id of the message whose exposure a
-        DONE ended (0 if none); whether the packet is an eager message with
-        nothing queued before it (the channel may hand it to a delivery
-        hook, then :meth:`take` it); whether the buffer held control and is
-        counted reposted (the channel reposts it now, or fails). Raises
-        :class:`ProtocolError` (or ValueError, for impossible credits) when
-        the peer broke the protocol.
+    def arrived(self, header: Header) -> Arrived:
+        """A packet landed: apply its credits and control meaning. Returns
+        ``(ended, repost)``: the id of the message whose exposure a DONE
+        ended (0 if none); whether the buffer held control and is counted
+        reposted (the channel reposts it now, or fails). What a message's
+        packet carries is the inbox's. Raises :class:`ProtocolError` (or
+        ValueError, for impossible credits) when the peer broke the protocol.
         """
         code: cython.int = header.code
-        filling: Arrival | None = self.filling
-        if filling is not None and code in (
-            _WIRE.eager,
-            _WIRE.rendezvous,
-            _WIRE.medium,
-            _WIRE.batch,
-        ):
-            raise ProtocolError(
-                f"a message began before the {filling.missing} bytes still missing of "
-                "the medium message before it"
-            )
         ended: cython.ulonglong = self._apply(header)
-        if code == _WIRE.piece:
-            if filling is None:
-                raise ProtocolError("a PIECE with no medium message to continue")
-            if header.length > filling.missing:
-                raise ProtocolError(
-                    f"a PIECE of {header.length} bytes where {filling.missing} are missing"
-                )
-            filling.pieces.append((slot, header.length))  # type: ignore[union-attr]
-            filling.missing -= header.length
-            if filling.missing == 0:
-                self.filling = None
-            return ended, False, False
-        if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium):
-            ready = self.ready
-            arrival = Arrival(slot, header, size)
-            ready.append(arrival)
-            if code == _WIRE.medium:
-                arrival.pieces = collections.deque()
-                arrival.missing = header.length - (size - _WIRE.header_size - header.head_length)
-                self.filling = arrival
-            return ended, code == _WIRE.eager and len(ready) == 1, False
-        if code == _WIRE.batch:  # the channel queues its messages (see queue_batch)
-            return ended, False, False
+        if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece, _WIRE.batch):
+            return ended, False
         self.control.reposted(code != _WIRE.control_credit)
-        return ended, False, True
-
-    def queue_batch(self, slot: int, parts: list[tuple[int, bytes]]) -> None:
-        """Queue the messages of the BATCH packet that :meth:`arrived` in
-        ``slot``: one for each of ``parts`` (its head's length, and its head
-        and body copied out). The last holds the buffer: it goes back, and
-        its credit with it, when that one is taken, so a reader that falls
-        behind still holds its sender back."""
-        last = len(parts) - 1
-        for i, (head, part) in enumerate(parts):
-            header = Header(Kind.EAGER, 0, 0, len(part) - head, None, head)
-            arrival = Arrival(slot if i == last else -1, header, HEADER_SIZE + len(part))
-            arrival.saved = part
-            self.ready.append(arrival)
-
-    @cython.ccall
-    def take(self) -> Taken:
-        """The first queued message is taken. Returns it, and whether the
-        sender must be told DONE (a rendezvous message whose REVOKE, if
-        any, was not answered yet). Its buffer is counted reposted: the
-        channel reposts it now, or fails (after :meth:`fail`, nothing is
-        counted)."""
-        arrival: Arrival = self.ready.popleft()
-        if not self.failed and arrival.slot >= 0:
-            self.data.reposted()
-        done_due: cython.bint = arrival.header.code == _WIRE.rendezvous and not arrival.acked
-        return arrival, done_due
+        return ended, True
 
     @cython.ccall
     def send(
@@ -267,11 +160,10 @@ class ChannelState:
         return self.free_slots.pop(), header
 
     @cython.ccall
-    def piece_taken(self) -> cython.bint:
-        """A buffer of the MEDIUM message being taken (its first packet, or a
-        PIECE) was copied out: it is counted reposted, before the message is
-        whole. Returns whether the channel must repost it now (False once
-        failed)."""
+    def emptied(self) -> cython.bint:
+        """A message's receive buffer was taken or copied out (a MEDIUM
+        message's before it is whole): it is counted reposted. Returns
+        whether the channel must repost it now (False once failed)."""
         if self.failed:
             return False
         self.data.reposted()
@@ -312,7 +204,7 @@ class ChannelState:
         self.free_slots.append(slot)
 
     def fail(self) -> None:
-        """The channel failed: buffers are no longer counted back (see :meth:`take`)."""
+        """The channel failed: buffers are no longer counted back (see :meth:`emptied`)."""
         self.failed = True
 
     # -- what the events are made of -----------------------------------------
@@ -339,47 +231,4 @@ class ChannelState:
             if header.msg_id == 0:  # ids start at 1 (see Ledger)
                 raise ProtocolError("DONE for message 0, which no side exposes")
             return header.msg_id  # the ledger knows whether it was exposed
-        elif code == _WIRE.revoke:
-            arrival: Arrival
-            for arrival in self.ready:
-                exposed: Header = arrival.header
-                if exposed.code == _WIRE.rendezvous and exposed.msg_id == header.msg_id:
-                    arrival.revoked = True
-                    if not arrival.reading and not arrival.acked:  # answered now, or
-                        self._ack(arrival)  # once the read ends, or by the DONE that went
         return 0
-
-    @cython.cfunc
-    def _ack(self, arrival: Arrival) -> None:
-        arrival.acked = True
-        self.acks_due.append(arrival.header.msg_id)
-
-    def read_stopped(self, arrival: Arrival) -> None:
-        """A read of ``arrival``'s body failed or was cancelled (it stays queued);
-        a REVOKE that came meanwhile is answered now."""
-        arrival.reading = False
-        if arrival.revoked and not arrival.acked:
-            self._ack(arrival)
-
-    def read_ended(self, arrival: Arrival) -> bool:
-        """A read of ``arrival``'s body ahead of its receive landed whole (it
-        stays queued): whether its sender is owed a DONE now, which then
-        also answers a REVOKE that came meanwhile (taking it owes none)."""
-        arrival.reading = False
-        if arrival.acked:
-            return False
-        arrival.acked = True
-        return True
-
-    def unread(self, least: cython.Py_ssize_t) -> list[Arrival]:
-        """The queued rendezvous messages of more than ``least`` bytes that
-        nothing reads or read, and the sender did not withdraw, in order."""
-        found: list[Arrival] = []
-        arrival: Arrival
-        header: Header
-        for arrival in self.ready:
-            header = arrival.header
-            if (header.code == _WIRE.rendezvous and not arrival.reading and not arrival.acked
-                    and not arrival.revoked and header.length > least):  # fmt: skip
-                found.append(arrival)
-        return found

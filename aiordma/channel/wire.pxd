@@ -8,6 +8,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from cpython.object cimport PyObject
 from cpython.buffer cimport PyBuffer_IsContiguous
+from libc.string cimport memcpy
 
 cdef class Header:
     cdef readonly object kind
@@ -54,6 +55,31 @@ cdef inline unsigned char *address_of(object buf, bint writable):
     if type(buf) is bytes and not writable:
         return <unsigned char *>PyBytes_AS_STRING(buf)
     return NULL
+
+cpdef Py_ssize_t write_packet(object view, Py_ssize_t start, Py_ssize_t room, Header header,
+                              object head, object body) except? -1
+cpdef Header read_packet(object view, Py_ssize_t start, Py_ssize_t size, Py_ssize_t room,
+                         unsigned long long limit)
+
+cdef inline Py_ssize_t byte_size(object data) noexcept:
+    """Bytes in ``data``, which :func:`address_of` knows."""
+    if type(data) is memoryview:
+        return PyMemoryView_GET_BUFFER(data).len
+    return len(data)
+
+cdef inline Py_ssize_t copy_in(object view, Py_ssize_t offset, object data,
+                               Py_ssize_t room) except -2:
+    """Copy ``data`` to ``view[offset:]`` and return its length, if it is
+    memory :func:`address_of` knows and fits in ``room`` bytes; -1 if not."""
+    cdef const unsigned char *source = address_of(data, False)
+    cdef Py_ssize_t n
+    if source == NULL:
+        return -1
+    n = byte_size(data)
+    if n > room:
+        return -1
+    memcpy(address_of(view, True) + offset, source, n)
+    return n
 
 cdef inline void put16(unsigned char *p, unsigned int v) noexcept:
     p[0] = v & 0xFF

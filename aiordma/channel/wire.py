@@ -19,6 +19,7 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from aiordma.channel.buffers import buffer_view
 from aiordma.exceptions import ProtocolError, ProtocolMismatchError
 from aiordma.verbs.memory import RemoteBuffer
 
@@ -274,6 +275,56 @@ def checked(
 _KINDS: Final = {int(k): k for k in Kind}
 
 
+_HEADER_SIZE = cython.declare(cython.Py_ssize_t, HEADER_SIZE)
+View = memoryview  # (an alias: typed with it, Cython would check its own memoryview type)
+
+
+@cython.ccall
+@cython.exceptval(-1, check=True)
+def write_packet(
+    view: View, start: cython.Py_ssize_t, room: cython.Py_ssize_t, header: Header,
+    head: bytes | bytearray, body: Any,
+) -> cython.Py_ssize_t:  # fmt: skip
+    """Write a packet into ``view[start : start + room]``: ``header``, then
+    ``head`` and ``body`` (None, or a bytes-like part of a message, which
+    fit); returns its length. Compiled, known memory is copied in C."""
+    at: cython.Py_ssize_t = _HEADER_SIZE  # where the head goes
+    end: cython.Py_ssize_t = at + len(head)
+    copied: cython.Py_ssize_t = 0
+    if cython.compiled and 0 <= header.credits < 0x10000 and 0 <= header.control_credits < 0x10000:
+        remote = header.remote
+        if remote is None:
+            store_header(address_of(view, True) + start, header, 0, 0)
+        else:
+            store_header(address_of(view, True) + start, header, remote.addr, remote.rkey)
+        if copy_in(view, start + at, head, room - at) >= 0:
+            if body is None:
+                return end
+            copied = copy_in(view, start + end, body, room - end)
+            if copied >= 0:
+                return end + copied
+    with view[start : start + room] as slot:
+        header.pack_into(slot)
+        slot[at:end] = head
+        if body is not None:
+            with buffer_view(body) as source:
+                copied = len(source)
+                slot[end : end + copied] = source
+    return end + copied
+
+
+@cython.ccall
+def read_packet(
+    view: View, start: cython.Py_ssize_t, size: cython.Py_ssize_t, room: cython.Py_ssize_t,
+    limit: cython.ulonglong,
+) -> Header:  # fmt: skip
+    """The checked header of the packet of ``size`` bytes at ``view[start:]``,
+    in a slot of ``room`` bytes; ``limit`` bounds message sizes."""
+    if cython.compiled and _HEADER_SIZE <= size <= room:
+        return load_header(address_of(view, False) + start, size, limit)
+    return Header.unpack(view[start : start + size], limit)
+
+
 def pack_batch(bodies: Sequence[Any], sizes: Sequence[int], total: int) -> bytearray:
     """A BATCH packet's payload (``total`` bytes) holding ``bodies`` (C-contiguous
     buffers of ``sizes`` bytes each) with no heads."""
@@ -355,6 +406,18 @@ class Hello(NamedTuple):
 
 
 if not cython.compiled:  # wire.pxd's C helpers, named here for the interpreter and the type checker
+
+    def address_of(buf: object, writable: bool) -> int:
+        raise NotImplementedError  # only called compiled
+
+    def store_header(p: int, header: Header, addr: int, rkey: int) -> None:
+        raise NotImplementedError  # only called compiled
+
+    def load_header(p: int, size: int, limit: int) -> Header:
+        raise NotImplementedError  # only called compiled
+
+    def copy_in(view: object, offset: int, data: object, room: int) -> int:
+        raise NotImplementedError  # only called compiled
 
     def store_into(buf: object, header: Header, addr: int, rkey: int) -> bool:
         raise NotImplementedError  # only called compiled

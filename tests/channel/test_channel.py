@@ -19,6 +19,7 @@ import pytest
 import aiordma
 from aiordma import Access
 from aiordma.channel.channel import MessageChannel
+from aiordma.channel.inbox import Phase
 from aiordma.channel.open import channel_factory, prepare_channel
 from aiordma.channel.options import ChannelKeywords
 from aiordma.channel.rendezvous import STAGED_READ_LIMIT
@@ -397,9 +398,10 @@ async def test_a_receive_cancelled_inside_a_medium_message_leaves_it_whole(lab: 
         receiving.cancel()
         with pytest.raises(asyncio.CancelledError):
             await receiving
-        first = channel._packets.first()
+        first = channel._inbox.first()
         assert first is not None
-        partial = first.taken
+        assert first.phase == Phase.KEPT
+        partial = first.copied
         assert partial is not None
         assert 0 < len(partial) < 30_000  # cancelled part-way: the rest is still to come
         head, body = await asyncio.wait_for(channel.recv_message_with_head(), 30)
@@ -887,7 +889,7 @@ async def _take_withdrawn_then_next(
     (the outcome of each goes to ``got``)."""
     await channel.wait_message()  # the large message is announced, not yet read
     announced.set()
-    while channel._packets.queued() < 2:
+    while channel._inbox.queued() < 2:
         await channel._changed()
     try:
         got.append(await channel.recv_message())

@@ -31,8 +31,8 @@ SIZES = (1_500, 17_000, 9_000, 40_000, 2_000, 33_000)
 async def whole(channel: MessageChannel) -> None:
     """Wait until the first queued message has all its pieces."""
     async with asyncio.timeout(30):
-        while (first := channel._packets.first()) is None or first.missing:
-            await channel._packets.arrivals()
+        while (first := channel._inbox.first()) is None or first.missing:
+            await channel._changed()
 
 
 @pytest.mark.asyncio
@@ -66,9 +66,9 @@ async def test_a_stream_of_medium_messages_lands_whole_in_order_and_gives_every_
         # after any credit update it sent: every data buffer it posted is a
         # credit here or owed by it, none lost or counted twice.
         (server,) = servers
-        assert channel._packets.credits()[0] + server._packets.state.data.owed == WINDOW
-        assert channel._packets.state.data.available <= channel._packets.state.data.limit
-        assert server._packets.queued() == 0
+        assert channel._data_credits.available + server._data_credits.owed == WINDOW
+        assert channel._data_credits.available <= channel._data_credits.limit
+        assert server._inbox.queued() == 0
 
 
 @pytest.mark.asyncio
@@ -82,7 +82,7 @@ async def test_a_whole_medium_message_is_taken_into_a_bytearray_or_a_memoryview(
             into = bytearray(size) if i == 0 else memoryview(backing)[50:]
             assert await channel.recv_message_into(into) == size
             assert bytes(into[:size]) == data
-            assert channel._packets.queued() == 0
+            assert channel._inbox.queued() == 0
 
 
 @pytest.mark.asyncio
@@ -98,7 +98,7 @@ async def test_a_medium_message_refused_by_a_short_buffer_stays_queued_whole(
         await channel.send_message(data)
         if pieces_to_come:
             await asyncio.wait_for(channel.wait_message(), 30)
-            first = channel._packets.first()
+            first = channel._inbox.first()
             assert first is not None
             assert first.missing > 0
         else:
@@ -129,8 +129,8 @@ async def burst(conn: aiordma.Connection) -> None:
 async def queued(channel: MessageChannel, count: int) -> None:
     """Wait until ``count`` messages are queued."""
     async with asyncio.timeout(30):
-        while channel._packets.queued() < count:
-            await channel._packets.arrivals()
+        while channel._inbox.queued() < count:
+            await channel._changed()
 
 
 @pytest.mark.asyncio

@@ -38,7 +38,7 @@ async def pool_server(
 
 
 def _credits(channel: MessageChannel) -> SharedDataCredits:
-    data = channel._packets.state.data
+    data = channel._data_credits
     assert isinstance(data, SharedDataCredits)
     return data
 

@@ -484,8 +484,8 @@ async def _replies_revoked(channel: aiordma.MessageChannel, count: int, seconds:
     """Wait until ``count`` replies have arrived on a raw client ``channel``
     and every one was revoked (its sender's exposure_timeout passed)."""
     async with asyncio.timeout(seconds):
-        ready = channel._packets.state.ready
-        while len(ready) < count or not all(arrival.revoked for arrival in ready):
+        inbox = channel._inbox
+        while inbox.queued() < count or not all(map(inbox.withdrawn, inbox.ready)):
             await channel._changed()
 
 
