@@ -51,7 +51,7 @@ MODULES: Final[tuple[str, ...]] = (
     "aiordma.channel.outbox",
     "aiordma.verbs._room",
     "aiordma.verbs._waiting",
-    "aiordma.verbs._spinner",
+    "aiordma.verbs._waiters",
     "aiordma.verbs._completed",
     "aiordma.verbs._work",
     "aiordma.verbs._engine",

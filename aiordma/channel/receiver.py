@@ -106,7 +106,7 @@ class Receiver:
         arrival = await self.next_arrival()
         header = arrival.header
         ahead = arrival is inbox.ahead
-        if ahead and not await self._landed():
+        if ahead and not await self._landed(arrival):
             ahead = False  # (landed first: it may be revoked, and no DONE may meet the read)
         head, into = self.chosen(arrival, choose)
         body: bytes | bytearray | int
@@ -177,19 +177,21 @@ class Receiver:
         if self._inbox.read_landed(arrival):
             self._send_done(header.msg_id)
 
-    async def _landed(self) -> bool:
-        """Wait for the read ahead to land; False if it failed but the channel
-        did not (the message is then read in its turn, as if not read
-        ahead). Cancelled, the read goes on (the message stays queued); the
-        channel failed, its error is raised."""
+    async def _landed(self, arrival: Arrival) -> bool:
+        """Wait for the read ahead of ``arrival`` to land; False if it failed
+        but the channel did not (the message is then read in its turn, as if
+        not read ahead). Cancelled, the read goes on or has landed (the
+        message stays queued); the channel failed, its error is raised."""
         read = self._ahead_read
         assert read is not None
         try:
             await asyncio.shield(read)
         except BaseException:
-            if not read.done():  # this receive was cancelled
-                raise
+            if not read.done() or not (read.cancelled() or read.exception()):
+                raise  # this receive was cancelled, as the read went on or landed
             self._check()
+            if arrival.phase == Phase.LANDED:  # whole: only telling its sender failed
+                return True
             self._inbox.forget_ahead()
             self._ahead_read = None
             return False

@@ -37,11 +37,11 @@ miss that woke through the slow path never inflates the window (the
 
 So a ping-pong whose answers come within the cap spins on both sides,
 while a paced or idle exchange probes once in up to 128 expectations.
-Call order: ``start -> (hit | miss [-> late])``, per expectation.
+Call order: ``start -> (hit | miss [-> answered])``, per expectation.
 
 :class:`WaitPolicy` decides on every message's path, so the module is
 compiled when the build could (``_waiting.pxd``; see
-:mod:`aiordma._compiled`); ``_spinner.py`` acts on its decisions.
+:mod:`aiordma._compiled`); ``_waiters.py`` acts on its decisions.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ iteration, so one busy CQ cannot starve the loop. Nothing blocks and no
 thread is involved.
 
 Where an answer is expected soon, a CQ may instead spin a while before it
-arms (:mod:`aiordma.verbs._waiting` decides when, per CQ, and
-:mod:`aiordma.verbs._spinner` spins): the compiled core polls in C in slices
-of :data:`SPIN_SLICE`, giving the loop its turn between them.
+arms: how it waits is one :class:`~aiordma.verbs._waiters.Waiter`, chosen
+once from its setting (:mod:`aiordma.verbs._waiting` decides when ``auto``
+spins); the compiled core polls in C in slices of :data:`SPIN_SLICE`,
+giving the loop its turn between them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import errno
 import itertools
 import logging
 import os
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
@@ -47,12 +47,8 @@ from aiordma.verbs import _driver
 from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
 from aiordma.verbs._driver.base import ACK_BATCH, POLL_BATCH
 from aiordma.verbs._driver.handles import create_with_fd
-from aiordma.verbs._spinner import Spinner
-from aiordma.verbs._waiting import Polling, WaitPolicy
-
-_now = time.monotonic
-"""The spin's clock: uvloop's ``loop.time()`` counts whole milliseconds,
-longer than the windows it would time."""
+from aiordma.verbs._waiters import SPIN_SLICE, Waiter, waiter_for
+from aiordma.verbs._waiting import Polling
 
 if TYPE_CHECKING:
     from pyverbs.cq import WC
@@ -66,9 +62,6 @@ __all__ = ["ACK_BATCH", "DRAIN_BUDGET", "POLL_BATCH", "SPIN_SLICE", "CompletionH
 
 DRAIN_BUDGET = 256
 """Completions handled before the drain yields to the event loop."""
-SPIN_SLICE = 50e-6
-"""Seconds the compiled core spins on an empty CQ per round of polling, before
-the loop runs its other work."""
 
 
 _polling: Polling | None = None
@@ -165,20 +158,6 @@ class CompletionQueue:
         self._name = name
         setting = default_polling() if polling is None else polling
         self._setting = setting
-        self._poll = setting.window if setting.mode == "fixed" else 0.0
-        self._policy = WaitPolicy(setting.window) if setting.mode == "auto" else None
-        self._poll_until = 0.0
-        self._polling = False  # a fixed window's
-        self._window_hit = False
-        """Whether the fixed window now open has drained a completion."""
-        self._window_hits = 0
-        """Fixed windows that drained a completion (those that did not: misses)."""
-        self._window_misses = 0
-        self._fixed_spun = 0.0
-        """Seconds a fixed window spent spinning."""
-        self._spinner: Spinner | None = None
-        """``auto``'s spin (None: another setting)."""
-        self._drain_scheduled = False
         self._handlers: dict[int, CompletionHandler] = {}
         self._max_cqe: int = context.query_device().max_cqe
         channel, fd = create_with_fd(
@@ -194,14 +173,14 @@ class CompletionQueue:
                 self._cq: CQ | None = CQ(context, min(capacity, self._max_cqe), None, channel, 0)
             self._driver = _driver.cq_driver(self._cq, channel, fd)
             """The driver that takes events, arms and drains this CQ."""
-            self._driver.attach(self._handlers, self._report, DRAIN_BUDGET, self._yield_drain)
-            if self._policy is not None:
-                self._spinner = Spinner(self._policy, self._driver, loop, fd, self._handlers,
-                                        self._report, DRAIN_BUDGET, self._yield_drain,
-                                        SPIN_SLICE)  # fmt: skip
-            self._arm()
-            # Without polling the driver serves each wake-up by itself.
-            loop.add_reader(fd, self._on_readable if self._poll > 0 else self._driver.on_readable)
+            self._waiter: Waiter = waiter_for(
+                setting, self._driver, loop, self._handlers, self._report, DRAIN_BUDGET
+            )
+            """How the CQ waits, for its life (the one place its mode is decided)."""
+            self._driver.attach(self._handlers, self._report, DRAIN_BUDGET,
+                                self._waiter.yield_drain)  # fmt: skip
+            self._driver.req_notify()
+            loop.add_reader(fd, self._waiter.reader)  # the descriptor's one reader, for good
         except BaseException:
             if getattr(self, "_cq", None) is not None:
                 self._cq.close()  # type: ignore[union-attr]
@@ -293,9 +272,6 @@ class CompletionQueue:
         """Whether the compiled core drains this CQ (else pure Python does)."""
         return self._driver.compiled
 
-    def _arm(self) -> None:
-        self._driver.req_notify()
-
     def _report(self, exc: Exception | None, wc: WC) -> None:
         """A handler failed, or nobody posted ``wc``: work given up when its
         queue pair was destroyed leaves flushed completions in the CQ, which
@@ -307,28 +283,17 @@ class CompletionQueue:
         elif wc.status == _ibv.WC_SUCCESS:
             log.warning("completion for unknown wr_id %d ignored", wc.wr_id)
 
-    def _on_readable(self) -> None:
-        """The reader callback of a fixed polling window."""
-        if self._cq is None:
-            return
-        self._driver.take_event()  # one event per arming: another keeps the fd readable
-        self._drain()
-
-    def _scheduled_drain(self) -> None:
-        self._drain_scheduled = False
-        self._drain()
-
     @property
     def polls(self) -> bool:
         """Whether the CQ polls for a while after any work is posted (a fixed
         window: :meth:`kick` does nothing otherwise)."""
-        return self._poll > 0
+        return self._waiter.polls
 
     @property
     def expects(self) -> bool:
         """Whether the CQ may spin for an answer to a two-sided send
         (:meth:`expect` does nothing otherwise)."""
-        return self._poll > 0 or (self._policy is not None and self._policy.enabled)
+        return self._waiter.expects
 
     @property
     def polling(self) -> Polling:
@@ -343,7 +308,7 @@ class CompletionQueue:
     @property
     def spinning(self) -> bool:
         """Whether the CQ is polling now rather than armed and asleep."""
-        return self._polling or (self._spinner is not None and self._spinner.polling)
+        return self._waiter.spinning
 
     def waiting(self) -> dict[str, float]:
         """What the waiting policy did: expectations spun for (``spins``),
@@ -356,19 +321,7 @@ class CompletionQueue:
         With a fixed window each window opened counts as a spin, a hit if
         it drained a completion and a miss if not.
         """
-        policy = self._policy
-        hits, misses = self._window_hits, self._window_misses
-        return {
-            "spins": policy.spins if policy else hits + misses + self._polling,
-            "hits": policy.hits if policy else hits,
-            "misses": policy.misses if policy else misses,
-            "late": policy.late if policy else 0,
-            "skipped": policy.skipped if policy else 0,
-            "arms": self._driver.arms,
-            "spun_seconds": self._spinner.spun if self._spinner else self._fixed_spun,
-            "window_seconds": policy.window if policy else self._poll,
-            "limit_seconds": policy.limit if policy else self._poll,
-        }
+        return self._waiter.counts()
 
     def _metric_sources(self) -> Iterator[tuple[dict[str, str], metrics.Stats]]:
         """For exporters: the waiting counts, labelled ``completion_queue``."""
@@ -389,87 +342,15 @@ class CompletionQueue:
         """What to call once a two-sided send is posted: its answer (a reply,
         or the next request after a reply) may come soon. With ``auto`` the
         policy decides whether to spin for it; a fixed window polls as after
-        any post. A property, so the caller keeps the compiled spinner's own
+        any post. A property, so the caller keeps the compiled waiter's own
         method and calls it with no Python frame in between."""
-        if self._spinner is not None:
-            return self._spinner.expect
-        return self.kick
+        return self._waiter.expect
 
-    def kick(self) -> None:
-        """Work was posted: poll for its completion for a fixed window."""
-        if self._poll > 0 and not self._polling and self._cq is not None:
-            self._polling = True
-            self._window_hit = False
-            self._poll_until = _now() + self._poll
-            self._loop.call_soon(self._poll_step)
-
-    def _poll_step(self) -> None:
-        """One round of polling between the loop's other work; arms once nothing came for long."""
-        if self._cq is None:
-            self._polling = False
-            return
-        # The compiled driver spins in C, with no Python per empty poll.
-        began = _now()
-        self._driver.spin(min(SPIN_SLICE, max(0.0, self._poll_until - began)))
-        now = _now()
-        self._fixed_spun += now - began
-        if self._drain(arm=False):
-            self._window_hit = True
-            now = _now()
-            self._poll_until = now + self._poll
-        if self._handlers and now < self._poll_until:
-            self._loop.call_soon(self._poll_step)
-            return
-        self._polling = False
-        if self._window_hit:
-            self._window_hits += 1
-        else:
-            self._window_misses += 1
-        self._drain(keep_polling=False)
-
-    def _drain(self, arm: bool = True, keep_polling: bool = True) -> int:
-        """Hand out completions until the CQ is empty (or the budget is spent); how many.
-
-        With ``arm`` the CQ is armed before returning (and polled once more,
-        so a completion that raced with the arming is not missed), unless
-        ``keep_polling`` lets it be polled for a while first.
-        """
-        driver = self._driver
-        if arm and self._poll <= 0:  # serve leaves the CQ unarmed while it spins
-            return driver.serve(False) if self._cq is not None else 0
-        handled = 0
-        while self._cq is not None:
-            count, empty = driver.drain(self._handlers, DRAIN_BUDGET - handled, self._report)
-            handled += count
-            if self._cq is None:  # a handler closed this CQ
-                break
-            if empty:
-                if self._armed_now(arm, keep_polling):
-                    break
-            elif handled >= DRAIN_BUDGET:
-                self._yield_drain()
-                break
-        return handled
-
-    def _armed_now(self, arm: bool, keep_polling: bool) -> bool:
-        """The CQ was found empty: whether the drain is over (True), or must
-        poll once more because it just armed the CQ (False)."""
-        if not arm or self._driver.armed:
-            return True
-        if keep_polling and self._poll > 0 and self._handlers:
-            self.kick()
-            if self._polling:
-                return True
-        # Re-arm, then poll again: a completion that arrived between the
-        # empty poll and the arming raises no event.
-        self._arm()
-        return False
-
-    def _yield_drain(self) -> None:
-        """The budget is spent: continue on the loop's next iteration."""
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            self._loop.call_soon(self._scheduled_drain)
+    @property
+    def kick(self) -> Callable[[], None]:
+        """What to call once any work is posted (a fixed window polls for its
+        completion; see :attr:`polls`)."""
+        return self._waiter.kick
 
     @property
     def pending(self) -> int:
@@ -491,8 +372,7 @@ class CompletionQueue:
             with contextlib.suppress(RuntimeError, ValueError, OSError):
                 self._loop.remove_reader(self._fd)
         self._handlers.clear()
-        if self._spinner is not None:
-            self._spinner.stop()
+        self._waiter.stop()
         metrics.unwatch(self)
         self._driver.detach()
         try:

@@ -1,21 +1,276 @@
-"""``auto``'s spin (aiordma/verbs/_spinner.py, deciding by
-aiordma/verbs/_waiting.py): who it spins for, and what it counts (lab
-device; compiled and pure)."""
+"""How a completion queue waits (aiordma/verbs/_waiters.py, ``auto`` deciding
+by aiordma/verbs/_waiting.py): on the host with a fake driver, loop and
+clock, then on the lab device (compiled and pure)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
 
 import aiordma
 from aiordma import Access, rpc
-from aiordma.verbs._waiting import AUTO_START, Polling
+from aiordma.verbs._waiters import (
+    SPIN_SLICE,
+    AutoSpinner,
+    FixedWindow,
+    Sleeper,
+    Waiter,
+    waiter_for,
+)
+from aiordma.verbs._waiting import AUTO_CAP, AUTO_START, Polling, WaitPolicy
 from aiordma.verbs.completion import CompletionQueue, set_polling
 from tests.conftest import Lab, Pair, run_peer, run_python
+
+BUDGET = 8
+
+
+class _Completion:
+    """A handler that records its completion."""
+
+    def __init__(self, done: list[int], wr_id: int) -> None:
+        self._done, self._wr_id = done, wr_id
+
+    def complete(self, wc: object) -> None:
+        self._done.append(self._wr_id)
+
+
+class FakeDriver:
+    """A CQ on a fake clock: receive completions land at the times the test
+    sets, :meth:`spin` advances the clock, an event is pending whenever an
+    armed CQ got a completion. Counts what a real driver counts."""
+
+    compiled = False
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.armed = False
+        self.polling = False
+        self.received = 0
+        self.arms = 0
+        self.event = False
+        self.due: list[tuple[float, int]] = []  # (time, wr_id), in order
+        self.landed: list[int] = []
+        self.done: list[int] = []
+        self.handlers: dict[int, Any] = {}
+        self.more: Callable[[], None] = lambda: None
+        self.served = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def answer(self, after: float, wr_id: int) -> None:
+        """A receive of ``wr_id`` lands ``after`` seconds from now."""
+        self.handlers[wr_id] = _Completion(self.done, wr_id)
+        self.due.append((self.now + after, wr_id))
+        self.due.sort()
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        while self.due and self.due[0][0] <= self.now:
+            self.landed.append(self.due.pop(0)[1])
+            if self.armed:
+                self.event = True
+
+    def attach(self, handlers: dict[int, Any], report: Any, budget: int, more: Any) -> None:
+        self.handlers, self.more = handlers, more
+
+    def on_readable(self) -> None:
+        self.serve(True)
+
+    def serve(self, event: bool) -> int:
+        self.served += 1
+        if event:
+            self.take_event()
+        handled, empty = self.drain(self.handlers, BUDGET, None)
+        if empty and not self.armed and not self.polling:
+            self.req_notify()
+            more, empty = self.drain(self.handlers, BUDGET, None)
+            handled += more
+        if not empty:
+            self.more()  # the budget is spent: the rest on the loop's next turn
+        return handled
+
+    def take_event(self) -> bool:
+        had, self.event = self.event, False
+        if had:
+            self.armed = False
+        return had
+
+    def req_notify(self) -> None:
+        self.armed = True
+        self.arms += 1
+        if self.landed:
+            self.event = True
+
+    def drain(self, handlers: dict[int, Any], budget: int, report: Any) -> tuple[int, bool]:
+        count = 0
+        while self.landed and count < budget:
+            wr_id = self.landed.pop(0)
+            handlers.pop(wr_id).complete(None)
+            self.received += 1
+            count += 1
+        return count, not self.landed
+
+    def spin(self, seconds: float) -> bool:
+        target = self.now + seconds
+        if self.due and self.due[0][0] <= target:
+            self.advance(self.due[0][0] - self.now)
+            return True
+        self.advance(seconds)
+        return False
+
+    def detach(self) -> None:
+        pass
+
+
+class FakeLoop:
+    """The loop's ``call_soon``, run by the test; time passes only in the driver."""
+
+    def __init__(self, driver: FakeDriver) -> None:
+        self.soon: list[Callable[[], None]] = []
+        self.driver = driver
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        self.soon.append(callback)
+
+    def run(self, turn: float = 10e-6, most: int = 10_000) -> int:
+        """Run callbacks until none is left, each turn taking ``turn`` seconds; how many ran."""
+        ran = 0
+        while self.soon and ran < most:
+            callback = self.soon.pop(0)
+            callback()
+            self.driver.advance(turn)
+            ran += 1
+        assert not self.soon, "the loop never went idle"
+        return ran
+
+
+def _auto(cap: float = AUTO_CAP) -> tuple[AutoSpinner, FakeDriver, FakeLoop]:
+    driver = FakeDriver()
+    loop = FakeLoop(driver)
+    waiter = AutoSpinner(driver, loop, driver.handlers, None, BUDGET, driver.clock,  # type: ignore[arg-type]
+                         WaitPolicy(cap, cpus=2), SPIN_SLICE)  # fmt: skip
+    driver.attach(driver.handlers, None, BUDGET, waiter.yield_drain)
+    driver.req_notify()
+    return waiter, driver, loop
+
+
+def test_each_setting_chooses_its_waiter_once() -> None:
+    driver = FakeDriver()
+    loop = FakeLoop(driver)
+    made = {
+        mode: waiter_for(Polling.parse(mode), driver, loop, {}, None, BUDGET)  # type: ignore[arg-type]
+        for mode in ("off", "auto", "250")
+    }
+    assert [type(w) for w in made.values()] == [Sleeper, AutoSpinner, FixedWindow]
+    assert [(w.polls, w.expects) for w in made.values()] == [
+        (False, False), (False, WaitPolicy().enabled), (True, True),
+    ]  # fmt: skip
+    assert made["off"].reader == driver.on_readable  # off: the driver serves each wake-up
+
+
+def test_an_answer_within_the_window_is_a_hit_and_the_queue_then_arms() -> None:
+    waiter, driver, loop = _auto()
+    reader = waiter.reader
+    driver.answer(100e-6, 1)
+    waiter.expect()
+    assert waiter.spinning
+    assert driver.polling
+    loop.run()
+    assert driver.done == [1]
+    counts = waiter.counts()
+    assert (counts["spins"], counts["hits"], counts["misses"]) == (1, 1, 0)
+    assert 0 < counts["spun_seconds"] < AUTO_START
+    assert not waiter.spinning
+    assert not driver.polling
+    assert waiter.reader == reader  # one reader for the descriptor, never swapped
+
+
+def test_a_miss_is_timed_by_the_reader_and_grows_the_limit() -> None:
+    waiter, driver, loop = _auto()
+    driver.answer(AUTO_START + 200e-6, 1)  # after the first window, within the cap
+    waiter.expect()
+    loop.run()
+    counts = waiter.counts()
+    assert (counts["hits"], counts["misses"], counts["late"]) == (0, 1, 0)
+    assert driver.armed
+    assert not driver.done
+    driver.advance(300e-6)
+    assert driver.event  # the descriptor became readable: the loop calls the reader
+    waiter.reader()
+    assert driver.done == [1]
+    counts = waiter.counts()
+    assert counts["late"] == 1  # a near miss: the limit grows to meet it
+    assert counts["limit_seconds"] > AUTO_START
+
+
+def test_a_send_from_the_spins_own_drain_is_spun_for_not_counted_a_miss() -> None:
+    waiter, driver, loop = _auto()
+    answered: list[int] = []
+
+    class Replying:
+        def complete(self, wc: object) -> None:  # the request is handled: a reply goes
+            answered.append(1)
+            driver.answer(50e-6, 2)
+            waiter.expect()
+
+    driver.handlers[1] = Replying()
+    driver.due.append((driver.now + 50e-6, 1))
+    waiter.expect()
+    loop.run()
+    assert answered == [1]
+    assert driver.done == [2]
+    counts = waiter.counts()
+    assert (counts["spins"], counts["hits"], counts["misses"]) == (2, 2, 0)
+
+
+def test_a_stopped_spinner_spins_no_more() -> None:
+    waiter, driver, loop = _auto()
+    driver.answer(1e-3, 1)
+    waiter.expect()
+    waiter.stop()
+    assert loop.run() == 1  # the scheduled step finds it stopped and ends
+    assert not waiter.spinning
+    assert driver.done == []
+    waiter.expect()
+    assert not loop.soon
+
+
+def test_a_fixed_window_polls_after_a_post_and_counts_hits_and_misses() -> None:
+    driver = FakeDriver()
+    loop = FakeLoop(driver)
+    waiter = FixedWindow(driver, loop, driver.handlers, None, BUDGET, driver.clock, 200e-6)  # type: ignore[arg-type]
+    driver.attach(driver.handlers, None, BUDGET, waiter.yield_drain)
+    driver.req_notify()
+    driver.answer(50e-6, 1)
+    waiter.kick()
+    assert waiter.spinning
+    loop.run()
+    assert driver.done == [1]
+    assert not waiter.spinning
+    assert driver.armed
+    waiter.kick()  # nothing in flight: the window closes at once, a miss
+    loop.run()
+    counts = waiter.counts()
+    assert (counts["spins"], counts["hits"], counts["misses"]) == (2, 1, 1)
+    assert counts["window_seconds"] == counts["limit_seconds"] == 200e-6
+
+
+def test_a_drain_past_its_budget_yields_to_the_loop_and_finishes_there() -> None:
+    waiter, driver, loop = _auto()
+    for wr_id in range(BUDGET + 3):
+        driver.answer(0.0, wr_id)
+    driver.advance(0.0)
+    waiter.reader()  # the driver serves one budget, then asks the waiter for more
+    assert len(driver.done) == BUDGET
+    loop.run()
+    assert len(driver.done) == BUDGET + 3
+    assert isinstance(waiter, Waiter)
 
 
 @contextlib.asynccontextmanager
