@@ -219,26 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure aiordma on a real device (run it inside 'aiordma lab -- ...' "
         "without one), against a peer process. --compare perftest runs the matching "
         "perftest tool on the same device with the same sizes and prints the ratio.",
-        epilog="'aiordma bench study NAME [ARGS...]' runs one of the studies of "
-        "aiordma.bench.studies (one lever each; 'aiordma bench study' lists them).",
     )
     add_arguments(p)
     return parser
 
 
-def _study(argv: list[str]) -> int:
-    from aiordma.bench.studies import names, run
-
-    if not argv or argv[0].startswith("-"):
-        print("usage: aiordma bench study NAME [ARGS...]\nstudies: " + ", ".join(names()))
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    return run(argv[0], argv[1:])
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
-    if given[:2] == ["bench", "study"]:  # its own arguments follow the study's name
-        return _study(given[2:])
     args = build_parser().parse_args(given)
     try:
         rc: int = args.func(args)

@@ -46,7 +46,7 @@ registered slots in pieces, by default; larger ones go by rendezvous
 DEFAULT_READ_AHEAD = 16 << 20
 """The largest message read before it is asked for, by default (the next
 one queued, while the application takes large messages as new objects;
-``docs/decisions/0022-stream-cost.md``, "Large messages read ahead")."""
+``docs/decisions/0028-large-read-ahead.md``)."""
 DEFAULT_REGISTRATION_CACHE = DEFAULT_CAPACITY
 """Bytes of plain buffers a channel keeps registered each way
 (:mod:`aiordma.channel.registrations`)."""

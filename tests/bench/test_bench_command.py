@@ -136,19 +136,6 @@ def test_across_the_link_with_perftest_and_tcp(fabric: Fabric, tmp_path: Path) -
     assert "netem" not in qdisc
 
 
-def test_bench_study_lists_the_studies_and_refuses_an_unknown_one(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    from aiordma.bench import studies
-    from aiordma.cli import main
-
-    assert "load_scenarios" in studies.names()
-    assert main(["bench", "study"]) == 2
-    assert "load_scenarios" in capsys.readouterr().out
-    assert main(["bench", "study", "no_such_study"]) == 2
-    assert "no study 'no_such_study'" in capsys.readouterr().err
-
-
 def test_transfer_modes_move_lists_of_blocks_beside_perftest(lab: Lab, tmp_path: Path) -> None:
     rows = _bench(lab, tmp_path, "xfer_read", "xfer_write", "--sizes", "16384",
                   "--iterations", "2000", "--warmup", "1000", "--depth", "2",

@@ -1,7 +1,7 @@
 """A real Dask cluster on ``rdma://``: a scheduler and two workers as
 separate processes, started with the ``dask`` command line.
 
-The cluster and its client run in ``aiordma bench study dask_cluster``, as
+The cluster and its client run in ``python -m benchmarks dask_cluster``, as
 subprocesses of this test, which holds nothing of Dask's itself. The default
 run checks a small workload against the same computation done in one
 process; the slow run (``--slow``) is the study at size: hundreds of MiB
@@ -22,7 +22,7 @@ MIB = 1 << 20
 
 def _study(lab: Lab, *args: str) -> dict[str, Any]:
     proc = run_python(
-        ["-m", "aiordma.bench.studies.dask_cluster", "--json", "--host", lab.addr,
+        ["-m", "benchmarks.studies.dask_cluster", "--json", "--host", lab.addr,
          "--rounds", "1", *args],
         cwd=ROOT, timeout=2400,
     )  # fmt: skip

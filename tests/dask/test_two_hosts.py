@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from aiordma.bench.studies.dask_cluster import SCHEDULER, WORKER
 from aiordma.lab.forkserver import ForkedPopen, ForkServer
 from aiordma.lab.remote import Fabric, PeerProcess, poll_until
+from benchmarks.studies.dask_cluster import SCHEDULER, WORKER
 from tests.conftest import ROOT
 
 START = 600.0

@@ -23,8 +23,8 @@ from types import ModuleType
 import pytest
 
 import aiordma
+import benchmarks
 from aiordma import rpc, transfer
-from aiordma.bench import studies
 from aiordma.cli import build_parser
 from aiordma.lab.remote import Fabric, PeerProcess
 
@@ -147,10 +147,6 @@ def test_shell_commands_parse() -> None:
     parser = build_parser()
     rejected = []
     for where, argv in commands:
-        if argv[:2] == ["bench", "study"]:  # the study's own arguments follow its name
-            if len(argv) < 3 or argv[2] not in studies.names():
-                rejected.append(f"{where}: aiordma {' '.join(argv)}")
-            continue
         try:
             parser.parse_args(argv)
         except SystemExit:
@@ -170,13 +166,20 @@ def test_mentioned_commands_and_options_exist() -> None:
             if name.islower():
                 wrong.append(f"{where}: {line}")
             continue
-        if words[1:3] == ["bench", "study"]:  # the study's own options follow its name
-            study = words[3] if len(words) > 3 else "NAME"  # a placeholder is upper case
-            if study.islower() and study not in studies.names():
-                wrong.append(f"{where}: {line}")
-            continue
         known = {o for a in commands[name]._actions for o in a.option_strings}
         wrong += [
             f"{where}: {line} ({w})" for w in words[2:] if w.startswith("--") and w not in known
         ]
     assert wrong == []
+
+
+def test_the_studies_the_pages_run_exist() -> None:
+    """``python -m benchmarks NAME``, in a shell block or in backticks, names a
+    study of ``benchmarks/studies`` (a placeholder is upper case)."""
+    named = [
+        (str(page.relative_to(ROOT)), name)
+        for page in PAGES
+        for name in re.findall(r"-m benchmarks ([A-Za-z_]+)", page.read_text())
+    ]
+    assert len(named) >= 10
+    assert [(w, n) for w, n in named if n.islower() and n not in benchmarks.names()] == []

@@ -30,7 +30,7 @@ MARGIN = 3.0
 @asynccontextmanager
 async def target(fabric: Fabric) -> AsyncIterator[tuple[PeerProcess, dict[str, str]]]:
     """The study's target agent on host 2, and the lines it published."""
-    argv = [sys.executable, "-m", "aiordma.bench.studies.transfers", "--serve", fabric.peer_addr]
+    argv = [sys.executable, "-m", "benchmarks.studies.transfers", "--serve", fabric.peer_addr]
     proc = fabric.start(argv, cwd=ROOT)
     try:
         async with asyncio.timeout(PEER_TIMEOUT):

@@ -22,8 +22,8 @@ from aiordma import (
     WrongLoopError,
     metrics,
 )
-from aiordma.bench.studies.transfers import start_target
 from aiordma.transfer import Agent, DescriptorList, start_agent
+from benchmarks.studies.transfers import start_target
 from tests.conftest import Lab
 
 TIMEOUT = 60

@@ -1,0 +1,1 @@
+"""The studies: one measured lever each (``python -m benchmarks`` lists them)."""
