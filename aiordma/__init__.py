@@ -18,11 +18,12 @@ from aiordma.channel.open import (
 )
 from aiordma.channel.options import ChannelOptions
 from aiordma.channel.shared_receive import SharedReceiveQueue
+from aiordma.cm.accept import RejectConnection
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connect import connect
 from aiordma.cm.connection import Connection
 from aiordma.cm.options import ConnectionRequest, ConnectOptions, ServeOptions
-from aiordma.cm.server import RejectConnection, Server, start_server
+from aiordma.cm.server import Server, start_server
 from aiordma.exceptions import (
     AuthenticationError,
     BufferTooSmallError,

@@ -11,16 +11,42 @@ from the class's source once, at import, and lists them in the generated
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import inspect
-import re
 import sys
 import textwrap
 from typing import TypeVar
 
 T = TypeVar("T", bound=type)
 
-_FIELD = re.compile(r"^(\s+)(\w+)\s*:")
+
+@functools.cache
+def _module_docs(path: str) -> dict[str, dict[str, str]]:
+    """``{class: {field: docstring}}`` for the top-level classes of the module
+    at ``path``, parsed once (empty if it cannot be read). A field's docstring
+    is the string right after its annotated name."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError):
+        return {}
+    found: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        docs = found.setdefault(node.name, {})
+        for field, after in zip(node.body, node.body[1:], strict=False):
+            if (
+                isinstance(field, ast.AnnAssign)
+                and isinstance(field.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[field.target.id] = inspect.cleandoc(after.value.value)
+    return found
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -30,33 +56,7 @@ def field_docs(cls: type) -> dict[str, str]:
     path = getattr(module, "__file__", None)
     if path is None or not path.endswith(".py"):
         return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return {}
-    header = re.compile(rf"class {cls.__name__}\b")
-    start = next((i for i, line in enumerate(lines) if header.match(line)), None)
-    if start is None:
-        return {}
-    docs: dict[str, str] = {}
-    i = start + 1
-    while i < len(lines):
-        line = lines[i]
-        if line and not line[0].isspace():
-            break  # the class body ended
-        match = _FIELD.match(line)
-        quote = lines[i + 1].strip()[:3] if i + 1 < len(lines) else ""
-        if match and quote in ('"""', "'''"):
-            body, j = [lines[i + 1].strip()[3:]], i + 1
-            while quote not in body[-1]:
-                j += 1
-                body.append(lines[j])
-            body[-1] = body[-1][: body[-1].index(quote)]
-            docs[match.group(2)] = inspect.cleandoc("\n".join(body))
-            i = j
-        i += 1
-    return docs
+    return dict(_module_docs(path).get(cls.__name__, {}))
 
 
 def fields_in_help(cls: T) -> T:

@@ -48,7 +48,10 @@ nitpick_ignore_regex = [
     ("py:class", r"ray\..*|numpy\..*|np\..*|torch\..*|concurrent\.futures\..*"),
     ("py:class", r"aiordma\.rpc\.server\.H|aiordma\.verbs\.completion\.CompletionHandler"),
     # The verbs layer's internal Protocols (docs/architecture.md, "Internal interfaces").
-    ("py:class", r"(aiordma\.verbs\.queue_pair\.)?ReceiveSource|Owner|Arrived|SharedReceiveRing"),
+    (
+        "py:class",
+        r"(aiordma\.verbs\.queue_pair\.)?ReceiveSource|Owner|RingArrived|LaneArrived|SharedReceiveRing",
+    ),
     ("py:data", r"LINGER|DEFAULT_POLL"),
     # A message channel's packet lane: internal, its own module documents it.
     ("py:class", r"(aiordma\.verbs\._lane\.)?(PacketLane|Sent|Failed)"),

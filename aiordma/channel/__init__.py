@@ -47,6 +47,7 @@ from aiordma.channel.open import (
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE, ChannelKeywords, ChannelOptions
 from aiordma.channel.shared_receive import SharedReceiveQueue
 from aiordma.channel.sizing import read_piece_for
+from aiordma.cm.accept import RejectConnection
 from aiordma.cm.auth import PresharedKey
 from aiordma.cm.connection import Connection, Prepare
 from aiordma.cm.options import (
@@ -57,7 +58,7 @@ from aiordma.cm.options import (
     ServeKeywords,
     ServeOptions,
 )
-from aiordma.cm.server import RejectConnection, Server
+from aiordma.cm.server import Server
 from aiordma.verbs.device import Device
 from aiordma.verbs.discovery import find_roce_endpoint
 from aiordma.verbs.memory import Access, MemoryRegion, Segment

@@ -33,7 +33,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
 from aiordma._checks import check_int
-from aiordma.channel.buffers import Body, Into, body_length, check_into, give_back_memory
+from aiordma.channel.buffers import (
+    Body,
+    Deliver,
+    Into,
+    body_length,
+    check_into,
+    give_back_memory,
+)
 from aiordma.channel.link import Link
 from aiordma.channel.medium import send_medium
 from aiordma.channel.options import ChannelKeywords, ChannelOptions
@@ -67,10 +74,6 @@ if TYPE_CHECKING:
     from aiordma.verbs.window import MemoryWindow
 
 log = logging.getLogger(__name__)
-
-Deliver = Callable[[bytes, memoryview], bool]
-"""Takes a small message as it arrives: its head and a view of its body,
-valid only during the call. Returns False to leave it queued instead."""
 
 
 class _Failed:
@@ -610,13 +613,15 @@ class MessageChannel(Closable):
         finally:
             sender.end_turn()
 
-    def _check_size(self, size: int, peer_limit: int) -> None:
-        """Raise :class:`MessageTooLargeError` for a message either side refuses."""
+    def _check_size(self, size: int, peer_limit: int | None) -> None:
+        """Raise :class:`MessageTooLargeError` for a message either side refuses
+        (the peer's limit checked once it is known). Callers test the limits
+        inline and call this only for a message one of them refuses."""
         if size > self.max_message:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds this channel's max_message of {self.max_message}"
             )
-        if size > peer_limit:
+        if peer_limit is not None and size > peer_limit:
             raise MessageTooLargeError(
                 f"message of {size} bytes exceeds the peer's max_message of {peer_limit} "
                 "(the receiving side sets it)"
@@ -652,25 +657,21 @@ class MessageChannel(Closable):
         else:
             size = body_length(data)
             self._check_memory(data)
-        if size > self.max_message:
-            raise MessageTooLargeError(
-                f"message of {size} bytes exceeds this channel's max_message of {self.max_message}"
-            )
+        packets = self._packets
+        peer_limit = packets.peer_max_message
+        if size > self.max_message or (peer_limit is not None and size > peer_limit):
+            self._check_size(size, peer_limit)
         if type(head) is not bytes and not isinstance(head, bytes | bytearray):
             raise TypeError(f"a message head must be bytes, not {type(head).__name__}")
-        packets, head_size = self._packets, len(head)
+        head_size = len(head)
         if head_size > packets.eager_limit:
             raise ValueError(f"message head of {head_size} bytes exceeds {packets.eager_limit}")
-        peer_limit = packets.peer_max_message
         if peer_limit is None:
             peer_limit = await self._peer_limit()
             if head_size > packets.eager_limit:  # the peer's buffers are smaller than ours
                 raise ValueError(f"message head of {head_size} bytes exceeds {packets.eager_limit}")
-        if size > peer_limit:
-            raise MessageTooLargeError(
-                f"message of {size} bytes exceeds the peer's max_message of {peer_limit} "
-                "(the receiving side sets it)"
-            )
+            if size > peer_limit:
+                self._check_size(size, peer_limit)
         if head_size + size <= packets.eager_limit:
             # Nobody ahead of us and credit there: posted without a task switch.
             if self._outbox.send_eager(head, data, size):

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from aiordma.channel.credits import DataCredits
 from aiordma.channel.link import Lane, Link
 from aiordma.channel.options import ChannelOptions, Layout
-from aiordma.channel.packets import Packets, Report
+from aiordma.channel.packets import EventReport, Packets
 from aiordma.channel.shared_receive import SharedReceiveQueue
 from aiordma.metrics import Stats
 from aiordma.verbs.memory import MemoryRegion
@@ -35,7 +35,7 @@ class PacketPath(NamedTuple):
 
 
 def open_packet_path(
-    conn: Link, options: ChannelOptions, stats: Stats, report: Report,
+    conn: Link, options: ChannelOptions, stats: Stats, report: EventReport,
     failed: Callable[[BaseException], None],
 ) -> PacketPath:  # fmt: skip
     """Register ``conn``'s slots for ``options`` and join their packet core

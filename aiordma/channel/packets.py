@@ -100,7 +100,7 @@ class Event(enum.IntEnum):
     :meth:`Packets.room_came` once there is room."""
 
 
-Report = Callable[[Event, object], None]
+EventReport = Callable[[Event, object], None]
 
 POSTED = 0
 """:meth:`Packets.try_send`: the packet went."""
@@ -137,7 +137,7 @@ class Packets:
     """
 
     def __init__(
-        self, report: Report, window: int, control_window: int, send_slots: int,
+        self, report: EventReport, window: int, control_window: int, send_slots: int,
         data: DataCredits | None, send_view: memoryview, recv_view: memoryview, size: int,
         max_message: int, stats: Stats, shared: SharedPool | None,
         loop: asyncio.AbstractEventLoop,
@@ -505,15 +505,19 @@ class Packets:
     @cython.cfunc
     @cython.exceptval(check=True)
     def _give_back(self) -> cython.bint:
-        """Repost the receive buffers the inbox copied out; whether there were any."""
+        """Repost the receive buffers the inbox copied out; whether there were any.
+        The list is emptied in place (no list made per take), even if a repost
+        raises: a buffer is never reposted twice."""
         freed = self.inbox.freed
         if not freed:
             return False
-        self.inbox.freed = []
         slot: cython.int
-        for slot in freed:
-            if self.state.emptied():
-                self.repost(slot)
+        try:
+            for slot in freed:
+                if self.state.emptied():
+                    self.repost(slot)
+        finally:
+            freed.clear()
         return True
 
     @cython.cfunc

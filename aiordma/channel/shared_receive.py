@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from aiordma.channel.credits import CONTROL_BASE, SharedDataCredits
 from aiordma.channel.wire import HEADER_SIZE
-from aiordma.verbs.srq import DEFAULT_BUFFER_SIZE, DEFAULT_BUFFERS, Arrived, SharedReceiveRing
+from aiordma.verbs.srq import DEFAULT_BUFFER_SIZE, DEFAULT_BUFFERS, RingArrived, SharedReceiveRing
 
 if TYPE_CHECKING:
     from aiordma.verbs.device import Device
@@ -71,7 +71,7 @@ class SharedReceiveQueue(SharedReceiveRing):
         )
 
     def join(
-        self, qp: QueuePair, arrived: Arrived, failed: Callable[[BaseException], None],
+        self, qp: QueuePair, arrived: RingArrived, failed: Callable[[BaseException], None],
         window: int, control_window: int,
     ) -> SharedDataCredits:  # fmt: skip
         """Let the channel on ``qp`` draw on the pool: its packets go to

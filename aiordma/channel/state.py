@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     # For the type checker only (compiled, these methods return objects).
     Packet: TypeAlias = tuple[int, Header]
     """A packet :meth:`ChannelState.send` granted: its send slot and stamped header."""
-    Arrived: TypeAlias = tuple[int, bool]
+    Outcome: TypeAlias = tuple[int, bool]
     """What :meth:`ChannelState.arrived` returns."""
 else:
     try:
@@ -103,7 +103,7 @@ class ChannelState:
     # -- the per-message events --------------------------------------------
 
     @cython.ccall
-    def arrived(self, header: Header) -> Arrived:
+    def arrived(self, header: Header) -> Outcome:
         """A packet landed: apply its credits and control meaning. Returns
         ``(ended, repost)``: the id of the message whose exposure a DONE
         ended (0 if none); whether the buffer held control and is counted

@@ -27,7 +27,7 @@ from aiordma.cm._setup import (
     rdma_addresses,
     resolve_address,
 )
-from aiordma.cm.accept import RejectConnection, accept
+from aiordma.cm.accept import accept
 from aiordma.cm.connection import Connection, Prepare
 from aiordma.cm.options import (
     ConnectionRequest,
@@ -399,7 +399,7 @@ def _is_wildcard(host: str) -> bool:
     return host.split("%")[0] in ("0.0.0.0", "::")
 
 
-__all__ = ["ConnectionRequest", "RejectConnection", "Server", "start_server", "start_server_with"]
+__all__ = ["ConnectionRequest", "Server", "start_server", "start_server_with"]
 
 
 def __getattr__(name: str) -> object:

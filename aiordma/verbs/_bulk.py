@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from aiordma import _cython_shim as cython
     from aiordma.verbs import _engine_view
+    from aiordma.verbs._work import Done
 
     class EngineView(_engine_view.EngineView, Protocol):
         """What a run needs of the work engine that made it."""
@@ -50,8 +51,6 @@ else:
     except ImportError:  # no Cython: the declarations below mean nothing
         from aiordma import _cython_shim as cython
 
-Done = Callable[[BaseException | None, int], None]
-"""``done(error, tag)``: the run ended; ``tag`` is the failed record's (-1: none)."""
 Starved = Callable[[int], None]
 """``starved(n)``: wait for ``n`` send-queue slots, then :meth:`BulkRun.resume`."""
 

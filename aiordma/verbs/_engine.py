@@ -51,9 +51,8 @@ from aiordma.lifecycle import check_loop, consume_outcome
 from aiordma.metrics import Stats, record
 from aiordma.verbs import _driver
 from aiordma.verbs._bulk import BulkRun, Starved
-from aiordma.verbs._bulk import Done as BulkDone
 from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
-from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
+from aiordma.verbs._lane import Failed, LaneArrived, PacketLane, Sent
 from aiordma.verbs._room import QueueRoom
 from aiordma.verbs._work import Completer, Done, SendRequest, Unsignalled, Work, total_length
 from aiordma.verbs.completion import completion_error
@@ -724,7 +723,7 @@ class WorkEngine(Completer):
 
     def open_lane(
         self, send_mr: MemoryRegion, sends: int, recv_mr: MemoryRegion | None, recvs: int,
-        slot_size: int, sent: Sent, arrived: Arrived, failed: Failed,
+        slot_size: int, sent: Sent, arrived: LaneArrived, failed: Failed,
     ) -> PacketLane:  # fmt: skip
         """A :class:`PacketLane` over these slots (see there), stopped,
         flushed and detached with this queue pair."""
@@ -735,7 +734,7 @@ class WorkEngine(Completer):
 
     def start_bulk(
         self, opcode: int, table: Any, count: int, window: int, chunk: int,
-        mrs: tuple[MemoryRegion, ...], done: BulkDone, starved: Starved,
+        mrs: tuple[MemoryRegion, ...], done: Done, starved: Starved,
     ) -> BulkRun:  # fmt: skip
         """A :class:`BulkRun` of ``count`` records of ``table`` (see there),
         started, stopped and detached with this queue pair."""

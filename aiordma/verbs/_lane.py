@@ -67,7 +67,8 @@ def _told_nothing(*_: object) -> None:
 
 
 Sent = Callable[[int], None]
-Arrived = Callable[[int, int], None]
+LaneArrived = Callable[[int, int], None]
+"""``(slot, bytes)``: a packet landed in a lane's receive slot."""
 Failed = Callable[[BaseException], None]
 
 
@@ -84,7 +85,7 @@ class PacketLane:
     def __init__(
         self, engine: EngineView, send_mr: MemoryRegion, sends: cython.int,
         recv_mr: MemoryRegion | None, recvs: cython.int, slot_size: cython.Py_ssize_t,
-        sent: Sent, arrived: Arrived, failed: Failed,
+        sent: Sent, arrived: LaneArrived, failed: Failed,
     ) -> None:  # fmt: skip
         if sends < 1 or recvs < 0 or (recvs and recv_mr is None):
             raise ValueError("a packet lane needs send slots, and a region for its receive slots")

@@ -36,8 +36,10 @@ else:
 __all__ = ["Completer", "Done", "SendRequest", "Unsignalled", "Work", "total_length"]
 
 Done = Callable[[BaseException | None, int], None]
-"""How callback work reports: ``done(None, byte_len)`` on success, else
-``done(error, 0)``; called from the completion drain, no future involved."""
+"""How callback work reports, from the completion drain with no future
+involved: ``done(None, n)`` on success, else ``done(error, n)``. ``n`` is
+what the work names: a receive's byte length (0 on failure), or a bulk run's
+failed record's tag (-1: none)."""
 
 
 def total_length(segments: tuple[Segment, ...]) -> int:

@@ -25,9 +25,8 @@ from aiordma.exceptions import DeviceError, ResourceBusyError, ResourceClosedErr
 from aiordma.lifecycle import Closable, check_thread, consume_outcome
 from aiordma.verbs import _qp_setup
 from aiordma.verbs._bulk import BulkRun
-from aiordma.verbs._bulk import Done as BulkDone
 from aiordma.verbs._engine import SIGNAL_FRACTION, WorkEngine, closed_error
-from aiordma.verbs._lane import Arrived, Failed, PacketLane, Sent
+from aiordma.verbs._lane import Failed, LaneArrived, PacketLane, Sent
 from aiordma.verbs._work import Done, SendRequest, total_length
 from aiordma.verbs.completion import WorkCompletion
 from aiordma.verbs.endpoint import Endpoint, gid_to_bytes
@@ -413,7 +412,7 @@ class QueuePair(Closable):
 
     def open_lane(
         self, send_mr: MemoryRegion, sends: int, recv_mr: MemoryRegion | None, recvs: int,
-        slot_size: int, sent: Sent, arrived: Arrived, failed: Failed,
+        slot_size: int, sent: Sent, arrived: LaneArrived, failed: Failed,
     ) -> PacketLane:  # fmt: skip
         """Fixed send and receive slots for one owner's packets, posted and
         completed with no work record or future per packet (see
@@ -441,7 +440,7 @@ class QueuePair(Closable):
 
     def start_bulk(
         self, write: bool, table: Any, count: int, mrs: tuple[MemoryRegion, ...],
-        done: BulkDone, *, window: int = BULK_WINDOW, chunk: int | None = None,
+        done: Done, *, window: int = BULK_WINDOW, chunk: int | None = None,
     ) -> BulkRun:  # fmt: skip
         """Start RDMA WRITEs (or READs) of ``count`` records of ``table``, all
         their local memory in ``mrs``, with no Python per record (see

@@ -47,7 +47,7 @@ DEFAULT_BUFFER_SIZE: Final = 8192
 
 _numbers = itertools.count(1)
 
-Arrived = Callable[[int, BaseException | None, int], None]
+RingArrived = Callable[[int, BaseException | None, int], None]
 """``(buffer index, error, bytes)``: a packet landed for a channel (from the drain)."""
 
 
@@ -98,7 +98,7 @@ class ReceivePool:
 class _Receiver:
     """What receives a queue pair's packets, and what it gives back when it goes."""
 
-    arrived: Arrived
+    arrived: RingArrived
     failed: Callable[[BaseException], None]
     release: Callable[[], int]
 
@@ -223,7 +223,7 @@ class SharedReceiveRing(Closable):
             self._driver = _driver.srq_driver(self._srq, self._driver, driver)
 
     def attach(
-        self, qp: QueuePair, arrived: Arrived, failed: Callable[[BaseException], None],
+        self, qp: QueuePair, arrived: RingArrived, failed: Callable[[BaseException], None],
         reserve: int, release: Callable[[], int],
     ) -> None:  # fmt: skip
         """Send ``qp``'s packets to ``arrived`` (``(buffer index, error, bytes)``)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
-import pytest_asyncio
 
 from aiordma import (
     Access,
@@ -25,18 +24,11 @@ from aiordma import (
 from aiordma.transfer import Agent, DescriptorList, start_agent
 from benchmarks.studies.transfers import start_target
 from tests.conftest import Lab
+from tests.transfer.conftest import RW, Pools
 
 TIMEOUT = 60
 BLOCK = 4096
 BLOCKS = 1000
-RW = Access.REMOTE_READ | Access.REMOTE_WRITE
-
-
-@pytest_asyncio.fixture
-async def agents(lab: Lab) -> AsyncIterator[tuple[Agent, Agent]]:
-    """A listening agent (whose pool is written and read) and one that dials it."""
-    async with await start_agent(lab.addr) as target, await start_agent() as source:
-        yield target, source
 
 
 def pattern(seed: int, size: int) -> bytes:
@@ -95,14 +87,10 @@ async def test_scattered_read_of_a_thousand_blocks(agents: tuple[Agent, Agent]) 
 
 @pytest.mark.asyncio
 async def test_bad_lists_are_refused_before_anything_is_posted(
-    lab: Lab, agents: tuple[Agent, Agent]
+    lab: Lab, pools: Callable[..., Pools]
 ) -> None:
-    target, source = agents
-    pool = target.alloc(BLOCK * 4, remote=RW)
+    target, source, _, mine, remote, peer = pools(BLOCK * 4, BLOCK)
     readonly = target.alloc(BLOCK * 4, remote=Access.REMOTE_READ)
-    mine = source.alloc(BLOCK * 4)
-    peer = source.peer(target.metadata())
-    remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
     async with await start_agent() as other:
         foreign = other.alloc(BLOCK * 4)
         others_remote = DescriptorList.from_bytes(
@@ -137,14 +125,9 @@ async def test_bad_lists_are_refused_before_anything_is_posted(
 @pytest.mark.asyncio
 @pytest.mark.both_loops("cancellation")
 async def test_deadline_and_cancel_mid_transfer_leave_both_agents_usable(
-    agents: tuple[Agent, Agent],
+    pools: Callable[..., Pools],
 ) -> None:
-    target, source = agents
-    size = 32 << 20
-    pool = target.alloc(size, remote=RW)
-    staging = source.alloc(size)
-    peer = source.peer(target.metadata())
-    remote = DescriptorList.from_bytes(pool.blocks(1 << 20).to_bytes())
+    _, source, pool, staging, remote, peer = pools(32 << 20, 1 << 20)
     loop = asyncio.get_running_loop()
     with pytest.raises(TimeoutError):
         await source.write(peer, staging.blocks(1 << 20), remote, deadline=loop.time() + 0.05)
@@ -255,13 +238,9 @@ async def until(done: Callable[[], bool], what: str) -> None:
 @pytest.mark.asyncio
 @pytest.mark.both_loops("close")
 async def test_next_notification_from_another_loop_is_refused_and_takes_nothing(
-    agents: tuple[Agent, Agent],
+    pools: Callable[..., Pools],
 ) -> None:
-    target, source = agents
-    pool = target.alloc(BLOCK, remote=Access.REMOTE_WRITE)
-    mine = source.alloc(BLOCK)
-    remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
-    peer = source.peer(target.metadata())
+    target, source, _, mine, remote, peer = pools(BLOCK, BLOCK, Access.REMOTE_WRITE)
     async with asyncio.timeout(TIMEOUT):
         await source.write(peer, mine.blocks(BLOCK), remote, notify=b"pending-one")
         await source.write(peer, mine.blocks(BLOCK), remote, notify=b"marker")
@@ -316,30 +295,22 @@ async def test_peers_are_forgotten_when_their_connections_end(lab: Lab) -> None:
 
 
 @pytest.mark.asyncio
-async def test_empty_and_oversized_blocks_are_refused(agents: tuple[Agent, Agent]) -> None:
-    target, source = agents
-    pool = target.alloc(BLOCK, remote=RW)
-    mine = source.alloc(BLOCK)
-    remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
+async def test_empty_and_oversized_blocks_are_refused(pools: Callable[..., Pools]) -> None:
+    _, source, _, mine, remote, peer = pools(BLOCK, BLOCK)
     with pytest.raises(ValueError, match=f"blocks of {BLOCK * 2} bytes .* do not fit"):
         mine.blocks(BLOCK * 2)
     with pytest.raises(ValueError, match="0 blocks"):
         mine.blocks(BLOCK, 0)
     with pytest.raises(ValueError, match="descriptor 0 at offset 0 is empty"):
         mine.descriptors([(0, 0)])
-    peer = source.peer(target.metadata())
     with pytest.raises(ValueError, match="the lists are empty"):
         await source.write(peer, mine.blocks(BLOCK)[:0], remote[:0], notify=b"nothing")
     assert not peer.connected  # refused before anything, the note included
 
 
 @pytest.mark.asyncio
-async def test_wrong_types_name_the_argument(agents: tuple[Agent, Agent]) -> None:
-    target, source = agents
-    pool = target.alloc(BLOCK, remote=RW)
-    mine = source.alloc(BLOCK)
-    remote = DescriptorList.from_bytes(pool.blocks(BLOCK).to_bytes())
-    peer = source.peer(target.metadata())
+async def test_wrong_types_name_the_argument(pools: Callable[..., Pools]) -> None:
+    target, source, _, mine, remote, peer = pools(BLOCK, BLOCK)
     local = mine.blocks(BLOCK)
     bad: list[tuple[Callable[[], Awaitable[object]], type[Exception], str]] = [
         (lambda: source.write(peer, local, remote, notify=5), TypeError,  # type: ignore[arg-type]
@@ -385,13 +356,8 @@ async def test_wrong_types_name_the_argument(agents: tuple[Agent, Agent]) -> Non
 
 @pytest.mark.asyncio
 @pytest.mark.both_loops("cancellation")
-async def test_timeouts_name_what_timed_out_and_are_counted(agents: tuple[Agent, Agent]) -> None:
-    target, source = agents
-    size = 32 << 20
-    pool = target.alloc(size, remote=RW)
-    staging = source.alloc(size)
-    peer = source.peer(target.metadata())
-    remote = DescriptorList.from_bytes(pool.blocks(1 << 20).to_bytes())
+async def test_timeouts_name_what_timed_out_and_are_counted(pools: Callable[..., Pools]) -> None:
+    target, source, _, staging, remote, peer = pools(32 << 20, 1 << 20)
     with pytest.raises(TimeoutError, match=r"write of 32 blocks \(33554432 bytes\) with "
                        r"<Peer .* did not finish within 0.05 s"):  # fmt: skip
         await source.write(peer, staging.blocks(1 << 20), remote, timeout=0.05)
