@@ -63,7 +63,9 @@ class Receiver:
         self.landed_large = False
         """Whether a body of :data:`GIVE_BACK_AFTER` bytes or more landed in a new buffer."""
         self._ahead_read: asyncio.Task[None] | None = None
-        """The read of the message read ahead (its state is the inbox's)."""
+        """The last read ahead started: while ``inbox.ahead`` is set, that
+        message's read. Whether a message is read ahead, and how far it got,
+        is the inbox's alone; this is only the I/O, never cleared to say so."""
 
     def let_go(self, check: Callable[[], None]) -> None:
         """The channel failed: check with ``check`` (which raises its error)
@@ -72,7 +74,6 @@ class Receiver:
         self.reader.let_go()
         if self._ahead_read is not None:
             self._ahead_read.cancel()
-            self._ahead_read = None
 
     def answer_revokes(self) -> None:
         """Tell the sender, by DONE, that revoked messages will not be read,
@@ -193,7 +194,6 @@ class Receiver:
             if arrival.phase == Phase.LANDED:  # whole: only telling its sender failed
                 return True
             self._inbox.forget_ahead()
-            self._ahead_read = None
             return False
         return True
 
@@ -202,7 +202,6 @@ class Receiver:
         (``into`` chosen) copied there."""
         landed = arrival.landed
         assert landed is not None
-        self._ahead_read = None
         if into is None:
             return landed
         self._inbox.new_objects = False  # the application chooses buffers now
@@ -215,8 +214,6 @@ class Receiver:
         header = arrival.header
         head = self._inbox.head(arrival)
         if self._inbox.withdrawn(arrival):
-            if arrival is self._inbox.ahead:
-                self._ahead_read = None  # read, and dropped
             self._packets.consumed()
             raise MessageRevokedError(
                 f"the sender withdrew message {header.msg_id} ({header.length} bytes) "

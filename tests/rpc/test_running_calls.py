@@ -22,8 +22,9 @@ TIMEOUT = 5
 class Handlers:
     """A ``run`` for :class:`Calls`: each call waits for its gate, if it has one."""
 
-    def __init__(self) -> None:
-        self.gates: dict[int, asyncio.Future[None]] = {}
+    def __init__(self, *gated: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.gates: dict[int, asyncio.Future[None]] = {n: loop.create_future() for n in gated}
         self.ran: list[tuple[int, bytes]] = []
         self.cancelled: list[int] = []
 
@@ -60,9 +61,7 @@ async def test_a_handler_that_does_not_suspend_ends_within_the_delivery() -> Non
 
 @pytest.mark.asyncio
 async def test_a_request_past_the_concurrency_stays_queued_until_a_call_ends() -> None:
-    handlers = Handlers()
-    loop = asyncio.get_running_loop()
-    handlers.gates[1] = loop.create_future()
+    handlers = Handlers(1)
     calls = calls_with(handlers, concurrency=1)
     assert calls.on_message(request(1), b"x" * 10)
     assert calls.stats.gauges()["calls_running"] == 1
@@ -81,9 +80,7 @@ async def test_a_request_past_the_concurrency_stays_queued_until_a_call_ends() -
 
 @pytest.mark.asyncio
 async def test_held_bytes_bound_requests_but_never_refuse_the_first() -> None:
-    handlers = Handlers()
-    loop = asyncio.get_running_loop()
-    handlers.gates[1] = loop.create_future()
+    handlers = Handlers(1)
     calls = calls_with(handlers, held=100)
     assert calls.on_message(request(1), b"a" * 150)  # nothing held: even a large one starts
     assert not calls.on_message(request(2), b"b")  # 150 held, over the budget
@@ -95,9 +92,7 @@ async def test_held_bytes_bound_requests_but_never_refuse_the_first() -> None:
 
 @pytest.mark.asyncio
 async def test_results_are_held_until_their_call_ends_and_large_ones_are_noted() -> None:
-    handlers = Handlers()
-    loop = asyncio.get_running_loop()
-    handlers.gates[1] = loop.create_future()
+    handlers = Handlers(1)
     calls = calls_with(handlers, concurrency=1)  # room() waits for the call to end
     calls.dispatch(Frame(FrameKind.REQUEST, 1, "m"), b"r")
     calls.hold_result(1, GIVE_BACK_AFTER)
@@ -112,9 +107,7 @@ async def test_results_are_held_until_their_call_ends_and_large_ones_are_noted()
 
 @pytest.mark.asyncio
 async def test_a_cancel_frame_reaches_its_handler_and_unknown_ones_are_ignored() -> None:
-    handlers = Handlers()
-    loop = asyncio.get_running_loop()
-    handlers.gates[1] = loop.create_future()
+    handlers = Handlers(1)
     calls = calls_with(handlers, concurrency=1)  # room() waits for the call to end
     calls.dispatch(Frame(FrameKind.REQUEST, 1, "m"), b"")
     await asyncio.sleep(0)  # the handler waits at its gate
@@ -134,9 +127,7 @@ async def test_a_reply_frame_from_a_client_is_a_protocol_error() -> None:
 
 @pytest.mark.asyncio
 async def test_cancel_all_spares_the_calls_sending_their_reply() -> None:
-    handlers = Handlers()
-    loop = asyncio.get_running_loop()
-    handlers.gates = {1: loop.create_future(), 2: loop.create_future()}
+    handlers = Handlers(1, 2)
     calls = calls_with(handlers)
     calls.dispatch(Frame(FrameKind.REQUEST, 1, "m"), b"")
     calls.dispatch(Frame(FrameKind.REQUEST, 2, "m"), b"")
