@@ -286,8 +286,7 @@ class Packets:
 
     @cython.ccall
     def arrived(self, slot: cython.int, size: cython.Py_ssize_t) -> None:
-        """A packet of ``size`` bytes landed in receive slot ``slot`` (called
-        from the completion drain)."""
+        """``size`` bytes landed in receive slot ``slot`` (from the completion drain)."""
         if self.failed:
             if self._shared is not None:
                 self._shared.repost(slot)
@@ -389,12 +388,11 @@ class Packets:
 
     @cython.ccall
     def take_eager(self, into: Into | None) -> bytes | int | None:
-        """Take the first queued message now if it is a small one and nobody
-        waits ahead: its body as bytes (``into`` None), or its length once
-        copied into ``into`` (checked by the caller to take a body). None
-        when it cannot be taken so (nothing queued, a larger message, a
-        receive ahead, a failed channel, ``into`` too short: the slow path
-        says why)."""
+        """Take the first queued message now if it is small and nobody waits
+        ahead: its body as bytes (``into`` None), or its length once copied
+        into ``into`` (checked by the caller). None when it cannot be taken so
+        (nothing queued, a larger message, a receive ahead, a failed channel,
+        ``into`` too short: the slow path says why)."""
         arrival = self.eager_first()
         if arrival is None:
             return None
@@ -505,9 +503,8 @@ class Packets:
     @cython.cfunc
     @cython.exceptval(check=True)
     def _give_back(self) -> cython.bint:
-        """Repost the receive buffers the inbox copied out; whether there were any.
-        The list is emptied in place (no list made per take), even if a repost
-        raises: a buffer is never reposted twice."""
+        """Repost the buffers the inbox freed, whether any were (the list is
+        emptied in place, even if a repost raises: none is reposted twice)."""
         freed = self.inbox.freed
         if not freed:
             return False
