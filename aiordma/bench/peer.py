@@ -23,7 +23,7 @@ from typing import Any
 
 import aiordma
 from aiordma import Access, rpc
-from aiordma.bench import tcp
+from aiordma.bench import counts, tcp
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import channel_factory, prepare_channel
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE
@@ -62,8 +62,9 @@ def service() -> rpc.Service:
 
 
 async def relay(channel: MessageChannel, kind: bytes, max_size: int) -> None:
-    """``msgecho``: send every message back; ``msgsink``: drop them, and answer
-    the empty message that ends a burst. ``_reg``: receive into registered
+    """``msgecho``: send every message back; ``msgsink``: drop them. Either
+    answers an empty message (the end of a burst, or a probe) with this
+    side's work counts (:mod:`aiordma.bench.counts`). ``_reg``: receive into registered
     memory; ``_into``: into one plain ``bytearray``; ``_many``: take what is
     queued with ``recv_messages``."""
     echo = kind.startswith(b"msgecho")
@@ -77,7 +78,9 @@ async def relay(channel: MessageChannel, kind: bytes, max_size: int) -> None:
         while True:
             if many:  # what has arrived, in one call
                 for taken in await channel.recv_messages():
-                    if echo or not len(taken):
+                    if not len(taken):
+                        await channel.send_message(counts.encode(channel.conn.qp))
+                    elif echo:
                         await channel.send_message(taken)
                 continue
             message: aiordma.Segment | bytes | bytearray
@@ -86,7 +89,9 @@ async def relay(channel: MessageChannel, kind: bytes, max_size: int) -> None:
                 message = inbox[:n] if n else b""
             else:
                 message = await channel.recv_message()
-            if echo or not len(message):
+            if not len(message):
+                await channel.send_message(counts.encode(channel.conn.qp))
+            elif echo:
                 await channel.send_message(message)
 
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from aiordma.bench import counts
 from aiordma.bench.stats import Result
 from aiordma.lab.crossing import describe
 
@@ -47,6 +48,7 @@ def row(result: Result, references: Sequence[Result] = ()) -> str:
     credits = result.extra.get("credit_packets_per_message")
     if credits is not None:
         text += f"  [{credits:.2f} credit-only packets/msg]"
+    text += counts.describe(result.extra)
     link = result.extra.get("link")
     if link is not None:
         text += f"  [{describe(link)}]"

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiordma
 from aiordma import RemoteBuffer, metrics, rpc
-from aiordma.bench import tcp
+from aiordma.bench import counts, tcp
 from aiordma.bench.stats import Latency, Result
 from aiordma.channel.options import DEFAULT_MAX_MESSAGE
 from aiordma.lab.remote import Fabric
@@ -334,7 +334,8 @@ async def _measure_messages(
     ``plan.depth`` sends in flight (``_bw``) or of ``send_messages`` calls of
     ``plan.depth`` messages each (``msg_rate``), timed until the peer
     acknowledged the last; ``msg_reg_*`` send from and receive into
-    registered memory."""
+    registered memory. Its ``extra`` has the work each message cost on
+    each side (:mod:`aiordma.bench.counts`)."""
     registered = mode.startswith("msg_reg_")
     latency = mode.endswith("_lat")
     batched = mode == "msg_rate"
@@ -356,19 +357,35 @@ async def _measure_messages(
             else:
                 await channel.recv_message()
 
+        async def peer_counts() -> dict[str, int] | None:
+            await channel.send_message(b"")  # the peer answers an empty message with its counts
+            return counts.decode(await channel.recv_message())
+
         if latency:
 
             async def ping() -> None:
                 await channel.send_message(outgoing)
                 await receive()
 
+            for _ in range(plan.warmup):
+                await ping()
             before = _credit_packets(channel)
-            samples = await _latencies(plan, ping, progress)
-            extra = _credit_extra(channel, before, 2 * len(samples))  # two messages a round trip
+            mine, theirs = counts.read(channel.conn.qp), await peer_counts()
+            samples = await _latencies(dataclasses.replace(plan, warmup=0), ping, progress)
+            mine_after = counts.read(channel.conn.qp)  # before the probe, which it would count
+            theirs_after = await peer_counts()
+            messages = 2 * len(
+                samples
+            )  # two a round trip, each sent by one side and received by the other
+            extra = _credit_extra(channel, before, messages)
+            extra.update(counts.per_message(mine, mine_after, messages))
+            extra.update(counts.per_message(theirs, theirs_after, messages, "peer_"))
             return Result("aiordma", mode, size, 1, len(samples), sum(samples), Latency.of(samples),
                           extra)  # fmt: skip
 
-        async def stream(count: int | None, report: Progress | None) -> tuple[int, float]:
+        async def stream(
+            count: int | None, report: Progress | None
+        ) -> tuple[int, float, dict[str, int] | None]:
             async def post() -> asyncio.Future[Any]:
                 return asyncio.ensure_future(channel.send_message(outgoing))
 
@@ -384,14 +401,16 @@ async def _measure_messages(
             else:
                 done, _ = await _window(dataclasses.replace(plan, warmup=count), post, None,
                                         warm=True)  # fmt: skip
-            await channel.send_message(b"")  # the peer answers an empty message once it has all
-            await channel.recv_message()
-            return done, time.perf_counter() - start
+            answer = await peer_counts()  # the peer answers once it has all
+            return done, time.perf_counter() - start, answer
 
-        await stream(plan.warmup, None)
+        _, _, theirs = await stream(plan.warmup, None)
         before = _credit_packets(channel)
-        done, seconds = await stream(None, progress)
+        mine = counts.read(channel.conn.qp)
+        done, seconds, theirs_after = await stream(None, progress)
         extra = _credit_extra(channel, before, done)
+        extra.update(counts.per_message(mine, counts.read(channel.conn.qp), done))
+        extra.update(counts.per_message(theirs, theirs_after, done, "peer_"))
         return Result("aiordma", mode, size, plan.depth, done, seconds, extra=extra)
 
 

@@ -317,11 +317,16 @@ class CompletionQueue:
         for while backing off (``skipped``), the CQ's armings (``arms``),
         the seconds spent spinning (``spun_seconds``), the current window
         (``window_seconds``; 0 until the first hit) and the longest spin
-        now (``limit_seconds``).
+        now (``limit_seconds``); and, in every mode, the completions handed
+        out (``completions``) and the wake-ups the CQ's events caused
+        (``wakeups``).
         With a fixed window each window opened counts as a spin, a hit if
         it drained a completion and a miss if not.
         """
-        return self._waiter.counts()
+        counts = self._waiter.counts()
+        counts["completions"] = self._driver.completions
+        counts["wakeups"] = self._driver.wakeups
+        return counts
 
     def _metric_sources(self) -> Iterator[tuple[dict[str, str], metrics.Stats]]:
         """For exporters: the waiting counts, labelled ``completion_queue``."""
@@ -329,7 +334,8 @@ class CompletionQueue:
         stats = metrics.Stats("completion_queue")
         for name, key in (("spins", "spins"), ("spin_hits", "hits"), ("spin_misses", "misses"),
                           ("spins_late", "late"), ("spins_skipped", "skipped"),
-                          ("arms", "arms")):  # fmt: skip
+                          ("arms", "arms"), ("completions", "completions"),
+                          ("wakeups", "wakeups")):  # fmt: skip
             stats.counters[name] = int(counts[key])
         stats.counters["spun_microseconds"] = round(counts["spun_seconds"] * 1e6)
         stats.gauge_sources.append(lambda: {

@@ -220,6 +220,7 @@ class QueuePair(Closable):
             shared_receive._attach(self, self._engine.driver)
         device._adopt(self)
         self._stats = self._engine.stats
+        self._stats.gauge_sources.append(self._work_posted)
         self._windows: set[MemoryWindow] = set()
         """Windows this QP bound: revoked when it is destroyed (a type 2
         window would otherwise keep the QP alive in the kernel)."""
@@ -519,8 +520,20 @@ class QueuePair(Closable):
         awaited verbs by kind (``ops:rdma_read``...) with their latency,
         batched and received work requests, windows bound, failed
         completions by status (``errors:IBV_WC_...``), and work flushed once
-        the QP was in the error state (``flushed``, apart: every close flushes)."""
+        the QP was in the error state (``flushed``, apart: every close flushes).
+        Whatever the metrics setting, its gauges count every work request
+        posted, by any path: ``posted_sends`` (send-queue requests),
+        ``posted_receives`` (on its own receive queue) and ``send_doorbells``
+        (posts of one or more send-queue requests)."""
         return self._stats.snapshot()
+
+    def _work_posted(self) -> dict[str, int]:
+        driver = self._engine.driver
+        return {
+            "posted_sends": driver.sends,
+            "posted_receives": driver.receives,
+            "send_doorbells": driver.doorbells,
+        }
 
     async def _run(self, kind: str, request: SendRequest) -> WorkCompletion:
         """Post ``request`` (waiting for send-queue room) and await its

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["ABI", "PURE_ENV", "CQDriver", "QPDriver", "SRQDriver", "core", "cq_driver",
            "path", "qp_driver", "srq_driver"]  # fmt: skip
 
-ABI: Final = 7
+ABI: Final = 8
 """The ``_core`` interface version this side expects."""
 
 

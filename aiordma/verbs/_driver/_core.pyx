@@ -126,7 +126,7 @@ cdef enum:
     WR_ATOMIC_FETCH_AND_ADD = 6
     SEND_SIGNALED = 2
 
-ABI = 7
+ABI = 8
 """Bumped whenever the Python side's expectations of this module change."""
 
 from aiordma import bulk_table as _bulk_table
@@ -273,6 +273,8 @@ cdef class CQDriver:
     cdef public bint polling
     cdef public unsigned long long received
     cdef public unsigned long long arms
+    cdef public unsigned long long completions
+    cdef public unsigned long long wakeups
     cdef dict handlers
     cdef object report
     cdef object more
@@ -295,6 +297,8 @@ cdef class CQDriver:
         self.polling = False
         self.received = 0
         self.arms = 0
+        self.completions = 0
+        self.wakeups = 0
         self.handlers = {}
         self.budget = 1
 
@@ -329,6 +333,7 @@ cdef class CQDriver:
         # events blocks, so none is ever left outstanding.
         ibv_ack_cq_events(self.cq, 1)
         self.armed = False  # one event per arming
+        self.wakeups += 1
         return True
 
     def req_notify(self):
@@ -356,6 +361,7 @@ cdef class CQDriver:
         wc.wc_flags = src.wc_flags
         if src.status == 0 and src.opcode & IBV_WC_RECV:  # a failed one's opcode is undefined
             self.received += 1
+        self.completions += 1
         key = wc.wr_id
         handler = PyDict_GetItem(handlers, key)
         if handler == NULL:
@@ -523,9 +529,35 @@ cdef class QPDriver:
     calls :meth:`detach` before destroying the QP)."""
 
     cdef ibv_qp *qp
+    cdef public unsigned long long sends
+    """Send-queue work requests posted (sends, writes, reads, atomics)."""
+    cdef public unsigned long long receives
+    """Receives posted on this QP's own receive queue."""
+    cdef public unsigned long long doorbells
+    """Calls of ``ibv_post_send`` that posted at least one request."""
 
     def __cinit__(self, uintptr_t address):
         self.qp = <ibv_qp *>address
+        self.sends = 0
+        self.receives = 0
+        self.doorbells = 0
+
+    cdef inline int _sent(self, int rc, Py_ssize_t count, ibv_send_wr *wrs, ibv_send_wr *bad):
+        """Count a posted chain of ``count`` (``rc``, ``bad``: what the provider said)."""
+        cdef Py_ssize_t posted = count
+        if rc != 0:
+            posted = (bad - wrs) if bad != NULL else 0
+        if posted > 0:
+            self.sends += posted
+            self.doorbells += 1
+        return rc
+
+    cdef inline int _received(self, int rc, Py_ssize_t count, ibv_recv_wr *wrs, ibv_recv_wr *bad):
+        cdef Py_ssize_t posted = count
+        if rc != 0:
+            posted = (bad - wrs) if bad != NULL else 0
+        self.receives += posted
+        return rc
 
     @property
     def compiled(self):
@@ -587,7 +619,7 @@ cdef class QPDriver:
                     wr.wr.rdma.remote_addr = request[5]
                     wr.wr.rdma.rkey = request[6]
                 wr.next = &wrs[i + 1] if i + 1 < count else NULL
-            return ibv_post_send(self.qp, wrs, &bad)
+            return self._sent(ibv_post_send(self.qp, wrs, &bad), count, wrs, bad)
         finally:
             if wrs != stack_wrs:
                 free(wrs)
@@ -613,7 +645,7 @@ cdef class QPDriver:
         if opcode != WR_SEND and opcode != WR_SEND_WITH_IMM:
             wr.wr.rdma.remote_addr = remote_addr
             wr.wr.rdma.rkey = rkey
-        return ibv_post_send(self.qp, &wr, &bad)
+        return self._sent(ibv_post_send(self.qp, &wr, &bad), 1, &wr, bad)
 
     def post_send_list(self, list ids, list flags, list addrs, list lengths, uint32_t lkey):
         """Post sends (no immediate data) of one buffer each, all with ``lkey``,
@@ -645,7 +677,7 @@ cdef class QPDriver:
                 wrs[i].sg_list = &sges[i]
                 wrs[i].num_sge = 1
                 wrs[i].next = &wrs[i + 1] if i + 1 < count else NULL
-            rc = ibv_post_send(self.qp, wrs, &bad)
+            rc = self._sent(ibv_post_send(self.qp, wrs, &bad), count, wrs, bad)
             if rc == 0:
                 return 0, count
             return rc, (bad - wrs) if bad != NULL else 0
@@ -690,7 +722,7 @@ cdef class QPDriver:
                 wrs[i].wr.rdma.rkey = <uint32_t>(table[r + RKEY_TAG] & 0xffffffffu)
                 wrs[i].next = &wrs[i + 1] if i + 1 < count else NULL
             wrs[count - 1].send_flags = SEND_SIGNALED
-            return ibv_post_send(self.qp, wrs, &bad)
+            return self._sent(ibv_post_send(self.qp, wrs, &bad), count, wrs, bad)
         finally:
             if wrs != stack_wrs:
                 free(wrs)
@@ -704,7 +736,7 @@ cdef class QPDriver:
         cdef ibv_recv_wr *bad = NULL
         self._check()
         _one_recv(&wr, &sge, wr_id, addr, length, lkey)
-        return ibv_post_recv(self.qp, &wr, &bad)
+        return self._received(ibv_post_recv(self.qp, &wr, &bad), 1, &wr, bad)
 
     def post_recvs(self, list requests):
         """Post ``(wr_id, segments)`` receives as one linked list; 0 or errno."""
@@ -727,7 +759,7 @@ cdef class QPDriver:
                 wrs[i].wr_id = request[0]
                 wrs[i].num_sge = scatter.fill(request[1], &wrs[i].sg_list)
                 wrs[i].next = &wrs[i + 1] if i + 1 < count else NULL
-            return ibv_post_recv(self.qp, wrs, &bad)
+            return self._received(ibv_post_recv(self.qp, wrs, &bad), count, wrs, bad)
         finally:
             if wrs != stack_wrs:
                 free(wrs)
@@ -739,9 +771,12 @@ cdef class SRQDriver:
     destroying the SRQ."""
 
     cdef ibv_srq *srq
+    cdef public unsigned long long receives
+    """Receives posted."""
 
     def __cinit__(self, uintptr_t address):
         self.srq = <ibv_srq *>address
+        self.receives = 0
 
     @property
     def compiled(self):
@@ -756,7 +791,11 @@ cdef class SRQDriver:
         cdef ibv_recv_wr wr
         cdef ibv_sge sge
         cdef ibv_recv_wr *bad = NULL
+        cdef int rc
         if self.srq == NULL:
             raise ValueError("the shared receive queue driver was detached")
         _one_recv(&wr, &sge, wr_id, addr, length, lkey)
-        return ibv_post_srq_recv(self.srq, &wr, &bad)
+        rc = ibv_post_srq_recv(self.srq, &wr, &bad)
+        if rc == 0:
+            self.receives += 1
+        return rc

@@ -44,6 +44,10 @@ class CQDriver(Protocol):
     """Successful receive completions handed out so far."""
     arms: int
     """Times the CQ was armed so far."""
+    completions: int
+    """Completions handed out so far (failed ones included)."""
+    wakeups: int
+    """Channel events taken so far: each is one wake-up of the loop for this CQ."""
 
     def attach(
         self, handlers: dict[int, Any], report: Report, budget: int, more: Callable[[], None]
@@ -80,6 +84,12 @@ class QPDriver(Protocol):
     """Posting on one queue pair."""
 
     compiled: bool
+    sends: int
+    """Send-queue work requests posted so far (sends, writes, reads, atomics)."""
+    receives: int
+    """Receives posted so far on the QP's own receive queue."""
+    doorbells: int
+    """Posts of one or more send-queue requests (one ``ibv_post_send`` each)."""
 
     def post_sends(self, requests: Sequence[tuple[Any, ...]]) -> int:
         """Post ``(wr_id, opcode, flags, imm, segments, remote_addr, rkey,
@@ -127,6 +137,8 @@ class SRQDriver(Protocol):
     """Posting on one shared receive queue."""
 
     compiled: bool
+    receives: int
+    """Receives posted so far."""
 
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
         """Post one receive into one buffer."""

@@ -41,6 +41,8 @@ class PureCQDriver:
         self.polling = False
         self.received = 0
         self.arms = 0
+        self.completions = 0
+        self.wakeups = 0
         self._handlers: dict[int, Any] = {}
         self._report: Report | None = None
         self._budget = 1
@@ -85,6 +87,7 @@ class PureCQDriver:
                 return False
             raise
         self.armed = False  # one event per arming
+        self.wakeups += 1
         self._unacked += 1
         if self._unacked >= ACK_BATCH:  # pyverbs acknowledges the rest when it closes the CQ
             cq.ack_events(self._unacked)
@@ -102,6 +105,7 @@ class PureCQDriver:
         handled = 0
         while (cq := self._cq) is not None:  # None: a handler closed the CQ
             count, wcs = cq.poll(POLL_BATCH)
+            self.completions += count
             for wc in wcs:
                 if wc.status == _ibv.WC_SUCCESS and wc.opcode & _ibv.WC_RECV:
                     self.received += 1
@@ -222,6 +226,20 @@ class PureQPDriver:
         self._qp: QP | None = qp
         self._chain = _SendChain() if _CHAIN_SUPPORTED else None
         self._recvs = _RecvCache()
+        self.sends = 0
+        self.receives = 0
+        self.doorbells = 0
+
+    def _sent(self, rc: int, count: int) -> int:
+        if not rc:  # pyverbs does not say which request it refused: none counted
+            self.sends += count
+            self.doorbells += 1
+        return rc
+
+    def _received(self, rc: int, count: int) -> int:
+        if not rc:
+            self.receives += count
+        return rc
 
     def _live(self) -> QP:
         if self._qp is None:
@@ -252,7 +270,7 @@ class PureQPDriver:
             elif opcode not in _ibv.SEND_OPCODES:
                 wr.set_wr_rdma(rkey, remote_addr)
             wrs.append(wr)
-        return _posted(qp.post_send, first if chain is not None else wrs[0])
+        return self._sent(_posted(qp.post_send, first if chain is not None else wrs[0]), len(wrs))
 
     def post_table(
         self, first_id: int, ring: int, opcode: int, table: Any, start: int, count: int
@@ -270,7 +288,7 @@ class PureQPDriver:
                         send_flags=_ibv.SEND_SIGNALED if r == start + count - 1 else 0)  # fmt: skip
             wr.set_wr_rdma(rec.rkey, rec.remote_addr)
             _link(wrs, wr)
-        return _posted(qp.post_send, wrs[0])
+        return self._sent(_posted(qp.post_send, wrs[0]), count)
 
     def post_send(
         self,
@@ -302,7 +320,8 @@ class PureQPDriver:
         return rc, 0 if rc else len(requests)
 
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
-        return _posted(self._live().post_recv, self._recvs.get(wr_id, addr, length, lkey))
+        wr = self._recvs.get(wr_id, addr, length, lkey)
+        return self._received(_posted(self._live().post_recv, wr), 1)
 
     def post_recvs(self, requests: Sequence[tuple[int, Sequence[Any]]]) -> int:
         if len(requests) == 1 and len(requests[0][1]) == 1:
@@ -313,7 +332,7 @@ class PureQPDriver:
         for wr_id, segments in requests:
             sges = [SGE(s.addr, s.length, s.lkey) for s in segments]
             _link(wrs, RecvWR(wr_id=wr_id, num_sge=len(sges), sg=sges))
-        return _posted(qp.post_recv, wrs[0])
+        return self._received(_posted(qp.post_recv, wrs[0]), len(wrs))
 
     def detach(self) -> None:
         self._qp = None
@@ -327,11 +346,15 @@ class PureSRQDriver:
     def __init__(self, srq: SRQ) -> None:
         self._srq: SRQ | None = srq
         self._recvs = _RecvCache(limit=None)  # bounded by the SRQ's own buffers
+        self.receives = 0
 
     def post_recv(self, wr_id: int, addr: int, length: int, lkey: int) -> int:
         if self._srq is None:
             raise ValueError("the shared receive queue driver was detached")
-        return _posted(self._srq.post_recv, self._recvs.get(wr_id, addr, length, lkey))
+        rc = _posted(self._srq.post_recv, self._recvs.get(wr_id, addr, length, lkey))
+        if not rc:
+            self.receives += 1
+        return rc
 
     def detach(self) -> None:
         self._srq = None
