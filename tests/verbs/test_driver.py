@@ -153,6 +153,43 @@ async def test_each_driver_completes_every_kind_of_work(
 
 
 @pytest.mark.asyncio
+async def test_each_driver_counts_the_work_it_posts_and_completes(
+    device: aiordma.Device, driver_kind: str
+) -> None:
+    a, b = await aiordma.connect_loopback_pair(device)
+    try:
+        src = device.alloc(64)
+        dst = device.alloc(64 * 20)
+
+        def posted(qp: aiordma.QueuePair) -> tuple[int, int, int]:
+            g = qp.stats()["gauges"]
+            return g["posted_sends"], g["posted_receives"], g["send_doorbells"]
+
+        cqs = {id(qp.completion_queue): qp.completion_queue for qp in (a, b)}.values()
+
+        def completed() -> tuple[int, int]:
+            counts = [cq.waiting() for cq in cqs]
+            completions = sum(int(c["completions"]) for c in counts)
+            return completions, sum(int(c["wakeups"]) for c in counts)
+
+        before_a, before_b, before_cq = posted(a), posted(b), completed()
+        recvs = await b.post_recv_batch([dst[i * 64 : (i + 1) * 64] for i in range(20)])
+        sends = await a.post_batch([aiordma.Send(src[:8]) for _ in range(20)])
+        await asyncio.wait_for(asyncio.gather(*sends, *recvs), 30)
+        after_a, after_b, after_cq = posted(a), posted(b), completed()
+        assert after_a[0] - before_a[0] == 20  # sends posted
+        assert after_a[2] - before_a[2] == 1  # as one chain: one doorbell
+        assert after_b[1] - before_b[1] == 20  # receives posted
+        assert (after_a[1], after_b[0]) == (before_a[1], before_b[0])
+        assert after_cq[0] - before_cq[0] == 40  # every send signalled, every receive
+        assert 1 <= after_cq[1] - before_cq[1] <= 40  # at most one wake-up per completion
+    finally:
+        for qp in (a, b):
+            qp.close()
+            await qp.wait_closed()
+
+
+@pytest.mark.asyncio
 async def test_each_driver_reposts_a_shared_receive_queue(
     device: aiordma.Device, driver_kind: str
 ) -> None:
