@@ -62,6 +62,8 @@ QP_MIN_RNR_TIMER: Final = 1 << 15
 WC_SUCCESS: Final = 0
 WC_RECV: Final = 1 << 7
 """Set in the opcode of every receive completion."""
+WC_RECV_RDMA_WITH_IMM: Final = WC_RECV | 1
+"""The opcode of a receive that an RDMA write with immediate consumed."""
 WC_WITH_IMM: Final = 1 << 1
 
 # enum ibv_mw_type, and the ibv_device_cap_flags that say which are supported

@@ -42,7 +42,7 @@ from aiordma.channel.buffers import (
     give_back_memory,
 )
 from aiordma.channel.link import Link
-from aiordma.channel.medium import send_medium
+from aiordma.channel.medium import send_medium, send_record
 from aiordma.channel.options import ChannelKeywords, ChannelOptions
 from aiordma.channel.outbox import Outbox
 from aiordma.channel.packet_path import open_packet_path
@@ -136,6 +136,7 @@ class MessageChannel(Closable):
         self._stats = Stats("channel", self._gauges)
         path = open_packet_path(conn, options, self._stats, self._on_event, self._fail)
         self._packets, self._shared, self._hello = path.packets, path.shared, path.layout.hello
+        self._records = path.records
         self._outbox = Outbox(path.packets, self._stats)
         self._inbox = path.packets.inbox  # (read by the tests, as _data_credits)
         self._data_credits = path.packets.state.data
@@ -268,7 +269,10 @@ class MessageChannel(Closable):
         first credits (both peers' receives are posted by now). It goes at
         once: nothing else may go before it."""
         if self._error is None or isinstance(self._error, ProtocolMismatchError):
-            self._sender.hello(self.max_message, self._hello, self._hello_went, self._fail)
+            records = self._records
+            ring = None if records is None or self._error is not None else records.expose(self._qp)
+            hello = Hello(self._hello.buffer_size, self._hello.protocol, ring).pack()
+            self._sender.hello(self.max_message, hello, self._hello_went, self._fail)
 
     def _hello_went(self) -> None:
         if isinstance(self._error, ProtocolMismatchError):
@@ -287,6 +291,8 @@ class MessageChannel(Closable):
         self._peer_protocol = hello.protocol
         peer = getattr(self.link, "peer_address", None)  # optional for a Link
         hello.check_protocol(self.protocol, f"{peer[0]}:{peer[1]}" if peer else "the peer")
+        if self._records is not None:
+            self._records.heard(hello.ring)
 
     # -- what the packets report -------------------------------------------
 
@@ -680,7 +686,11 @@ class MessageChannel(Closable):
             self._stats.count("messages_sent", "bytes_sent", size)
             return None
         if size <= self.medium_limit and head_size < self.eager_limit:  # registered too
-            await send_medium(self._sender, self._outbox, head, data, size)
+            records = self._records
+            if records is not None and packets.state.fits_ring(head_size + size):
+                await send_record(self._sender, records, head, data, size)
+            else:
+                await send_medium(self._sender, self._outbox, head, data, size)
             self._stats.count("messages_sent", "bytes_sent", size)
             return None
         return await self._exposures.announce(self._sender, data, size, head)

@@ -16,6 +16,7 @@ cdef class Arrival:
     cdef public object pieces
     cdef public long long missing
     cdef public object landed
+    cdef public Py_ssize_t ring
 
 cdef class Inbox:
     cdef readonly object view
@@ -31,11 +32,15 @@ cdef class Inbox:
     cdef readonly Arrival sink
     cdef object _sink_target
     cdef Py_ssize_t _sink_offset
+    cdef public object ring_view
     cpdef int step(self, Arrival arrival, int step) except? -1
     cpdef int arrived(self, int slot, Header header, Py_ssize_t size) except? -1
     cdef Py_ssize_t _split(self, int slot, Header header) except? -1
+    cpdef arrived_record(self, Header header, Py_ssize_t offset, Py_ssize_t size)
     cpdef revoke(self, unsigned long long msg_id)
     cpdef Arrival eager_first(self)
+    cdef object _source(self, Arrival arrival)
+    cdef Py_ssize_t _start(self, Arrival arrival) except? -1
     cpdef bytes head(self, Arrival arrival)
     cpdef object small_body(self, Arrival arrival, object into)
     cpdef object take(self)

@@ -81,6 +81,8 @@ class Phase(enum.IntEnum):
     """Rendezvous: withdrawn, and the sender answered or to be: taking it raises."""
     TAKEN = 11
     """Off the queue."""
+    IN_RING = 12
+    """RECORD: its head and body are in the receive ring, at ``ring``."""
 
 
 class Step(enum.IntEnum):
@@ -152,6 +154,8 @@ TRANSITIONS: dict[tuple[Phase, Step], tuple[Phase, Owed]] = {
     (_P.REVOKED_READING, _S.TAKE): (_P.TAKEN, _O.DONE),  # read whole: the DONE answers
     (_P.LANDED, _S.TAKE): (_P.TAKEN, _O.NOTHING),  # its DONE went when it landed
     (_P.REVOKED, _S.TAKE): (_P.TAKEN, _O.DROPPED),
+    (_P.IN_RING, _S.SAVE): (_P.COPIED, _O.NOTHING),
+    (_P.IN_RING, _S.TAKE): (_P.TAKEN, _O.NOTHING),
 }
 """Every step a queued message may take: ``(phase, step) -> (next phase,
 what is owed)``. Any other step is a bug of this side, and raises."""
@@ -182,6 +186,7 @@ _LANDED = cython.declare(cython.int, Phase.LANDED)
 _REVOKED_READING = cython.declare(cython.int, Phase.REVOKED_READING)
 _REVOKED_AHEAD = cython.declare(cython.int, Phase.REVOKED_AHEAD)
 _REVOKED = cython.declare(cython.int, Phase.REVOKED)
+_IN_RING = cython.declare(cython.int, Phase.IN_RING)
 _ANSWER = cython.declare(cython.int, Owed.ANSWER)
 _DONE = cython.declare(cython.int, Owed.DONE)
 _REVOKE = cython.declare(cython.int, Step.REVOKE)
@@ -205,7 +210,8 @@ class Arrival:
     a cancelled receive took when :attr:`~Phase.KEPT`). A MEDIUM message
     also has ``pieces``, the ``(slot, length)`` of each PIECE that arrived
     and was not copied yet, and ``missing``, the body bytes still to
-    arrive. ``landed``: the buffer a read ahead puts its body in.
+    arrive. ``landed``: the buffer a read ahead puts its body in. ``ring``:
+    where a RECORD starts in the receive ring (-1: not in the ring).
     """
 
     def __init__(self, slot: cython.int, header: Header, size: cython.Py_ssize_t,
@@ -218,6 +224,7 @@ class Arrival:
         self.pieces: collections.deque[tuple[int, int]] | None = None
         self.missing = 0
         self.landed: bytearray | None = None
+        self.ring = -1
 
     def __repr__(self) -> str:
         return (f"Arrival({Phase(self.phase).name}, slot={self.slot}, header={self.header!r}, "
@@ -255,6 +262,8 @@ class Inbox:
         the next one queued is read ahead)."""
         self.sink: Arrival | None = None
         """The MEDIUM message whose PIECEs are copied as they land (:meth:`fill`)."""
+        self.ring_view: memoryview = _NO_TARGET
+        """The receive ring RECORDs are written into (empty: none)."""
         self._sink_target: View = _NO_TARGET
         self._sink_offset = 0
 
@@ -337,6 +346,22 @@ class Inbox:
         return last + 1
 
     @cython.ccall
+    def arrived_record(
+        self, header: Header, offset: cython.Py_ssize_t, size: cython.Py_ssize_t
+    ) -> None:
+        """A RECORD of ``size`` bytes (its credits applied, its place checked)
+        was written at ``offset`` of the ring: queue its message. Raises
+        :class:`ProtocolError` while a MEDIUM message misses pieces."""
+        if self.filling is not None:
+            raise ProtocolError(
+                f"a message began before the {self.filling.missing} bytes still missing of "
+                "the medium message before it"
+            )
+        arrival = Arrival(-1, header, size, _IN_RING)
+        arrival.ring = offset
+        self.ready.append(arrival)
+
+    @cython.ccall
     def revoke(self, msg_id: cython.ulonglong) -> None:
         """The sender withdrew its large message ``msg_id`` (if still queued:
         else its DONE crossed the REVOKE, which that answers)."""
@@ -383,19 +408,33 @@ class Inbox:
         """Whether the sender withdrew ``arrival`` (taking it raises)."""
         return arrival.phase in (_REVOKED, _REVOKED_READING, _REVOKED_AHEAD)
 
+    @cython.cfunc
+    def _source(self, arrival: Arrival) -> View:
+        """The memory a queued message's packet is in: its receive buffer's
+        region, or the ring (see :meth:`_start`)."""
+        return self.ring_view if arrival.phase == _IN_RING else self.view
+
+    @cython.cfunc
+    @cython.exceptval(-1, check=True)
+    def _start(self, arrival: Arrival) -> cython.Py_ssize_t:
+        """Where a queued message's head starts in :meth:`_source`."""
+        if arrival.phase == _IN_RING:
+            return arrival.ring + _WIRE.header_size
+        return arrival.slot * self.size + _WIRE.header_size
+
     @cython.ccall
     def head(self, arrival: Arrival) -> bytes:
         """The head of a queued message."""
         header: Header = arrival.header
         if arrival.copied is not None:
             return arrival.copied[: header.head_length]
-        start: cython.Py_ssize_t = arrival.slot * self.size + _WIRE.header_size
-        return bytes(self.view[start : start + header.head_length])
+        start: cython.Py_ssize_t = self._start(arrival)
+        return bytes(self._source(arrival)[start : start + header.head_length])
 
     @cython.ccall
     def small_body(self, arrival: Arrival, into: Into | None) -> bytes | int:
-        """An eager (or copied) message's body: a copy, or its length once put
-        in ``into`` (long enough: checked by the caller)."""
+        """An eager, copied or RECORD message's body: a copy, or its length
+        once put in ``into`` (long enough: checked by the caller)."""
         header: Header = arrival.header
         length: cython.Py_ssize_t = header.length
         if arrival.phase == _COPIED:
@@ -405,12 +444,13 @@ class Inbox:
             with buffer_view(into) as target:
                 target[:length] = body
             return length
-        start: cython.Py_ssize_t = arrival.slot * self.size + _WIRE.header_size + header.head_length
+        start: cython.Py_ssize_t = self._start(arrival) + header.head_length
+        source = self._source(arrival)
         if cython.compiled and self.open:
-            copied = copy_out(self.view, start, length, into)
+            copied = copy_out(source, start, length, into)
             if copied is not None:
                 return copied
-        data = self.view[start : start + length]
+        data = source[start : start + length]
         if into is None:
             return bytes(data)
         with buffer_view(into) as target:
@@ -450,18 +490,31 @@ class Inbox:
     @cython.exceptval(-2, check=True)
     def take_medium(self, into: Into) -> cython.Py_ssize_t:
         """Copy the first queued message into ``into`` (a ``bytearray`` or
-        ``memoryview``) if it is a MEDIUM one in its buffers whose pieces all
-        arrived and that fits: its length (it is then :attr:`~Phase.TAKING`,
-        its buffers :attr:`freed`, for the caller to :meth:`take`); -1 if
-        not."""
+        ``memoryview``) if it is a RECORD, or a MEDIUM one in its buffers
+        whose pieces all arrived, and it fits: its length (a MEDIUM one is
+        then :attr:`~Phase.TAKING`, its buffers :attr:`freed`; the caller
+        :meth:`take` s it); -1 if not."""
         ready = self.ready
         if not ready or not self.open:
             return -1
         arrival: Arrival = ready[0]
         header: Header = arrival.header
-        if header.code != _WIRE.medium or arrival.missing or arrival.phase != _IN_BUFFER:
-            return -1
         if type(into) is not bytearray and type(into) is not memoryview:
+            return -1
+        if arrival.phase == _IN_RING:  # a RECORD: whole in the ring
+            room: cython.Py_ssize_t
+            if type(into) is bytearray:
+                room = len(into)
+            elif type(into) is memoryview:
+                room = into.nbytes
+            else:
+                return -1
+            if room < header.length:
+                return -1
+            copied = self.small_body(arrival, into)
+            assert isinstance(copied, int)
+            return copied
+        if header.code != _WIRE.medium or arrival.missing or arrival.phase != _IN_BUFFER:
             return -1
         with buffer_view(into) as target:
             if len(target) < header.length:
@@ -613,6 +666,11 @@ class Inbox:
         if save:
             arrival: Arrival
             for arrival in self.ready:
+                if arrival.phase == _IN_RING:
+                    start = arrival.ring + _WIRE.header_size
+                    arrival.copied = bytes(self.ring_view[start : arrival.ring + arrival.size])
+                    self.step(arrival, _SAVE)
+                    continue
                 if arrival.phase != _IN_BUFFER and arrival.phase != _KEPT:
                     continue
                 code = arrival.header.code
@@ -636,6 +694,7 @@ class Inbox:
                     held.append(arrival.pieces.popleft()[0])
         with contextlib.suppress(BufferError):  # a delivery hook still holds a body
             self.view.release()
+        self.ring_view = _NO_TARGET  # (its region releases it)
         return held
 
     def _medium_bytes(self, arrival: Arrival) -> bytes:

@@ -1,4 +1,10 @@
-"""Sending a MEDIUM message: too large for one packet, copied through the send slots.
+"""Sending a medium message: too large for one packet, so copied as one
+RECORD into the peer's ring (:mod:`~aiordma.channel.records`) when it holds
+it, else through the send slots as a MEDIUM message.
+
+A RECORD goes at once when nobody waits for the send turn and what it needs
+is there, else in the turn once it is; it is all or nothing, so a cancelled
+send sent nothing.
 
 Its first packet (MEDIUM) carries the head and the body's first bytes;
 PIECEs bring the rest, each copied into a send slot as credit allows and
@@ -20,12 +26,27 @@ import logging
 
 from aiordma.channel.buffers import Body, buffer_view
 from aiordma.channel.outbox import Outbox
+from aiordma.channel.records import Records
 from aiordma.channel.sender import Sender
 from aiordma.channel.wire import Kind
 from aiordma.exceptions import RdmaError, ResourceClosedError
 from aiordma.lifecycle import spawn
 
 log = logging.getLogger(__name__)
+
+
+async def send_record(sender: Sender, records: Records, head: bytes, data: Body, size: int) -> None:
+    """Send ``head`` and ``data`` (``size`` bytes) as one RECORD."""
+    with buffer_view(data) as view:
+        if not records.busy() and records.send(head, view, size):
+            return
+        await sender.take_turn()
+        try:
+            stalled = False
+            while not records.send(head, view, size):
+                stalled = await sender.wait_to_post(stalled)
+        finally:
+            sender.end_turn()
 
 
 async def send_medium(sender: Sender, outbox: Outbox, head: bytes, data: Body, size: int) -> None:

@@ -22,6 +22,7 @@ from aiordma._checks import check_int, check_seconds
 from aiordma._help import fields_in_help
 from aiordma.channel.credits import CONTROL_BASE
 from aiordma.channel.registrations import DEFAULT_CAPACITY
+from aiordma.channel.ring import check_size
 from aiordma.channel.sizing import MIN_READ_PIECE
 from aiordma.channel.wire import MIN_BUFFER, Hello
 
@@ -43,6 +44,11 @@ DEFAULT_MEDIUM_LIMIT = 256 << 10
 """Bodies up to this size (above the eager limit) are copied through the
 registered slots in pieces, by default; larger ones go by rendezvous
 (docs/decisions/0006)."""
+DEFAULT_RING = 512 << 10
+"""Bytes of receive ring a channel of its own exposes to its peer, by
+default (and as much staging for its own records): medium messages up to a
+quarter of the peer's ring travel as one RDMA write each
+(:mod:`aiordma.channel.records`)."""
 DEFAULT_READ_AHEAD = 16 << 20
 """The largest message read before it is asked for, by default (the next
 one queued, while the application takes large messages as new objects;
@@ -66,8 +72,11 @@ class Layout(NamedTuple):
     control_window: int
     send_slots: int
     max_exposed: int
-    hello: bytes
-    """Our HELLO's head: the buffer size and protocol name."""
+    hello: Hello
+    """Our HELLO's head: the buffer size and protocol name (the ring is
+    added once it is bound)."""
+    ring: int
+    """Bytes of receive ring, and of staging for this side's records (0: none)."""
 
 
 @fields_in_help
@@ -111,9 +120,16 @@ class ChannelOptions:
     fails on both sides with :class:`~aiordma.ProtocolMismatchError`."""
     medium_limit: int = DEFAULT_MEDIUM_LIMIT
     """Bodies larger than one packet and at most this size (0: none),
-    registered memory included, are copied through the registered slots in
-    several packets, against the same credits; larger ones go by
-    rendezvous."""
+    registered memory included, are copied, not exposed: as one RECORD
+    written into the peer's ring when it holds it (see ``ring_size``), else
+    through the registered slots in several packets, against the same
+    credits; larger ones go by rendezvous."""
+    ring_size: int = DEFAULT_RING
+    """Bytes of receive ring this side exposes to its peer alone, for
+    writing only (0: none, as on a shared receive queue), and of staging
+    for its own records: a message up to a quarter of the peer's ring (and
+    ``medium_limit``) is one RDMA write into it. A multiple of 64 from 256
+    bytes to 4 MiB less 64."""
     registration_cache: int = DEFAULT_REGISTRATION_CACHE
     """Bytes of plain buffers each way whose registration is kept for the
     next large message (0: none; least recently used evicted first; see
@@ -150,8 +166,20 @@ class ChannelOptions:
         queue's buffer size when the channel draws on one. ValueError (or
         TypeError) names the first option that cannot work.
         """
-        for name in ("window", "max_message", "medium_limit", "registration_cache", "read_ahead"):
+        for name in (
+            "window",
+            "max_message",
+            "medium_limit",
+            "registration_cache",
+            "read_ahead",
+            "ring_size",
+        ):
             check_int(name, getattr(self, name))
+        if self.ring_size:
+            try:
+                check_size(self.ring_size)
+            except ValueError as exc:
+                raise ValueError(f"ring_size: {exc}") from None
         for name in ("control_window", "buffer_size", "max_exposed", "send_slots", "read_piece"):
             value = getattr(self, name)
             if value is not None:
@@ -193,7 +221,8 @@ class ChannelOptions:
             raise ValueError(
                 f"control_window must be at least {CONTROL_BASE} buffers, not {control_window}"
             )
-        hello = Hello(buffer_size, self.protocol).pack()  # a name too long fails here
+        hello = Hello(buffer_size, self.protocol)
+        hello.pack()  # a name too long fails here
         buffers = self.window + control_window
         send_slots = buffers if slots is None else slots
         if send_slots < 1:
@@ -208,7 +237,10 @@ class ChannelOptions:
                 f"send_slots ({send_slots}, by default window + control_window) exceeds "
                 f"the queue pair's send depth ({send_depth})"
             )
-        return Layout(buffer_size, self.window, control_window, send_slots, max_exposed, hello)
+        ring = self.ring_size if shared_buffer_size is None else 0
+        return Layout(
+            buffer_size, self.window, control_window, send_slots, max_exposed, hello, ring
+        )
 
 
 _NAMES = frozenset(field.name for field in dataclasses.fields(ChannelOptions))
@@ -227,6 +259,7 @@ class TuningKeywords(TypedDict, total=False):  # (a TypedDict cannot be made fro
     exposure_timeout: float | None
     send_slots: int | None
     medium_limit: int
+    ring_size: int
     registration_cache: int
     read_piece: int | None
     read_ahead: int

@@ -5,7 +5,9 @@ land in fixed receive slots of another (or of a shared receive queue's
 pool); :func:`open_packet_path` sizes both from the channel's options and the
 queue pair (checking them), registers them, and joins a
 :class:`~aiordma.channel.packets.Packets` core to the queue pair's packet
-lane. The channel is what remains: the async shell over it.
+lane, with the receive ring and staging of its RECORDs
+(:mod:`~aiordma.channel.records`) when it has its own receive buffers. The
+channel is what remains: the async shell over it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from aiordma.channel.credits import DataCredits
 from aiordma.channel.link import Lane, Link
 from aiordma.channel.options import ChannelOptions, Layout
 from aiordma.channel.packets import EventReport, Packets
+from aiordma.channel.records import Records
 from aiordma.channel.shared_receive import SharedReceiveQueue
 from aiordma.metrics import Stats
-from aiordma.verbs.memory import MemoryRegion
+from aiordma.verbs.memory import Access, MemoryRegion
 
 
 class PacketPath(NamedTuple):
@@ -30,8 +33,11 @@ class PacketPath(NamedTuple):
     layout: Layout
     shared: SharedReceiveQueue | None
     regions: tuple[MemoryRegion, ...]
-    """The send and (unless shared) receive regions: their owner keeps them,
-    so they are deregistered with the link, releasing the views of them."""
+    """The send and (unless shared) receive regions, and the ring and
+    staging ones: their owner keeps them, so they are deregistered with the
+    link, releasing the views of them."""
+    records: Records | None
+    """The RECORDs' ring and staging (None: no ring, layout.ring was 0)."""
 
 
 def open_packet_path(
@@ -75,11 +81,20 @@ def open_packet_path(
         report, window, control_window, layout.send_slots, data, send_mr.view(scoped=True),
         recv_view, size, options.max_message, stats, shared, qp.loop,
     )  # fmt: skip
+    records: Records | None = None
+    if layout.ring and recv_mr is not None:
+        # Local access only: the ring is exposed through a window bound to
+        # this queue pair alone (Records.expose), never by its own rkey.
+        ring_mr = conn.alloc(layout.ring, Access.LOCAL_WRITE | Access.MW_BIND)
+        staging_mr = conn.alloc(layout.ring)
+        records = Records(packets, ring_mr, staging_mr, report)
     lane = qp.open_lane(
         send_mr, layout.send_slots, recv_mr, 0 if recv_mr is None else window + control_window,
         size, packets.sent, packets.arrived, failed,
+        None if records is None else records.written,
     )  # fmt: skip
     packets.attach(lane)
-    return PacketPath(
-        packets, lane, layout, shared, (send_mr,) if recv_mr is None else (send_mr, recv_mr)
-    )
+    regions: tuple[MemoryRegion, ...] = (send_mr,) if recv_mr is None else (send_mr, recv_mr)
+    if records is not None:
+        regions += (ring_mr, staging_mr)
+    return PacketPath(packets, lane, layout, shared, regions, records)

@@ -494,6 +494,8 @@ class Packets:
         arrival: Arrival
         owed: cython.int
         arrival, owed = self.inbox.take()
+        if arrival.header.code == _WIRE.record:  # its ring space is owed now
+            self.state.ring_freed()
         self._give_back()
         if owed == _DONE:
             self._report(Event.DONE_DUE, arrival.header.msg_id)

@@ -111,7 +111,7 @@ class Receiver:
             ahead = False  # (landed first: it may be revoked, and no DONE may meet the read)
         head, into = self.chosen(arrival, choose)
         body: bytes | bytearray | int
-        if arrival.phase == Phase.COPIED or header.kind == Kind.EAGER:
+        if arrival.phase == Phase.COPIED or header.kind in (Kind.EAGER, Kind.RECORD):
             body = inbox.small_body(arrival, into)
         elif header.kind == Kind.MEDIUM:
             body = await self._take_pieces(arrival, into)

@@ -93,6 +93,10 @@ class RingWriter:
         quarter of the ring (:data:`SHARE`)."""
         return length > 0 and span(length) <= self.size // SHARE
 
+    def room_for(self, length: int) -> bool:
+        """Whether :meth:`reserve` of ``length`` bytes would succeed now."""
+        return self.fits(length) and _place(self._head, self.size, length)[1] <= self.free
+
     def reserve(self, length: int) -> Place | None:
         """The place of the next record, of ``length`` bytes, with its space
         taken; None (nothing taken) if the grants do not cover it yet."""

@@ -13,6 +13,8 @@ cdef class ChannelState:
     cdef public bint said_hello
     cdef public bint failed
     cdef public object peer_max_message
+    cdef public object ring_in
+    cdef public object ring_out
     cpdef object arrived(self, Header header)
     cpdef bint emptied(self) except *
     cpdef object send(self, object kind, unsigned long long msg_id=*,

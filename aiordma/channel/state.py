@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aiordma.channel.credits import CreditWindow, DataCredits
+from aiordma.channel.ring import Place, RingOwner, RingWriter
 from aiordma.channel.wire import LAST_CREDIT, WIRE, Header, Kind, WireCodes
 from aiordma.exceptions import ProtocolError
 from aiordma.verbs.memory import RemoteBuffer
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     """A packet :meth:`ChannelState.send` granted: its send slot and stamped header."""
     Outcome: TypeAlias = tuple[int, bool]
     """What :meth:`ChannelState.arrived` returns."""
+    Record: TypeAlias = tuple[Header, Place]
+    """A record :meth:`ChannelState.record` granted: its stamped header and its place."""
 else:
     try:
         import cython
@@ -61,7 +64,14 @@ _CONTROL_UPDATE = cython.declare(cython.int, 2)
 @cython.cfunc
 def _cost(code: cython.int) -> cython.int:
     """What a packet of kind ``code`` spends (the last control credit is kept for updates)."""
-    if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece, _WIRE.batch):
+    if code in (
+        _WIRE.eager,
+        _WIRE.rendezvous,
+        _WIRE.medium,
+        _WIRE.piece,
+        _WIRE.batch,
+        _WIRE.record,
+    ):
         return _DATA
     if code == _WIRE.control_credit:
         return _CONTROL_UPDATE
@@ -75,7 +85,9 @@ class ChannelState:
     ``buffers`` receive slots are split into a data ``window`` and a
     ``control_window`` (see :mod:`aiordma.channel.credits`); ``send_slots`` (as many
     by default) hold packets being sent. ``data`` replaces the data credits
-    of a side whose receive buffers come from a shared pool.
+    of a side whose receive buffers come from a shared pool. ``ring`` bytes
+    of receive ring (0: none) take this side's RECORDs; the peer's ring is
+    :attr:`ring_out` once its HELLO announced one.
     """
 
     def __init__(
@@ -85,8 +97,13 @@ class ChannelState:
         *,
         send_slots: int | None = None,
         data: DataCredits | None = None,
+        ring: int = 0,
     ) -> None:
         self.data = DataCredits(window) if data is None else data
+        self.ring_in: RingOwner | None = RingOwner(ring) if ring else None
+        """This side's receive ring (all of it granted by our HELLO)."""
+        self.ring_out: RingWriter | None = None
+        """The peer's receive ring, once its HELLO announced one."""
         self.control = CreditWindow(control_window)
         self.buffers = window + control_window
         send_slots = self.buffers if send_slots is None else send_slots
@@ -115,7 +132,10 @@ class ChannelState:
         ended: cython.ulonglong = self._apply(header)
         if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece, _WIRE.batch):
             return ended, False
-        self.control.reposted(code != _WIRE.control_credit)
+        if code == _WIRE.record:  # its bytes are in the ring: the buffer goes back now
+            self.data.reposted()
+        else:
+            self.control.reposted(code != _WIRE.control_credit)
         return ended, True
 
     @cython.ccall
@@ -146,7 +166,12 @@ class ChannelState:
                 return None
         elif control.available < 1:
             return None
-        header = Header(kind, data.owed, msg_id, length, remote, head_length, control.owed, last)
+        ring: cython.int = 0
+        if self.ring_in is not None and code != _WIRE.hello:  # (the HELLO grants it all)
+            ring = self.ring_in.take_owed()
+        header = Header(
+            kind, data.owed, msg_id, length, remote, head_length, control.owed, last, ring
+        )
         if code == _WIRE.hello:
             self.said_hello = True
         data.piggyback()
@@ -158,6 +183,48 @@ class ChannelState:
         else:
             control.take_for_update()
         return self.free_slots.pop(), header
+
+    def record(self, length: int, head_length: int) -> Record | None:
+        """A RECORD of ``length`` body bytes after a head of ``head_length``
+        is to be written into the peer's ring (which holds it: see
+        :meth:`fits_ring`). If a data credit and the ring space are there,
+        takes them and returns the stamped header and the record's place;
+        else None, changing nothing. No send slot: the record is written
+        from the caller's staging memory."""
+        ring = self.ring_out
+        data: DataCredits = self.data
+        if ring is None or not self.said_hello or not data.can_send():
+            return None
+        place = ring.reserve(_WIRE.header_size + head_length + length)
+        if place is None:
+            return None
+        owed: cython.int = 0 if self.ring_in is None else self.ring_in.take_owed()
+        last: cython.int = LAST_CREDIT if data.available == 1 else 0
+        header = Header(
+            Kind.RECORD, data.owed, 0, length, None, head_length, self.control.owed, last, owed
+        )
+        data.piggyback()
+        data.take()
+        self.control.piggyback()
+        return header, place
+
+    def fits_ring(self, size: int) -> bool:
+        """Whether a message of ``size`` bytes (head and body) goes as one RECORD."""
+        ring = self.ring_out
+        return ring is not None and ring.fits(_WIRE.header_size + size)
+
+    def ring_arrived(self, sequence: int, size: int) -> int:
+        """A RECORD of ``size`` bytes was written into our ring with
+        immediate ``sequence``: its offset (:class:`ProtocolError` if the
+        peer broke the ring's rules, or we have no ring)."""
+        if self.ring_in is None:
+            raise ProtocolError("a RECORD written to a side that announced no ring")
+        return self.ring_in.arrive(sequence, size)
+
+    def ring_freed(self) -> None:
+        """The oldest RECORD was taken: its ring space is owed to the peer."""
+        if self.ring_in is not None:
+            self.ring_in.free_oldest()
 
     @cython.ccall
     def emptied(self) -> cython.bint:
@@ -182,7 +249,9 @@ class ChannelState:
         """Whether a credit-only packet is due (:meth:`update` may still find
         no slot or credit for it)."""
         return self.said_hello and (
-            self.data.should_send_update() or self.control.should_send_update()
+            self.data.should_send_update()
+            or self.control.should_send_update()
+            or (self.ring_in is not None and self.ring_in.due())
         )
 
     @cython.ccall
@@ -190,7 +259,7 @@ class ChannelState:
         """:meth:`send` for the credit-only packet due now, if one is due and can go."""
         if not self.said_hello:
             return None
-        if self.data.should_send_update():
+        if self.data.should_send_update() or (self.ring_in is not None and self.ring_in.due()):
             packet = self.send(Kind.CREDIT)
             if packet is not None:
                 return packet
@@ -225,7 +294,18 @@ class ChannelState:
             self.peer_max_message = header.length
         data.granted(header.credits)
         self.control.granted(header.control_credits)
-        if code in (_WIRE.eager, _WIRE.rendezvous, _WIRE.medium, _WIRE.piece, _WIRE.batch):
+        if header.ring:
+            if self.ring_out is None:
+                raise ProtocolError("the peer gave back ring space but announced no ring")
+            self.ring_out.grant(header.ring)
+        if code in (
+            _WIRE.eager,
+            _WIRE.rendezvous,
+            _WIRE.medium,
+            _WIRE.piece,
+            _WIRE.batch,
+            _WIRE.record,
+        ):
             data.arrived(header.flags & LAST_CREDIT != 0)
         elif code == _WIRE.done:
             if header.msg_id == 0:  # ids start at 1 (see Ledger)

@@ -1,6 +1,6 @@
 # C-level declarations of aiordma/channel/wire.py (compiled in Cython's pure
 # Python mode): what other compiled modules read without Python in between,
-# and the header's layout (<BBBBHHQQQIHxx, little-endian) as C loads and
+# and the header's layout (<BBBBHHQQQIHH, little-endian) as C loads and
 # stores. tests/channel/test_wire.py holds them to the struct.
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
@@ -20,6 +20,7 @@ cdef class Header:
     cdef readonly int head_length
     cdef readonly int control_credits
     cdef readonly int flags
+    cdef readonly int ring
 
 cdef class WireCodes:
     cdef public int eager
@@ -32,11 +33,12 @@ cdef class WireCodes:
     cdef public int medium
     cdef public int piece
     cdef public int batch
+    cdef public int record
     cdef public Py_ssize_t header_size
 
 cpdef Header checked(int magic, int version, int kind, int flags, int credits, int control,
                      unsigned long long msg_id, unsigned long long length,
-                     unsigned long long addr, unsigned int rkey, int head,
+                     unsigned long long addr, unsigned int rkey, int head, int ring,
                      Py_ssize_t carried, unsigned long long limit)
 
 # -- bytes at an address ------------------------------------------------------
@@ -108,7 +110,7 @@ cdef inline void store_header(unsigned char *p, Header h, unsigned long long add
                               unsigned int rkey) noexcept:
     """Write ``h`` (its remote buffer's ``addr`` and ``rkey``) in the 40 bytes at ``p``."""
     p[0] = 0xA5  # MAGIC
-    p[1] = 6  # VERSION
+    p[1] = 7  # VERSION
     p[2] = h.code
     p[3] = h.flags
     put16(p + 4, h.credits)
@@ -118,13 +120,13 @@ cdef inline void store_header(unsigned char *p, Header h, unsigned long long add
     put64(p + 24, addr)
     put32(p + 32, rkey)
     put16(p + 36, h.head_length)
-    put16(p + 38, 0)
+    put16(p + 38, h.ring)
 
 cdef inline Header load_header(const unsigned char *p, Py_ssize_t size, unsigned long long limit):
     """The checked header of the ``size``-byte packet at ``p`` (at least 40 bytes)."""
     return checked(p[0], p[1], p[2], p[3], get16(p + 4), get16(p + 6), get64(p + 8),
                    get64(p + 16), get64(p + 24), get32(p + 32), get16(p + 36),
-                   size - 40, limit)
+                   get16(p + 38), size - 40, limit)
 
 cdef inline bint store_into(object buf, Header h, unsigned long long addr,
                             unsigned int rkey) except -1:

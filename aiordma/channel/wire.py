@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from aiordma.channel.buffers import buffer_view
+from aiordma.channel.ring import check_size
 from aiordma.exceptions import ProtocolError, ProtocolMismatchError
 from aiordma.verbs.memory import RemoteBuffer
 
@@ -32,16 +33,17 @@ else:
         from aiordma import _cython_shim as cython
 
 MAGIC: Final = 0xA5
-VERSION: Final = 6
+VERSION: Final = 7
 """2 added REVOKE and HELLO; 3 made HELLO carry each side's windows and first
 grants, and data packets say when they spend the last credit; 4 made HELLO
 carry a :class:`Hello` (the sender's receive buffer size and protocol); 5
-added MEDIUM and PIECE; 6 added BATCH. A peer speaking another version is
-refused at its first packet."""
+added MEDIUM and PIECE; 6 added BATCH; 7 added RECORD, the receive ring a
+HELLO announces and the ring space every header gives back. A peer
+speaking another version is refused at its first packet."""
 
-_HEADER: Final = struct.Struct("<BBBBHHQQQIHxx")
+_HEADER: Final = struct.Struct("<BBBBHHQQQIHH")
 HEADER_SIZE: Final = _HEADER.size
-_HELLO: Final = struct.Struct("<I")
+_HELLO: Final = struct.Struct("<IQII")
 _ENTRY: Final = struct.Struct("<II")
 ENTRY_SIZE: Final = _ENTRY.size
 """Bytes before each message of a BATCH packet: its head's and body's lengths."""
@@ -86,6 +88,11 @@ class Kind(enum.IntEnum):
     """Several small messages in one packet (one data credit): ``msg_id`` of
     them in ``length`` bytes, each an entry of its head's and body's lengths
     (:data:`ENTRY_SIZE` bytes) followed by the head and the body."""
+    RECORD = 11
+    """A whole message written into the receiver's ring (one RDMA WRITE WITH
+    IMMEDIATE, which consumes a receive buffer and a data credit, and
+    :mod:`~aiordma.channel.ring` space): the header, then ``head_length``
+    bytes of head and ``length`` of body, as an EAGER packet's."""
 
 
 @cython.cclass
@@ -117,6 +124,7 @@ class WireCodes:
         medium: int
         piece: int
         batch: int
+        record: int
 
 
 WIRE: Final = WireCodes()
@@ -140,14 +148,17 @@ class Header:
     read (its length is ``length``); ``head_length``: bytes of head that
     follow the header (EAGER, RENDEZVOUS); ``control_credits``: buffers the
     sender re-posted after control packets (DONE, CREDIT, CONTROL_CREDIT);
-    ``flags``: :data:`LAST_CREDIT`, or nothing. Compared by value (compiled,
-    its fields are read-only; treat them so on the pure path too).
+    ``flags``: :data:`LAST_CREDIT`, or nothing; ``ring``: units of receive
+    ring the sender gives back (:mod:`~aiordma.channel.ring`). Compared by
+    value (compiled, its fields are read-only; treat them so on the pure
+    path too).
     """
 
     def __init__(
         self, kind: Kind, credits: cython.int, msg_id: cython.ulonglong = 0,
         length: cython.ulonglong = 0, remote: RemoteBuffer | None = None,
         head_length: cython.int = 0, control_credits: cython.int = 0, flags: cython.int = 0,
+        ring: cython.int = 0,
     ) -> None:  # fmt: skip
         self.kind = kind
         self.code: int = kind
@@ -158,10 +169,11 @@ class Header:
         self.head_length = head_length
         self.control_credits = control_credits
         self.flags = flags
+        self.ring = ring
 
     def _fields(self) -> tuple[object, ...]:
         return (self.kind, self.credits, self.msg_id, self.length, self.remote,
-                self.head_length, self.control_credits, self.flags)  # fmt: skip
+                self.head_length, self.control_credits, self.flags, self.ring)  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Header):
@@ -174,11 +186,16 @@ class Header:
     def __repr__(self) -> str:
         return (f"Header(kind={self.kind!r}, credits={self.credits}, msg_id={self.msg_id}, "
                 f"length={self.length}, remote={self.remote!r}, head_length={self.head_length}, "
-                f"control_credits={self.control_credits}, flags={self.flags})")  # fmt: skip
+                f"control_credits={self.control_credits}, flags={self.flags}, "
+                f"ring={self.ring})")  # fmt: skip
 
     def pack_into(self, buf: memoryview | bytearray) -> None:
         """Write the header at the start of ``buf``."""
-        if not (0 <= self.credits < 1 << 16 and 0 <= self.control_credits < 1 << 16):
+        if not (
+            0 <= self.credits < 1 << 16
+            and 0 <= self.control_credits < 1 << 16
+            and 0 <= self.ring < 1 << 16
+        ):
             raise ValueError("credits must fit in 16 bits")
         if len(buf) < HEADER_SIZE:
             raise ValueError(f"a header needs {HEADER_SIZE} bytes, not {len(buf)}")
@@ -189,7 +206,7 @@ class Header:
             return  # stored in C (wire.pxd)
         _HEADER.pack_into(buf, 0, MAGIC, VERSION, self.code, self.flags, self.credits,
                           self.control_credits, self.msg_id, self.length, addr, rkey,
-                          self.head_length)  # fmt: skip
+                          self.head_length, self.ring)  # fmt: skip
 
     def pack(self) -> bytes:
         """The header as bytes."""
@@ -207,11 +224,11 @@ class Header:
             header = load_from(data, size, max_length)  # loaded in C (wire.pxd)
             if header is not None:
                 return header
-        magic, version, kind, flags, credits, control, msg_id, length, addr, rkey, head = (
+        magic, version, kind, flags, credits, control, msg_id, length, addr, rkey, head, ring = (
             _HEADER.unpack_from(data)
         )
         return checked(magic, version, kind, flags, credits, control, msg_id, length, addr,
-                       rkey, head, size - HEADER_SIZE, max_length)  # fmt: skip
+                       rkey, head, ring, size - HEADER_SIZE, max_length)  # fmt: skip
 
 
 @cython.ccall
@@ -219,7 +236,7 @@ def checked(
     magic: cython.int, version: cython.int, kind: cython.int, flags: cython.int,
     credits: cython.int, control: cython.int, msg_id: cython.ulonglong,
     length: cython.ulonglong, addr: cython.ulonglong, rkey: cython.uint, head: cython.int,
-    carried: cython.Py_ssize_t, limit: cython.ulonglong,
+    ring: cython.int, carried: cython.Py_ssize_t, limit: cython.ulonglong,
 ) -> Header:  # fmt: skip
     """The header with these fields, read from a packet carrying ``carried``
     bytes after it; :class:`ProtocolError` if the peer could not have sent
@@ -240,9 +257,11 @@ def checked(
         remote = RemoteBuffer(addr, length, rkey)
         if head != carried:
             raise ProtocolError(f"rendezvous packet says {head} head bytes, carries {carried}")
-    elif kind == _WIRE.eager:
+    elif kind == _WIRE.eager or kind == _WIRE.record:
         if head + length != carried:
-            raise ProtocolError(f"eager packet says {head} + {length} bytes but carries {carried}")
+            raise ProtocolError(
+                f"{k.name.lower()} packet says {head} + {length} bytes but carries {carried}"
+            )
     elif kind == _WIRE.medium:
         if length == 0 or head >= carried or head + length <= carried:
             raise ProtocolError(f"medium packet says {head} + {length} bytes but carries {carried}")
@@ -269,6 +288,7 @@ def checked(
     header.head_length = head
     header.control_credits = control
     header.flags = flags
+    header.ring = ring
     return header
 
 
@@ -375,26 +395,40 @@ class Hello(NamedTuple):
     protocol: str
     """What the sender speaks on the channel (``""``: plain messages); both
     sides must speak the same."""
+    ring: RemoteBuffer | None = None
+    """The sender's receive ring, writable by this connection only (None:
+    it has none, and medium messages to it travel in pieces)."""
 
     def pack(self) -> bytes:
         name = self.protocol.encode()
         if len(name) > MAX_PROTOCOL:
             raise ValueError(f"protocol name {self.protocol!r} exceeds {MAX_PROTOCOL} bytes")
-        return _HELLO.pack(self.buffer_size) + name
+        ring = self.ring
+        if ring is None:
+            return _HELLO.pack(self.buffer_size, 0, 0, 0) + name
+        return _HELLO.pack(self.buffer_size, ring.addr, ring.rkey, ring.length) + name
 
     @classmethod
     def unpack(cls, data: bytes | bytearray | memoryview) -> Hello:
         """Parse a HELLO's head; :class:`ProtocolError` if it is malformed."""
         if not _HELLO.size <= len(data) <= _HELLO.size + MAX_PROTOCOL:
             raise ProtocolError(f"HELLO announcement of {len(data)} bytes")
-        (size,) = _HELLO.unpack_from(data)
+        size, addr, rkey, ring_size = _HELLO.unpack_from(data)
         if size < MIN_BUFFER:
             raise ProtocolError(f"peer announced receive buffers of {size} bytes")
         try:
             protocol = bytes(data[_HELLO.size :]).decode()
         except UnicodeDecodeError:
             raise ProtocolError("HELLO names its protocol in invalid UTF-8") from None
-        return cls(size, protocol)
+        if not ring_size:
+            return cls(size, protocol)
+        try:
+            check_size(ring_size)
+        except ValueError as exc:
+            raise ProtocolError(f"peer announced {exc}") from None
+        if not addr:
+            raise ProtocolError("peer announced a receive ring at address 0")
+        return cls(size, protocol, RemoteBuffer(addr, ring_size, rkey))
 
     def check_protocol(self, ours: str, peer: str) -> None:
         """Raise :class:`ProtocolMismatchError` if both this HELLO and this side

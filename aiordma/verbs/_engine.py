@@ -52,7 +52,7 @@ from aiordma.metrics import Stats, record
 from aiordma.verbs import _driver
 from aiordma.verbs._bulk import BulkRun, Starved
 from aiordma.verbs._completed import Opcode, WorkCompletion, from_wc
-from aiordma.verbs._lane import Failed, LaneArrived, PacketLane, Sent
+from aiordma.verbs._lane import Failed, LaneArrived, LaneWritten, PacketLane, Sent
 from aiordma.verbs._room import QueueRoom
 from aiordma.verbs._work import Completer, Done, SendRequest, Unsignalled, Work, total_length
 from aiordma.verbs.completion import completion_error
@@ -512,25 +512,35 @@ class WorkEngine(Completer):
         return DeviceError(rc, f"ibv_post_recv failed: {os.strerror(rc)}")
 
     def post_send_to(
-        self, seg: Segment, signaled: bool, done: Done, opcode: int = _ibv.WR_SEND
+        self,
+        seg: Segment,
+        signaled: bool,
+        done: Done,
+        opcode: int = _ibv.WR_SEND,
+        imm: int = 0,
+        remote_addr: int = 0,
+        rkey: int = 0,
     ) -> None:
         """Post one send of ``seg`` (its send-queue entry already taken) whose
         outcome goes to ``done`` from the drain, with no future, no request
         object and no per-post validation beyond the queue pair's state.
         ``opcode`` may also be a zero-length RDMA write (a probe: no remote
-        address or key is needed for zero bytes)."""
+        address or key is needed for zero bytes), or an RDMA write with
+        immediate ``imm`` to ``remote_addr`` under ``rkey``."""
         self._ready(self.sq, 1, [seg.mr])
         silent = self._unsignalled.next(signaled)
         work = Work(self, None, opcode, (seg.mr,), seg.length, False, -1, self._unsignalled.seq,
                     silent, done)  # fmt: skip
         wr_id = self._register(work)
         flags = 0 if silent else _ibv.SEND_SIGNALED
-        rc = self.driver.post_send(wr_id, opcode, flags, seg.addr, seg.length, seg.lkey)
+        rc = self.driver.post_send(
+            wr_id, opcode, flags, seg.addr, seg.length, seg.lkey, imm, remote_addr, rkey
+        )
         if rc:
             raise self._refused([work], self.sq, rc)
         self._posted(work)
         self.last_send = work
-        self._tell_cq(opcode == _WR_SEND)
+        self._tell_cq(opcode in (_WR_SEND, _WR_WRITE_IMM))
 
     def post_with(
         self, seg: Segment, opcode: int, post: Callable[[int], int]
@@ -724,11 +734,14 @@ class WorkEngine(Completer):
     def open_lane(
         self, send_mr: MemoryRegion, sends: int, recv_mr: MemoryRegion | None, recvs: int,
         slot_size: int, sent: Sent, arrived: LaneArrived, failed: Failed,
+        written: LaneWritten | None = None,
     ) -> PacketLane:  # fmt: skip
         """A :class:`PacketLane` over these slots (see there), stopped,
         flushed and detached with this queue pair."""
         self.check_usable()
-        lane = PacketLane(self, send_mr, sends, recv_mr, recvs, slot_size, sent, arrived, failed)
+        lane = PacketLane(
+            self, send_mr, sends, recv_mr, recvs, slot_size, sent, arrived, failed, written
+        )
         self.posters.append(lane)
         return lane
 

@@ -21,6 +21,7 @@ cdef class PacketLane:
     cdef object _sent
     cdef object _arrived
     cdef object _failed
+    cdef object _written
     cdef list _seq
     cdef long long _next_seq
     cdef object _silent

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import collections
 import os
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiordma import _ibv
-from aiordma.exceptions import DeviceError, ResourceBusyError
+from aiordma.exceptions import DeviceError, ProtocolError, ResourceBusyError
 from aiordma.verbs.memory import MemoryRegion
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ else:
         from aiordma import _cython_shim as cython
 
 _WR_SEND = cython.declare(cython.int, _ibv.WR_SEND)  # C integers for typed code
+_RECV_WITH_IMM = cython.declare(cython.int, _ibv.WC_RECV_RDMA_WITH_IMM)
 _SIGNALED = cython.declare(cython.int, _ibv.SEND_SIGNALED)
 
 
@@ -69,6 +71,9 @@ def _told_nothing(*_: object) -> None:
 Sent = Callable[[int], None]
 LaneArrived = Callable[[int, int], None]
 """``(slot, bytes)``: a packet landed in a lane's receive slot."""
+LaneWritten = Callable[[int, int, int], None]
+"""``(slot, imm, bytes)``: an RDMA write with immediate ``imm`` of ``bytes``
+consumed a lane's receive slot (its bytes are where the write put them)."""
 Failed = Callable[[BaseException], None]
 
 
@@ -85,7 +90,7 @@ class PacketLane:
     def __init__(
         self, engine: EngineView, send_mr: MemoryRegion, sends: cython.int,
         recv_mr: MemoryRegion | None, recvs: cython.int, slot_size: cython.Py_ssize_t,
-        sent: Sent, arrived: LaneArrived, failed: Failed,
+        sent: Sent, arrived: LaneArrived, failed: Failed, written: LaneWritten | None = None,
     ) -> None:  # fmt: skip
         if sends < 1 or recvs < 0 or (recvs and recv_mr is None):
             raise ValueError("a packet lane needs send slots, and a region for its receive slots")
@@ -112,6 +117,7 @@ class PacketLane:
         self._sent = sent
         self._arrived = arrived
         self._failed = failed
+        self._written = written
         self._seq = [0] * sends
         """Each send slot's position among this lane's sends, when last posted."""
         self._next_seq = 0
@@ -278,7 +284,12 @@ class PacketLane:
         self._posted[index] = 0
         if index < self._recvs:
             self.outstanding -= 1
-            if status == 0:
+            if status == 0 and wc.opcode == _RECV_WITH_IMM:
+                if self._written is None:
+                    self._failed(ProtocolError("the peer wrote where this side exposed nothing"))
+                else:
+                    self._written(index, socket.ntohl(wc.imm_data), wc.byte_len)
+            elif status == 0:
                 self._arrived(index, wc.byte_len)
             else:
                 self._failed(self._engine.poster_error(wc, -1))

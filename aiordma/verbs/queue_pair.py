@@ -26,7 +26,7 @@ from aiordma.lifecycle import Closable, check_thread, consume_outcome
 from aiordma.verbs import _qp_setup
 from aiordma.verbs._bulk import BulkRun
 from aiordma.verbs._engine import SIGNAL_FRACTION, WorkEngine, closed_error
-from aiordma.verbs._lane import Failed, LaneArrived, PacketLane, Sent
+from aiordma.verbs._lane import Failed, LaneArrived, LaneWritten, PacketLane, Sent
 from aiordma.verbs._work import Done, SendRequest, total_length
 from aiordma.verbs.completion import WorkCompletion
 from aiordma.verbs.endpoint import Endpoint, gid_to_bytes
@@ -394,6 +394,33 @@ class QueuePair(Closable):
         connections with keepalive), so no registration happens mid-life."""
         self._engine.ensure_scratch()
 
+    def post_write_callback(
+        self, local: Segment, remote: RemoteBuffer, imm: int, done: Done
+    ) -> None:
+        """Post one signalled RDMA write with immediate ``imm`` of ``local``
+        to the start of ``remote``; ``done(error, 0)`` is called from the
+        completion drain (``(None, 0)`` once the peer's adapter took it; it
+        must not raise), and the peer gets a receive completion carrying
+        ``imm``. Raises :class:`ResourceBusyError` when the send queue is full.
+        What a message channel's RECORDs are."""
+        if local.mr.closed:
+            raise ResourceClosedError("cannot write from a closed memory region")
+        if local.length > remote.length:
+            raise ValueError(f"{local.length} bytes do not fit the {remote.length} of {remote!r}")
+        engine = self._engine
+        if not engine.sq.try_acquire(1):
+            engine.check_usable()
+            raise ResourceBusyError("send queue is full")
+        engine.post_send_to(
+            local,
+            True,
+            done,
+            _ibv.WR_RDMA_WRITE_WITH_IMM,
+            imm & 0xFFFFFFFF,
+            remote.addr,
+            remote.rkey,
+        )
+
     def post_recv_callback(self, local: Segment, done: Done) -> None:
         """Post one receive into a registered segment; ``done(error,
         byte_len)`` is called from the completion drain when a message lands
@@ -414,6 +441,7 @@ class QueuePair(Closable):
     def open_lane(
         self, send_mr: MemoryRegion, sends: int, recv_mr: MemoryRegion | None, recvs: int,
         slot_size: int, sent: Sent, arrived: LaneArrived, failed: Failed,
+        written: LaneWritten | None = None,
     ) -> PacketLane:  # fmt: skip
         """Fixed send and receive slots for one owner's packets, posted and
         completed with no work record or future per packet (see
@@ -423,8 +451,10 @@ class QueuePair(Closable):
         ``sends`` slots of ``slot_size`` bytes from the start of ``send_mr``
         and ``recvs`` from the start of ``recv_mr`` (which takes that many
         receive-queue slots for the lane's life). ``sent(slot)``,
-        ``arrived(slot, byte_len)`` and ``failed(error)`` are called from the
-        completion drain and must not raise. The lane stops with the queue
+        ``arrived(slot, byte_len)``, ``written(slot, imm, byte_len)`` (an RDMA
+        write with immediate consumed the slot; None: the peer may not write)
+        and ``failed(error)`` are called from the completion drain and must
+        not raise. The lane stops with the queue
         pair; its regions stay busy (:attr:`MemoryRegion.inflight`) until
         the queue pair is destroyed.
         """
@@ -436,7 +466,7 @@ class QueuePair(Closable):
         if recv_mr is not None and not recv_mr.access & Access.LOCAL_WRITE:
             raise ValueError("packets land only in memory registered with Access.LOCAL_WRITE")
         return self._engine.open_lane(
-            send_mr, sends, recv_mr, recvs, slot_size, sent, arrived, failed
+            send_mr, sends, recv_mr, recvs, slot_size, sent, arrived, failed, written
         )
 
     def start_bulk(

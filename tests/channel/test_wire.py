@@ -35,16 +35,16 @@ def test_eager_header_round_trips_with_its_payload() -> None:
 
 def test_the_layout_is_the_documented_struct_whichever_path_packs_it() -> None:
     """Compiled, the header is stored and loaded field by field in C; its
-    bytes must be those of ``<BBBBHHQQQIHxx``, every field at its widest."""
-    layout = struct.Struct("<BBBBHHQQQIHxx")
+    bytes must be those of ``<BBBBHHQQQIHH``, every field at its widest."""
+    layout = struct.Struct("<BBBBHHQQQIHH")
     remote = RemoteBuffer(0xFEDC_BA98_7654_3210, (1 << 64) - 1, 0xFFFF_FFFE)
     header = Header(Kind.RENDEZVOUS, 0xFFFF, (1 << 64) - 1, (1 << 64) - 1, remote, 0xFFFE,
-                    0xFFFD, LAST_CREDIT)  # fmt: skip
-    packed = bytearray(b"\xaa" * HEADER_SIZE)  # padding is written too
+                    0xFFFD, LAST_CREDIT, 0xFFFC)  # fmt: skip
+    packed = bytearray(b"\xaa" * HEADER_SIZE)
     header.pack_into(packed)
     most = (1 << 64) - 1
     expected = layout.pack(0xA5, VERSION, Kind.RENDEZVOUS, LAST_CREDIT, 0xFFFF, 0xFFFD,
-                           most, most, remote.addr, remote.rkey, 0xFFFE)  # fmt: skip
+                           most, most, remote.addr, remote.rkey, 0xFFFE, 0xFFFC)  # fmt: skip
     assert bytes(packed) == expected
     carried = expected + bytes(0xFFFE)
     assert Header.unpack(carried, (1 << 64) - 1) == header
@@ -170,9 +170,27 @@ def test_hello_announces_buffer_size_and_protocol() -> None:
     assert Hello.unpack(packet[HEADER_SIZE : HEADER_SIZE + header.head_length]) == (
         4096,
         "aiordma.rpc",
+        None,
     )
-    assert Hello.unpack(Hello(MIN_BUFFER, "").pack()) == (MIN_BUFFER, "")
-    assert HEADER_SIZE + len(Hello(0, "x" * MAX_PROTOCOL).pack()) <= MIN_BUFFER
+    assert Hello.unpack(Hello(MIN_BUFFER, "").pack()) == (MIN_BUFFER, "", None)
+    ring = RemoteBuffer(0x7F00_0000_1000, 1 << 20, 0x1234_5678)
+    assert HEADER_SIZE + len(Hello(0, "x" * MAX_PROTOCOL, ring).pack()) <= MIN_BUFFER
+
+
+def test_hello_announces_a_receive_ring() -> None:
+    ring = RemoteBuffer(0x7F00_0000_1000, 1 << 20, 0x1234_5678)
+    assert Hello.unpack(Hello(4096, "", ring).pack()) == (4096, "", ring)
+
+
+def test_a_record_carries_a_whole_message_and_ring_space_rides_on_any_header() -> None:
+    header = Header(Kind.RECORD, 1, length=5000, head_length=3, ring=77)
+    packet = header.pack() + b"abc" + bytes(5000)
+    assert Header.unpack(packet, LIMIT) == header
+    assert Header.unpack(Header(Kind.CREDIT, 2, ring=0xFFFF).pack(), LIMIT).ring == 0xFFFF
+    with pytest.raises(ProtocolError, match="record packet says 3 \\+ 5000 bytes but carries"):
+        Header.unpack(packet[:-1], LIMIT)
+    with pytest.raises(ValueError, match="16 bits"):
+        Header(Kind.CREDIT, 0, ring=1 << 16).pack()
 
 
 @pytest.mark.parametrize(
@@ -182,6 +200,8 @@ def test_hello_announces_buffer_size_and_protocol() -> None:
         (Hello(4096, "x").pack() + b"y" * MAX_PROTOCOL, "HELLO announcement of"),
         (Hello(MIN_BUFFER - 1, "").pack(), f"receive buffers of {MIN_BUFFER - 1} bytes"),
         (Hello(4096, "").pack() + b"\xff", "invalid UTF-8"),
+        (Hello(4096, "", RemoteBuffer(1 << 20, 100, 1)).pack(), "announced a ring of 100 bytes"),
+        (Hello(4096, "", RemoteBuffer(0, 1 << 20, 1)).pack(), "ring at address 0"),
     ],
 )
 def test_malformed_hello_announcements_are_refused(data: bytes, message: str) -> None:
