@@ -355,6 +355,8 @@ class MessageChannel(Closable):
         check = _Failed(self._error, self._error_tb).check
         self._stats.freeze()
         self._packets.let_go()
+        if self._records is not None:
+            self._records.let_go()
         self._sender.let_go(check)
         self._exposures.let_go(check, self._packets.waiting.changed)
         self._receiver.let_go(check)

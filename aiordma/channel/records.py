@@ -35,6 +35,10 @@ from aiordma.verbs.window import MemoryWindow
 
 log = logging.getLogger(__name__)
 
+
+def _report_nothing(event: Event, value: object) -> None:
+    """A failed channel's records report nothing."""
+
 Write = Callable[[Segment, RemoteBuffer, int, Callable[[BaseException | None, int], None]], None]
 """How a record is posted (:meth:`aiordma.QueuePair.post_write_callback`)."""
 
@@ -62,6 +66,11 @@ class Records:
         """The window exposing the ring, once bound."""
         packets.inbox.ring_view = ring.view(scoped=True)
         self._state.ring_in = RingOwner(ring.length)
+
+    def let_go(self) -> None:
+        """The channel failed: report nothing more to it (no reference back to it)."""
+        self._report = _report_nothing
+        self.window = None
 
     # -- setting up ----------------------------------------------------------
 

@@ -355,6 +355,7 @@ class PacketLane:
         failed = self._failed
         # The owner is told nothing more: no reference back to it outlives the lane's use.
         self._sent = self._arrived = self._failed = _told_nothing
+        self._written = None
         loop = self._engine.cq.loop
         if pending and not loop.is_closed():  # closed: at exit, nothing runs there any more
             loop.call_soon(failed, error)

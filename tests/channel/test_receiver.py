@@ -26,6 +26,8 @@ WINDOW = 8
 BUFFER = 1024
 SIZES = (1_500, 17_000, 9_000, 40_000, 2_000, 33_000)
 """Two pieces; more than a drain batch; one window's worth; five windows."""
+RINGS = pytest.mark.parametrize("ring", [0, 256 << 10], ids=["pieces", "records"])
+"""Medium messages as MEDIUM packets and PIECEs (no ring), or as RECORDs."""
 
 
 async def whole(channel: MessageChannel) -> None:
@@ -37,8 +39,9 @@ async def whole(channel: MessageChannel) -> None:
 
 @pytest.mark.asyncio
 @pytest.mark.both_loops("completion fd")
+@RINGS
 async def test_a_stream_of_medium_messages_lands_whole_in_order_and_gives_every_credit_back(
-    lab: Lab,
+    lab: Lab, ring: int
 ) -> None:
     servers: list[MessageChannel] = []
 
@@ -52,7 +55,9 @@ async def test_a_stream_of_medium_messages_lands_whole_in_order_and_gives_every_
         await channel.send_message(b"".join(digests))
 
     outgoing = [_payload(i, SIZES[i % len(SIZES)]) for i in range(30)]
-    async with channel_to(lab, take_stream, window=WINDOW, buffer_size=BUFFER) as channel:
+    async with channel_to(
+        lab, take_stream, window=WINDOW, buffer_size=BUFFER, ring_size=ring
+    ) as channel:
         pending: set[asyncio.Future[None]] = set()
         for data in outgoing:  # eight in flight, as a user writes a stream
             if len(pending) >= 8:
@@ -72,8 +77,13 @@ async def test_a_stream_of_medium_messages_lands_whole_in_order_and_gives_every_
 
 
 @pytest.mark.asyncio
-async def test_a_whole_medium_message_is_taken_into_a_bytearray_or_a_memoryview(lab: Lab) -> None:
-    async with channel_to(lab, echo, window=WINDOW * 4, buffer_size=BUFFER) as channel:
+@RINGS
+async def test_a_whole_medium_message_is_taken_into_a_bytearray_or_a_memoryview(
+    lab: Lab, ring: int
+) -> None:
+    async with channel_to(
+        lab, echo, window=WINDOW * 4, buffer_size=BUFFER, ring_size=ring
+    ) as channel:
         for i, size in enumerate((1_500, 17_000)):  # within the window: all pieces come
             data = _payload(i, size)
             await channel.send_message(data)
@@ -93,7 +103,7 @@ async def test_a_medium_message_refused_by_a_short_buffer_stays_queued_whole(
     # A window of 4 holds back most of a 20,000-byte message until the
     # receiver takes it; a window of 32 lets all of it come first.
     window = 4 if pieces_to_come else 32
-    async with channel_to(lab, echo, window=window, buffer_size=BUFFER) as channel:
+    async with channel_to(lab, echo, window=window, buffer_size=BUFFER, ring_size=0) as channel:
         data = _payload(7, 20_000)
         await channel.send_message(data)
         if pieces_to_come:
