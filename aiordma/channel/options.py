@@ -44,11 +44,15 @@ DEFAULT_MEDIUM_LIMIT = 256 << 10
 """Bodies up to this size (above the eager limit) are copied through the
 registered slots in pieces, by default; larger ones go by rendezvous
 (docs/decisions/0006)."""
-DEFAULT_RING = 512 << 10
+DEFAULT_RING = 0
 """Bytes of receive ring a channel of its own exposes to its peer, by
-default (and as much staging for its own records): medium messages up to a
-quarter of the peer's ring travel as one RDMA write each
-(:mod:`aiordma.channel.records`)."""
+default (and as much staging for its own records): none yet. Records cost
+one work request and one completion per side, but until their path is
+compiled they cost more time than the pieces they replace
+(``docs/decisions/0029-one-write-per-message.md``)."""
+RING_SIZE = 512 << 10
+"""The ring the record measured (``ring_size=RING_SIZE``): medium messages
+up to 128 KiB less a header as one RDMA write each."""
 DEFAULT_READ_AHEAD = 16 << 20
 """The largest message read before it is asked for, by default (the next
 one queued, while the application takes large messages as new objects;
@@ -129,7 +133,8 @@ class ChannelOptions:
     writing only (0: none, as on a shared receive queue), and of staging
     for its own records: a message up to a quarter of the peer's ring (and
     ``medium_limit``) is one RDMA write into it. A multiple of 64 from 256
-    bytes to 4 MiB less 64."""
+    bytes to 4 MiB less 64; none by default for now (``RING_SIZE``, 512 KiB,
+    is the one measured)."""
     registration_cache: int = DEFAULT_REGISTRATION_CACHE
     """Bytes of plain buffers each way whose registration is kept for the
     next large message (0: none; least recently used evicted first; see

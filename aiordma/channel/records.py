@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 def _report_nothing(event: Event, value: object) -> None:
     """A failed channel's records report nothing."""
 
+
 Write = Callable[[Segment, RemoteBuffer, int, Callable[[BaseException | None, int], None]], None]
 """How a record is posted (:meth:`aiordma.QueuePair.post_write_callback`)."""
 

@@ -410,7 +410,7 @@ class Hello(NamedTuple):
 
     @classmethod
     def unpack(cls, data: bytes | bytearray | memoryview) -> Hello:
-        """Parse a HELLO's head; :class:`ProtocolError` if it is malformed."""
+        """Parse a HELLO's head; :class:`~aiordma.ProtocolError` if it is malformed."""
         if not _HELLO.size <= len(data) <= _HELLO.size + MAX_PROTOCOL:
             raise ProtocolError(f"HELLO announcement of {len(data)} bytes")
         size, addr, rkey, ring_size = _HELLO.unpack_from(data)
@@ -431,7 +431,7 @@ class Hello(NamedTuple):
         return cls(size, protocol, RemoteBuffer(addr, ring_size, rkey))
 
     def check_protocol(self, ours: str, peer: str) -> None:
-        """Raise :class:`ProtocolMismatchError` if both this HELLO and this side
+        """Raise :class:`~aiordma.ProtocolMismatchError` if both this HELLO and this side
         (``ours``) name a protocol and they differ; ``peer`` names the peer.
         A plain channel (``""``) carries any protocol: the layer above it
         decides, as ``rpc.Service.serve`` does."""

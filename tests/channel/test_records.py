@@ -15,8 +15,8 @@ import aiordma
 from aiordma.channel import records as records_module
 from aiordma.channel.channel import MessageChannel
 from aiordma.channel.open import channel_factory
-from aiordma.channel.options import ChannelKeywords
-from aiordma.channel.wire import HEADER_SIZE
+from aiordma.channel.options import RING_SIZE, ChannelKeywords
+from aiordma.channel.wire import HEADER_SIZE, Header, write_packet
 from aiordma.exceptions import ConnectionLostError, RemoteAccessError
 from tests.conftest import Lab
 
@@ -86,7 +86,7 @@ async def test_a_medium_message_is_one_write_and_one_repost(lab: Lab) -> None:
         done.set()
         await channel.wait_closed()
 
-    async with pair(lab, sink) as (channel, theirs):
+    async with pair(lab, sink, ring_size=RING_SIZE) as (channel, theirs):
         server = await asyncio.wait_for(theirs, 30)
         mine_before, theirs_before = posted(channel), posted(server)
         for i in range(20):
@@ -223,10 +223,11 @@ async def test_a_peer_that_breaks_the_ring_rules_is_disconnected(
                 await channel.send_message(_payload(i, 3000))
             writer.free = writer.size  # as if it had
         else:
-            write = records_module.write_packet
 
-            def longer(view, start, room, header, head, body):  # type: ignore[no-untyped-def]
-                length = write(view, start, room, header, head, body)
+            def longer(
+                view: memoryview, start: int, room: int, header: Header, head: bytes, body: object
+            ) -> int:
+                length = write_packet(view, start, room, header, head, body)
                 view[start + 16 : start + 24] = (header.length + 1).to_bytes(8, "little")
                 return length
 
@@ -262,14 +263,15 @@ async def test_the_ring_is_writable_by_its_own_connection_only(lab: Lab) -> None
 
 @pytest.mark.asyncio
 async def test_a_channel_without_a_ring_talks_to_one_with_a_ring(lab: Lab) -> None:
-    """Each side decides its own ring, and only a side with staging writes
+    """Each side decides its own ring (none by default), and only a side with staging writes
     into the peer's: medium messages between these two go in pieces both
     ways, whole."""
 
     async def serve(conn: aiordma.Connection) -> None:
         await echo(conn.prepared)
 
-    async with await aiordma.start_server(serve, lab.addr, 0, prepare=channel_factory()) as server:
+    with_ring = channel_factory(ring_size=RING_SIZE)
+    async with await aiordma.start_server(serve, lab.addr, 0, prepare=with_ring) as server:
         port = server.addresses[0][1]
         prepare = channel_factory(ring_size=0)
         async with await aiordma.connect(lab.addr, port, prepare=prepare) as conn:
